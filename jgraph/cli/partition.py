@@ -1,0 +1,152 @@
+"""`jgraph partition` and `jgraph info`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+
+from jgraph.data import (add_reverse_relations, add_self_loops, deduplicate, load_dataset,
+                         remove_self_loops, symmetrize)
+from jgraph.partition import Method, PartitionMeta, open_partitions, partition_graph
+from jgraph.partition.store import read_meta
+from jgraph.progress import Progress
+
+# Applied in this order, each when its flag is given.
+TRANSFORMS = (
+    ("remove_self_loops", remove_self_loops, "drop self-loop edges"),
+    ("symmetrize", symmetrize, "add every edge's reverse and deduplicate (same-type relations)"),
+    ("add_reverse", add_reverse_relations, "add a reverse relation rev_<name> for every relation"),
+    ("dedup", deduplicate, "drop duplicate edges"),
+    ("self_loops", add_self_loops, "give every node one self-loop (same-type relations)"),
+)
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser(
+        "partition", help="split a graph into partitions on disk",
+        description="Partition a graph into N parts, one per device, and write a partition "
+                    "directory (DIR/meta.json + DIR/part-K/*.npy) that each process can load "
+                    "its own parts from.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("dataset", help="a built-in name (cora), an .npz file, an OGB dataset "
+                                   "directory, or synthetic:nodes=N,edges=E,...")
+    p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
+    p.add_argument("--method", choices=[m.value for m in Method], default="metis",
+                   help="node assignment method")
+    p.add_argument("--out", required=True, help="output partition directory")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--balance-tolerance", type=float, default=0.05,
+                   help="allowed max/mean - 1 of every balance constraint")
+    p.add_argument("--no-rebalance", action="store_true",
+                   help="keep the raw assignment (balance is still reported)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing partition directory at --out")
+    for name, _, help_text in TRANSFORMS:
+        p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=help_text)
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON line of results instead of the summary")
+    p.set_defaults(run=run_partition)
+
+    i = sub.add_parser("info", help="print a partition directory's statistics",
+                       description="Print the statistics of a partition directory.")
+    i.add_argument("dir", help="partition directory")
+    i.add_argument("--json", action="store_true", help="print meta.json as one JSON line")
+    i.add_argument("--check", action="store_true",
+                   help="also open every partition and check its files' shapes")
+    i.set_defaults(run=run_info)
+
+
+def peak_rss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def run_partition(args) -> int:
+    progress = Progress(enabled=True)
+    print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
+          f"{args.method})", file=sys.stderr)
+    with progress.phase("loading dataset"):
+        graph = load_dataset(args.dataset)
+        for name, transform, _ in TRANSFORMS:
+            if getattr(args, name):
+                graph = transform(graph)
+    meta = partition_graph(graph, args.num_parts, args.method, args.out, seed=args.seed,
+                           tolerance=args.balance_tolerance, rebalance=not args.no_rebalance,
+                           overwrite=args.overwrite, progress=progress)
+    seconds = sum(progress.timings.values())
+    if args.json:
+        print(json.dumps(result_row(meta, args.out, seconds)))
+    else:
+        print(summary(meta, args.out))
+        print(f"total {seconds:.1f}s, peak memory {peak_rss_bytes() / 2**30:.2f} GiB")
+    return 0
+
+
+def result_row(meta: PartitionMeta, out: str, seconds: float) -> dict:
+    """The `--json` line: a contract read by other tools (fields may be added, not removed)."""
+    return {
+        "graph": meta.graph_name,
+        "out": out,
+        "num_parts": meta.num_parts,
+        "method": meta.method,
+        "num_nodes": meta.num_nodes,
+        "num_edges": meta.num_edges,
+        "edge_cut_fraction": meta.edge_cut_fraction,
+        "balance": meta.balance,
+        "balance_tolerance": meta.balance_tolerance,
+        "seconds": seconds,
+        "partition_seconds": meta.seconds,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "part_nodes": [p["num_nodes"] for p in meta.parts],
+        "part_edges": [p["num_edges"] for p in meta.parts],
+        "part_halo": [p["num_halo"] for p in meta.parts],
+    }
+
+
+def summary(meta: PartitionMeta, where: str) -> str:
+    """A readable account of a partitioning: sizes per part, cut and balance."""
+    types = meta.node_types
+    lines = [f"{meta.graph_name}: {meta.num_nodes:,} nodes, {meta.num_edges:,} edges, "
+             f"{len(meta.relations)} relation(s), {len(types)} node type(s)",
+             f"{meta.num_parts} partitions by {meta.method} in {where}"]
+    split_names = sorted({n for p in meta.parts for named in p["splits"].values() for n in named
+                          if n in ("train", "val", "test")}, key=("train", "val", "test").index)
+    header = f"{'part':>5} {'nodes':>11} {'in-edges':>12} {'halo':>10}" + "".join(
+        f" {s:>9}" for s in split_names)
+    lines.append(header)
+    for k, p in enumerate(meta.parts):
+        counts = [sum(named.get(s, 0) for named in p["splits"].values()) for s in split_names]
+        lines.append(f"{k:>5} {p['num_nodes']:>11,} {p['num_edges']:>12,} {p['num_halo']:>10,}"
+                     + "".join(f" {c:>9,}" for c in counts))
+    lines.append(f"edge cut: {meta.edge_cut_fraction:.2%} of edges join different partitions")
+    within = all(v <= 1 + meta.balance_tolerance + 1e-9 for v in meta.balance.values())
+    lines.append("balance (max/mean per constraint): " + ", ".join(
+        f"{k} {v:.3f}" for k, v in meta.balance.items())
+        + ("" if within else f"  [some above 1+{meta.balance_tolerance:g}: "
+                             f"the smallest count constraints cannot split evenly]"))
+    return "\n".join(lines)
+
+
+def run_info(args) -> int:
+    meta = read_meta(args.dir)
+    if args.check:
+        graph = open_partitions(args.dir)
+        graph.node_map(), graph.node_map_inv()
+        for k in range(graph.num_parts):
+            graph.part(k)
+    if args.json:
+        print(json.dumps(meta.to_json()))
+        return 0
+    print(summary(meta, os.path.abspath(args.dir)))
+    data = ", ".join(f"{t}.{name} {spec['dtype']}{spec['shape']}"
+                     for t, named in meta.node_data.items() for name, spec in named.items())
+    if data:
+        print(f"node data: {data}")
+    if meta.edge_data:
+        print("edge data: " + ", ".join(f"{n} {s['dtype']}{s['shape']}"
+                                        for n, s in meta.edge_data.items()))
+    print(f"partitioned in {meta.seconds:.1f}s (seed {meta.seed})"
+          + ("; all partition files checked" if args.check else ""))
+    return 0

@@ -1,0 +1,40 @@
+"""One entry point for every way of naming a dataset."""
+from __future__ import annotations
+
+import importlib.resources
+import os
+
+from jgraph.data.graph import Graph
+from jgraph.data.npz import DatasetError, load_npz
+from jgraph.data.ogb import is_ogb_dir, load_ogb
+from jgraph.data.synthetic import generate
+
+BUILTIN = ("cora",)
+"""Datasets shipped inside the package (see jgraph/data/builtin/README.md)."""
+
+
+def builtin_path(name: str) -> str:
+    return str(importlib.resources.files("jgraph.data") / "builtin" / f"{name}.npz")
+
+
+def load_dataset(spec: str | os.PathLike) -> Graph:
+    """Load a graph named by `spec`.
+
+    `spec` is one of: a built-in name (`cora`); a `.npz` file in one of jgraph's
+    layouts; an OGB node-property dataset directory; or a synthetic spec
+    (`synthetic:nodes=...,edges=...`, see `jgraph.data.synthetic`).
+    """
+    spec = os.fspath(spec)
+    if spec in BUILTIN:
+        return load_npz(builtin_path(spec), name=spec)
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        return generate(spec)
+    if os.path.isdir(spec):
+        if not is_ogb_dir(spec):
+            raise DatasetError(f"{spec}: a directory, but not an OGB dataset directory "
+                               f"(no raw/edge.csv.gz, raw/data.npz or raw/num-node-dict.csv.gz)")
+        return load_ogb(spec)
+    if spec.endswith(".npz") or os.path.exists(spec):
+        return load_npz(spec)
+    raise DatasetError(f"dataset {spec!r} not found: give a built-in name ({', '.join(BUILTIN)}), "
+                       f"an .npz file, an OGB dataset directory, or synthetic:key=value,...")

@@ -1,0 +1,35 @@
+"""Progress reporting for long host-side phases (loading, partitioning, writing)."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+from tqdm import tqdm
+
+
+class Progress:
+    """Prints each phase and its duration to stderr; silent when disabled.
+
+    `timings` keeps every phase's seconds, whether or not anything is printed.
+    """
+
+    def __init__(self, enabled: bool = True, stream=None):
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        if self.enabled:
+            print(f"  {name} ...", file=self.stream, flush=True)
+        start = time.perf_counter()
+        yield
+        self.timings[name] = time.perf_counter() - start
+        if self.enabled:
+            print(f"  {name}: {self.timings[name]:.1f}s", file=self.stream, flush=True)
+
+    def iterate(self, iterable, desc: str, total: int | None = None):
+        return tqdm(iterable, desc=f"  {desc}", total=total, disable=not self.enabled,
+                    file=self.stream, leave=False, dynamic_ncols=True)
+
