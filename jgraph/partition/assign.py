@@ -254,6 +254,40 @@ def refine(adj: scipy.sparse.csr_matrix, parts: np.ndarray, constraints: Constra
             moved += 1
             if loads[p, c] <= limits[c] + 1e-9:
                 break
-        if moved == 0:
+        if moved == 0 and not _swap(parts, loads, w, candidates, gain, p, c, excess):
             stuck.add((int(p), int(c)))
     return parts
+
+
+def _swap(parts, loads, w, candidates, gain, p, c, excess, tries: int = 64) -> bool:
+    """When no single move helps: exchange a node v of p (carrying weight in c) with a
+    node u of another partition q, the pair that lowers the total excess most.
+
+    Needed when every partition with room in c is full in another constraint (say node
+    count): v alone would overfill q, but v for a node u that is lighter in c does not.
+    Updates parts and loads in place; returns whether a swap was made.
+    """
+    order = np.argsort(-np.max(np.delete(gain, p, axis=1), axis=1), kind="stable")[:tries]
+    before = excess(loads).sum()
+    best = (-1e-12, None)
+    for i in order:
+        v = candidates[i]
+        for q in np.flatnonzero(loads[:, c] + w[v, c] < loads[p, c]):
+            members = np.flatnonzero((parts == q) & (w[:, c] < w[v, c]))
+            if members.size == 0:
+                continue
+            diff = w[members] - w[v]                     # load change of p; q gets -diff
+            new_p = excess(loads[p] + diff).sum(axis=1)
+            new_q = excess(loads[q] - diff).sum(axis=1)
+            rest = before - excess(loads[p]).sum() - excess(loads[q]).sum()
+            delta = rest + new_p + new_q - before
+            j = int(np.argmin(delta))
+            if delta[j] < best[0]:
+                best = (delta[j], (v, int(q), members[j]))
+    if best[1] is None:
+        return False
+    v, q, u = best[1]
+    parts[v], parts[u] = q, p
+    loads[p] += w[u] - w[v]
+    loads[q] += w[v] - w[u]
+    return True

@@ -1,0 +1,91 @@
+"""Balance constraints end within tolerance, and METIS cuts far fewer edges than random."""
+import numpy as np
+import pytest
+
+from jgraph.data import add_reverse_relations, load_dataset, load_npz, symmetrize
+from jgraph.partition import (Backend, assign, available_backends, balance, constraints_for,
+                              edge_cut_fraction, partition_graph)
+
+
+def independent_balance(graph, parts, num_parts):
+    """max/mean per constraint, recomputed from scratch with plain numpy."""
+    out = {}
+    types = graph.node_type_ids()
+    for t, ntype in enumerate(graph.node_types):
+        counts = np.bincount(parts[types == t], minlength=num_parts)
+        out["nodes" if len(graph.node_types) == 1 else f"nodes:{ntype}"] = counts
+    offsets = graph.type_offsets()
+    for split in ("train", "val", "test"):
+        members = [offsets[t] + graph.splits[nt][split]
+                   for t, nt in enumerate(graph.node_types) if split in graph.splits.get(nt, {})]
+        if members:
+            out[split] = np.bincount(parts[np.concatenate(members)], minlength=num_parts)
+    _, dst, _ = graph.homogeneous_edges()
+    out["edges"] = np.bincount(parts[dst], minlength=num_parts)
+    return out
+
+
+def assert_balanced(graph, parts, num_parts, tolerance):
+    for name, counts in independent_balance(graph, parts, num_parts).items():
+        mean = counts.sum() / num_parts
+        # Unit counts cannot beat ceil(mean): 60 subject nodes over 8 parts leave one with 8.
+        limit = max((1 + tolerance) * mean, np.ceil(mean - 1e-9))
+        assert counts.max() <= limit + 1e-9, (name, counts.tolist(), limit)
+
+
+CASES = [
+    ("cora", None, 8),
+    ("facebook_musae.npz", symmetrize, 8),
+    ("aifb.npz", add_reverse_relations, 8),
+    ("heco_acm.npz", add_reverse_relations, 8),
+    ("cora", None, 5),
+]
+
+
+def _load(name, transform, shared_data):
+    graph = load_dataset("cora") if name == "cora" else load_npz(shared_data(name))
+    return transform(graph) if transform else graph
+
+
+@pytest.mark.parametrize("method", ["metis", "random"])
+@pytest.mark.parametrize("name,transform,num_parts", CASES)
+def test_every_constraint_within_tolerance(shared_data, name, transform, num_parts, method):
+    graph = _load(name, transform, shared_data)
+    parts = assign(graph, num_parts, method, tolerance=0.05)
+    assert np.bincount(parts, minlength=num_parts).min() > 0
+    assert_balanced(graph, parts, num_parts, 0.05)
+    reported = balance(parts, constraints_for(graph), num_parts)
+    for key, counts in independent_balance(graph, parts, num_parts).items():
+        assert reported[key] == pytest.approx(counts.max() / (counts.sum() / num_parts))
+
+
+def test_pymetis_backend_also_ends_balanced(shared_data):
+    graph = _load("heco_acm.npz", add_reverse_relations, shared_data)
+    parts = assign(graph, 8, "metis", backend=Backend.PYMETIS)
+    assert_balanced(graph, parts, 8, 0.05)
+
+
+def test_libmetis_multi_constraint_backend_is_available_on_linux_x86_64():
+    import platform
+    import sys
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        pytest.skip("cmeel-metis ships Linux x86-64 wheels only")
+    assert Backend.LIBMETIS in available_backends()
+
+
+def test_meta_reports_balance_and_cut_of_what_was_written(tmp_path):
+    graph = load_dataset("cora")
+    meta = partition_graph(graph, 4, "metis", tmp_path / "p")
+    from jgraph.partition import open_partitions
+    pg = open_partitions(tmp_path / "p")
+    parts = pg.book.owner(np.asarray(pg.node_map_inv()))      # original id -> partition
+    assert meta.edge_cut_fraction == pytest.approx(edge_cut_fraction(graph, parts))
+    assert meta.balance == pytest.approx(balance(parts, constraints_for(graph), 4))
+
+
+@pytest.mark.parametrize("name,transform", [("cora", None), ("facebook_musae.npz", symmetrize)])
+def test_metis_cuts_at_most_a_third_of_random_at_8_parts(shared_data, name, transform):
+    graph = _load(name, transform, shared_data)
+    metis = edge_cut_fraction(graph, assign(graph, 8, "metis"))
+    random = edge_cut_fraction(graph, assign(graph, 8, "random"))
+    assert metis <= random / 3, (metis, random)
