@@ -118,30 +118,15 @@ class Graph:
         for ntype, arrays in self.node_data.items():
             if ntype not in num_nodes:
                 raise GraphError(f"node data for unknown node type {ntype!r}")
-            node_data[ntype] = {}
-            for key, value in arrays.items():
-                _check_name("node data", key)
-                value = np.asarray(value)
-                if value.ndim == 0 or value.shape[0] != num_nodes[ntype]:
-                    raise GraphError(
-                        f"node data {key!r} of type {ntype!r} has {_rows(value)} rows, "
-                        f"expected {num_nodes[ntype]} (one per node)")
-                node_data[ntype][key] = value
+            node_data[ntype] = _row_arrays(arrays, num_nodes[ntype], "node", f"type {ntype!r}")
 
         edge_data = {}
         for rel, arrays in self.edge_data.items():
             rel = Relation(*rel)
             if rel not in edges:
                 raise GraphError(f"edge data for unknown relation {tuple(rel)}")
-            edge_data[rel] = {}
-            for key, value in arrays.items():
-                _check_name("edge data", key)
-                value = np.asarray(value)
-                if value.ndim == 0 or value.shape[0] != edges[rel].shape[1]:
-                    raise GraphError(
-                        f"edge data {key!r} of relation {tuple(rel)} has {_rows(value)} rows, "
-                        f"expected {edges[rel].shape[1]} (one per edge)")
-                edge_data[rel][key] = value
+            edge_data[rel] = _row_arrays(arrays, edges[rel].shape[1], "edge",
+                                         f"relation {tuple(rel)}")
 
         splits = {}
         for ntype, named in self.splits.items():
@@ -252,8 +237,19 @@ class Graph:
         return "\n".join(lines)
 
 
-def _rows(a: np.ndarray) -> int | str:
-    return a.shape[0] if a.ndim else "no"
+def _row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,
+                owner: str) -> dict[str, np.ndarray]:
+    """Per-node or per-edge arrays, checked: safe names, one row per node (edge)."""
+    out = {}
+    for key, value in arrays.items():
+        _check_name(f"{unit} data", key)
+        value = np.asarray(value)
+        if value.ndim == 0 or value.shape[0] != rows:
+            count = value.shape[0] if value.ndim else "no"
+            raise GraphError(f"{unit} data {key!r} of {owner} has {count} rows, "
+                             f"expected {rows} (one per {unit})")
+        out[key] = value
+    return out
 
 
 def _describe(a: np.ndarray) -> str:
