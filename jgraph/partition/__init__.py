@@ -1,5 +1,5 @@
 """Offline partitioning: METIS or random assignment, relabelling, the on-disk format."""
-from jgraph.partition.assign import (Constraints, Method, PartitionError, assign, balance,
+from jgraph.partition.assignment import (Constraints, Method, PartitionError, assign, balance,
                                      constraints_for, edge_cut_fraction)
 from jgraph.partition.book import IdRangeError, PartitionBook
 from jgraph.partition.build import partition_graph

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from jgraph.data.graph import Graph
-from jgraph.partition.assign import (Method, PartitionError, assign, balance, constraints_for,
+from jgraph.partition.assignment import (Method, PartitionError, assign, balance, constraints_for,
                                      parse_method, undirected_adjacency)
 from jgraph.partition.metis import Backend
 from jgraph.partition.store import (FORMAT_VERSION, PartitionMeta, part_dir, save_array,

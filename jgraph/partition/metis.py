@@ -3,7 +3,7 @@
 DistDGL balances node types, splits and edges with METIS's multi-constraint mode
 (`ncon` > 1). pymetis fixes `ncon` at 1, so jgraph calls the METIS library that the
 `cmeel-metis` wheel ships (Linux x86-64) through ctypes, and falls back to pymetis
-with one combined weight elsewhere. Either way `jgraph.partition.assign` refines the
+with one combined weight elsewhere. Either way `jgraph.partition.assignment` refines the
 result afterwards, so every constraint ends within tolerance; the backend only
 changes how much refining is needed and so how many edges end up cut.
 """
