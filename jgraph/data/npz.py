@@ -76,7 +76,7 @@ def _splits(arrays: dict) -> dict[str, np.ndarray]:
     out = {}
     for key, value in arrays.items():
         m = _SPLIT_KEY.match(key)
-        if m:
+        if m and not key.startswith(("ndata__", "edata__")):
             out[m["name"] + (f"_{m['k']}" if m["k"] else "")] = value
     return out
 

@@ -9,9 +9,10 @@ Kinds:
   destination by weight and, with probability `homophily`, a source of the same class
   (otherwise any source), again by weight.
 - `uniform`: the same with equal weights (an Erdős–Rényi graph with classes).
-- `rmat`: R-MAT recursive quadrant sampling (a, b, c, d) = (0.57, 0.19, 0.19, 0.05);
-  classes are the top bits of the R-MAT id, which R-MAT's diagonal bias makes
-  assortative; ids are then shuffled so that id order reveals nothing.
+- `rmat`: R-MAT recursive quadrant sampling (a, b, c, d) = (0.57, 0.19, 0.19, 0.05),
+  which gives skewed in-degrees; R-MAT alone carries no label signal, so with
+  probability `homophily` an edge's source is replaced by a uniformly chosen node of
+  the destination's class. Ids are then shuffled so that id order reveals nothing.
 
 Every kind gives a simple directed graph (no self-loops, no duplicate edges) with
 exactly `edges` edges. Features are a class centroid plus unit Gaussian noise, scaled
@@ -50,7 +51,7 @@ class SyntheticSpec:
     feat: int = 64
     """Feature dimension (0 for a featureless graph)."""
     homophily: float = 0.7
-    """powerlaw/uniform: probability that an edge joins two nodes of the same class."""
+    """Probability that an edge's source is drawn from its destination's class."""
     alpha: float = 2.2
     """powerlaw: exponent of the degree distribution's tail."""
     signal: float = 1.0
@@ -125,14 +126,12 @@ def generate(spec: SyntheticSpec | str) -> Graph:
         spec = parse_spec(spec)
     rng = np.random.default_rng(spec.seed)
     n = spec.nodes
+    label = rng.integers(spec.classes, size=n)
     if spec.kind is Kind.RMAT:
         scale = int(np.ceil(np.log2(n)))
-        draw = lambda m: _rmat_edges(rng, m, scale, n)
-        # Classes from R-MAT's top id bits, before the shuffle that hides them.
-        label = (np.arange(n, dtype=np.int64) * spec.classes) // (1 << scale)
-        label = np.minimum(label, spec.classes - 1)
+        draw = lambda m: _same_class_sources(rng, *_rmat_edges(rng, m, scale, n), label,
+                                             spec.classes, spec.homophily)
     else:
-        label = rng.integers(spec.classes, size=n)
         if spec.kind is Kind.POWERLAW:
             weight = np.arange(1, n + 1, dtype=np.float64) ** (-1.0 / (spec.alpha - 1.0))
             weight = weight[rng.permutation(n)]
@@ -141,6 +140,7 @@ def generate(spec: SyntheticSpec | str) -> Graph:
         draw = lambda m: _block_edges(rng, m, weight, label, spec.classes, spec.homophily)
     src, dst = _simple_edges(rng, draw, spec.edges, n)
     if spec.kind is Kind.RMAT:
+        # R-MAT puts the hubs at low ids; shuffle so that id order reveals nothing.
         perm = rng.permutation(n)          # old id -> new id
         src, dst = perm[src], perm[dst]
         label = label[np.argsort(perm)]    # label of new id
@@ -214,6 +214,17 @@ def _block_edges(rng, m: int, weight, label, classes: int, homophily: float):
     other = anyone(rng.random(m) * anyone.total)
     src = np.where(rng.random(m) < homophily, same, other)
     return src, dst
+
+
+def _same_class_sources(rng, src, dst, label, classes: int, homophily: float):
+    """With probability `homophily`, replace an edge's source by a uniformly chosen node
+    of its destination's class (R-MAT itself carries no label signal)."""
+    by_class = np.argsort(label, kind="stable")
+    count = np.bincount(label, minlength=classes)
+    start = np.cumsum(count) - count
+    c = label[dst]
+    same = by_class[start[c] + (rng.random(dst.size) * count[c]).astype(np.int64)]
+    return np.where(rng.random(dst.size) < homophily, same, src), dst
 
 
 def _rmat_edges(rng, m: int, scale: int, n: int, probs=(0.57, 0.19, 0.19, 0.05)):
