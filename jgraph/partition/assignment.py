@@ -117,13 +117,8 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
     `backend` picks the METIS binding (default: the best available).
     """
     method = parse_method(method)
+    check_request(graph, num_parts, tolerance)
     n = graph.total_nodes
-    if not isinstance(num_parts, (int, np.integer)) or num_parts < 1:
-        raise PartitionError(f"num_parts must be a positive integer, got {num_parts!r}")
-    if num_parts > n:
-        raise PartitionError(f"num_parts={num_parts} is more than the graph's {n} nodes")
-    if tolerance < 0:
-        raise PartitionError(f"balance tolerance must be >= 0, got {tolerance}")
     constraints = constraints or constraints_for(graph)
     if num_parts == 1:
         return np.zeros(n, np.int32)
@@ -137,6 +132,17 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
     if rebalance:
         parts = refine(adjacency, parts, constraints, num_parts, tolerance)
     return parts
+
+
+def check_request(graph: Graph, num_parts, tolerance: float) -> None:
+    """Raise a PartitionError unless `num_parts` and `tolerance` make sense for `graph`."""
+    if not isinstance(num_parts, (int, np.integer)) or num_parts < 1:
+        raise PartitionError(f"num_parts must be a positive integer, got {num_parts!r}")
+    if num_parts > graph.total_nodes:
+        raise PartitionError(f"num_parts={num_parts} is more than the graph's "
+                             f"{graph.total_nodes} nodes")
+    if tolerance < 0:
+        raise PartitionError(f"balance tolerance must be >= 0, got {tolerance}")
 
 
 def parse_method(method: Method | str) -> Method:

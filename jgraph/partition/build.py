@@ -13,8 +13,9 @@ import time
 import numpy as np
 
 from jgraph.data.graph import Graph
-from jgraph.partition.assignment import (Method, PartitionError, assign, balance, constraints_for,
-                                     parse_method, undirected_adjacency)
+from jgraph.partition.assignment import (Method, PartitionError, assign, balance,
+                                         check_request, constraints_for, parse_method,
+                                         undirected_adjacency)
 from jgraph.partition.metis import Backend
 from jgraph.partition.store import (FORMAT_VERSION, PartitionMeta, part_dir, save_array,
                                     write_meta)
@@ -34,6 +35,7 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
     start = time.perf_counter()
     progress = progress or Progress(enabled=False)
     method = parse_method(method)
+    check_request(graph, num_parts, tolerance)      # before anything is written
     out_dir = os.fspath(out_dir)
     _prepare_dir(out_dir, overwrite)
     edge_data = _homogeneous_edge_data(graph)   # fail early on inconsistent edge data

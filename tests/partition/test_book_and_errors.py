@@ -64,6 +64,7 @@ def test_feature_rows_must_match_node_count():
 def test_num_parts_out_of_range_is_a_clear_error(tmp_path, num_parts):
     with pytest.raises(PartitionError, match=str(num_parts)):
         partition_graph(load_dataset("cora"), num_parts, "metis", tmp_path / "p")
+    assert not (tmp_path / "p").exists()           # rejected before anything is written
 
 
 def test_unknown_method_is_a_clear_error(tmp_path):
