@@ -4,12 +4,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jgraph.cli import bench as bench_cmd
 from jgraph.cli import partition as partition_cmd
+from jgraph.cli.devices import UsageError
 from jgraph.data import DatasetError, GraphError
 from jgraph.partition import IdRangeError, PartitionError, PartitionFormatError
 
 # Errors caused by what the user asked for: reported in one line, exit status 2.
-USER_ERRORS = (DatasetError, GraphError, PartitionError, PartitionFormatError, IdRangeError)
+USER_ERRORS = (DatasetError, GraphError, PartitionError, PartitionFormatError, IdRangeError,
+               UsageError)
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """USER_ERRORS plus those of modules that import JAX, if the command loaded them."""
+    dist = sys.modules.get("jgraph.dist")
+    return USER_ERRORS + ((dist.MeshError, dist.ExchangeOverflowError) if dist else ())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Partition graphs and train graph neural networks on many devices with JAX.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     partition_cmd.add_commands(sub)
+    bench_cmd.add_commands(sub)
     return parser
 
 
@@ -26,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
-    except USER_ERRORS as e:
+    except Exception as e:
+        if not isinstance(e, user_errors()):
+            raise
         print(f"jgraph {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

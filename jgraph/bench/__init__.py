@@ -1,0 +1,1 @@
+"""Benchmarks behind `jgraph bench`: each returns JSON-ready rows of figures."""

@@ -1,0 +1,106 @@
+"""`jgraph bench ...`: benchmarks that print one JSON line per measurement."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from jgraph.cli.devices import UsageError, use_devices
+
+# jgraph.dist.Strategy's values, listed here so that building the parser imports no JAX.
+STRATEGIES = ["all_to_all", "all_gather", "ppermute", "ragged_all_to_all"]
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+
+
+def counts(text: str) -> tuple[int, ...]:
+    """'1M,10M' -> (1000000, 10000000)."""
+    out = []
+    for item in filter(str.strip, text.split(",")):
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*", item)
+        if not m:
+            raise argparse.ArgumentTypeError(f"{item!r} is not a count like 1M or 500k")
+        out.append(int(float(m[1]) * _SUFFIX[m[2].lower()]))
+    return tuple(out)
+
+
+def fanouts(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of ints")
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"fanouts must be positive, got {text!r}")
+    return values
+
+
+def add_commands(sub) -> None:
+    bench = sub.add_parser("bench", help="measure jgraph's distributed pieces",
+                           description="Benchmarks; each prints figures, or JSON lines with --json.")
+    kinds = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    ex = kinds.add_parser(
+        "exchange", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="wire bytes and speed of each exchange strategy, and sharded embedding steps",
+        description="Partition GRAPH, then fetch the features of sampled neighbourhoods with "
+                    "every exchange strategy (one line each), and time a sparse-Adam step "
+                    "of sharded embedding tables of each --embedding-rows size.")
+    ex.add_argument("graph", help="a homogeneous graph with features: an .npz, cora, or "
+                                  "synthetic:...")
+    ex.add_argument("--num-parts", type=int, default=8,
+                    help="partitions = devices (simulated on CPU)")
+    ex.add_argument("--method", choices=["metis", "random"], default="metis")
+    ex.add_argument("--strategy", action="append", choices=STRATEGIES,
+                    help="strategy to measure (repeatable; default: all this backend has)")
+    ex.add_argument("--batch-size", type=int, default=512, help="seeds per device per call")
+    ex.add_argument("--fanouts", type=fanouts, default=(10, 5),
+                    help="per-hop neighbours sampled around the seeds, seeds outward")
+    ex.add_argument("--batches", type=int, default=8, help="calls measured per strategy")
+    ex.add_argument("--cache", type=float, default=0.0,
+                    help="hot-node cache size as a fraction of the nodes (0 = off)")
+    ex.add_argument("--cache-by", choices=["degree", "frequency"], default="degree",
+                    help="rank cached nodes by degree or by counted requests")
+    ex.add_argument("--growth", type=float, default=1.25,
+                    help="ratio between capacity-ladder rungs")
+    ex.add_argument("--embedding-rows", type=counts, default=(1_000_000, 10_000_000),
+                    help="embedding table sizes to time (comma-separated; empty: none)")
+    ex.add_argument("--embedding-dim", type=int, default=32)
+    ex.add_argument("--embedding-batch", type=int, default=8192,
+                    help="ids looked up per device per embedding step")
+    ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument("--json", action="store_true", help="print JSON lines only")
+    ex.set_defaults(run=run_exchange)
+
+
+def run_exchange(args) -> int:
+    if args.num_parts < 1:
+        raise UsageError(f"--num-parts must be >= 1, got {args.num_parts}")
+    use_devices(args.num_parts)
+    from jgraph.bench.exchange import ExchangeBench, bench_embedding, bench_exchange
+    from jgraph.dist.exchange import Strategy
+    from jgraph.progress import Progress
+    if min(args.num_parts, args.batch_size, args.batches, args.embedding_dim,
+           args.embedding_batch) < 1:
+        raise UsageError("--num-parts, --batch-size, --batches, --embedding-dim and "
+                         "--embedding-batch must be >= 1")
+    if not 0.0 <= args.cache <= 1.0:
+        raise UsageError(f"--cache is a fraction of the nodes in [0, 1], got {args.cache}")
+    cfg = ExchangeBench(
+        graph=args.graph, num_parts=args.num_parts, method=args.method,
+        strategies=tuple(Strategy(s) for s in args.strategy or ()),
+        batch_size=args.batch_size, fanouts=args.fanouts, batches=args.batches,
+        cache=args.cache, cache_by=args.cache_by, growth=args.growth, seed=args.seed,
+        embedding_rows=args.embedding_rows, embedding_dim=args.embedding_dim,
+        embedding_batch=args.embedding_batch)
+    progress = Progress(enabled=True)
+
+    def emit(row):
+        if args.json:
+            print(json.dumps(row), flush=True)
+        else:
+            print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in row.items()), flush=True)
+
+    for row in bench_exchange(cfg, progress):
+        emit(row)
+    for rows in cfg.embedding_rows:
+        emit(bench_embedding(cfg, rows, progress))
+    return 0

@@ -1,0 +1,30 @@
+"""Device setup for entry points: must run before JAX initialises its backends."""
+from __future__ import annotations
+
+import os
+
+
+class UsageError(ValueError):
+    """A command-line value jgraph cannot use; reported in one line with exit status 2."""
+
+
+def use_devices(count: int | None) -> None:
+    """Make `count` devices available to the command.
+
+    On CPU (no accelerator, or JAX_PLATFORMS=cpu) jgraph simulates them as host
+    devices; on accelerators the mesh uses the devices that are there, and the
+    partition/mesh check reports a mismatch.
+    """
+    import jax
+    if count is not None:
+        if count < 1:
+            raise UsageError(f"--devices must be >= 1, got {count}")
+        jax.config.update("jax_num_cpu_devices", count)
+    if os.environ.get("JAX_PLATFORMS") is None and count is not None and count > 1:
+        # Prefer simulated CPU devices when the accelerators are fewer than asked for.
+        try:
+            accelerators = [d for d in jax.devices() if d.platform != "cpu"]
+        except RuntimeError:
+            accelerators = []
+        if accelerators and len(accelerators) < count:
+            jax.config.update("jax_platforms", "cpu")
