@@ -1,0 +1,162 @@
+"""The partitioned graph on the mesh: each device holds its partition's in-edges.
+
+`DistGraph` is the host-side handle (DistDGL's DistGraph): it opens a partition
+directory, checks it against the mesh, and loads only the partitions of this process's
+devices. `ShardedGraph` is the pytree the compiled step receives.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from jgraph.dist.exchange import Exchange, ExchangeConfig
+from jgraph.dist.layout import RowLayout
+from jgraph.dist.mesh import check_parts, replicate, shard_rows
+from jgraph.partition import PartitionBook, PartitionedGraph, open_partitions
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ShardedGraph:
+    """Every partition's in-edge CSC, padded to the largest partition. P = partitions,
+    n = `nodes_per_part` (max nodes in a partition), e = `edges_per_part` (max edges).
+
+    Row-sharded (device k holds block k; shapes below are per device, globally each
+    leading dimension is P times larger):
+      indptr: int32[n + 1] — in-edges of local node i are `indices[indptr[i]:indptr[i+1]]`;
+        padding nodes have no edges.
+      indices: int32[e] — global id of each in-edge's source; -1 in padding.
+      etype: int32[e] — relation index of each in-edge; -1 in padding.
+      edge_mask: bool[e] — True for real edges.
+      in_degree: int32[n] — number of in-edges of each local node, 0 for padding.
+      node_mask: bool[n] — True for real nodes; local node i is global id offsets[k] + i.
+    Replicated:
+      offsets: int32[P+1] — the partition book: partition k owns [offsets[k], offsets[k+1]).
+    Static (part of the tree structure):
+      num_nodes, nodes_per_part, edges_per_part: ints; num_relations: int.
+    """
+
+    indptr: jax.Array
+    indices: jax.Array
+    etype: jax.Array
+    edge_mask: jax.Array
+    in_degree: jax.Array
+    node_mask: jax.Array
+    offsets: jax.Array
+    num_nodes: int = dataclasses.field(metadata=dict(static=True))
+    nodes_per_part: int = dataclasses.field(metadata=dict(static=True))
+    edges_per_part: int = dataclasses.field(metadata=dict(static=True))
+    num_relations: int = dataclasses.field(metadata=dict(static=True))
+
+
+def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
+    """Load each local partition's CSC onto its device (other processes load theirs)."""
+    meta, book = pg.meta, pg.book
+    check_parts(meta.num_parts, mesh, source=f"partition directory {pg.root}")
+    if meta.num_nodes >= INT32_MAX:
+        raise ValueError(f"{pg.root}: {meta.num_nodes} nodes do not fit int32 node ids")
+    n = max(int(book.part_sizes().max()), 1)
+    e = max(max(int(p["num_edges"]) for p in meta.parts), 1)
+    if e >= INT32_MAX:
+        raise ValueError(f"{pg.root}: a partition with {e} edges does not fit int32 offsets")
+
+    def indptr(k):
+        ip = np.asarray(pg.part(k).indptr)
+        return np.concatenate([ip, np.full(n + 1 - ip.size, ip[-1])])
+
+    def degree(k):
+        return np.diff(np.asarray(pg.part(k).indptr))
+
+    return ShardedGraph(
+        indptr=shard_rows(mesh, n + 1, (), np.int32, indptr),
+        indices=shard_rows(mesh, e, (), np.int32, lambda k: pg.part(k).indices, fill=-1),
+        etype=shard_rows(mesh, e, (), np.int32, lambda k: pg.part(k).etype, fill=-1),
+        edge_mask=shard_rows(mesh, e, (), bool,
+                             lambda k: np.ones(meta.parts[k]["num_edges"], bool)),
+        in_degree=shard_rows(mesh, n, (), np.int32, degree),
+        node_mask=shard_rows(mesh, n, (), bool, lambda k: np.ones(book.part_sizes()[k], bool)),
+        offsets=replicate(mesh, book.offsets.astype(np.int32)),
+        num_nodes=meta.num_nodes, nodes_per_part=n, edges_per_part=e,
+        num_relations=len(meta.relations))
+
+
+class DistGraph:
+    """A partition directory opened on a mesh, one partition per device.
+
+    graph: the `ShardedGraph`; book: the `PartitionBook`; ndata(name, ntype): a node
+    array as a `DistTensor`; exchange(config): the owner-routed `Exchange` for this
+    book; degrees(): global in-/out-degree counts (host numpy).
+    """
+
+    def __init__(self, root: str | os.PathLike | PartitionedGraph, mesh: Mesh):
+        self.parts = root if isinstance(root, PartitionedGraph) else open_partitions(root)
+        self.mesh = mesh
+        self.meta = self.parts.meta
+        self.book: PartitionBook = self.parts.book
+        self.graph = load_sharded_graph(self.parts, mesh)
+
+    @property
+    def num_parts(self) -> int:
+        return self.meta.num_parts
+
+    @property
+    def node_types(self) -> tuple[str, ...]:
+        return self.book.node_types
+
+    def layout(self, ntype: str | None = None) -> RowLayout:
+        return RowLayout.of(self.book, ntype)
+
+    def _single_type(self) -> str:
+        if len(self.node_types) != 1:
+            raise KeyError(f"the graph has node types {list(self.node_types)}; name one "
+                           f"with ntype=")
+        return self.node_types[0]
+
+    def ndata(self, name: str, ntype: str | None = None):
+        """The node array `name` of `ntype` (the only type, if there is one) as a DistTensor."""
+        from jgraph.dist.tensor import DistTensor
+        ntype = ntype or self._single_type()
+        specs = self.meta.node_data.get(ntype, {})
+        if name not in specs:
+            raise KeyError(f"node data {name!r} of type {ntype!r} is not in {self.parts.root}; "
+                           f"it has {sorted(specs)}")
+        spec = specs[name]
+        return DistTensor.load(self.mesh, self.layout(ntype), name,
+                               lambda k: self.parts.part(k).node_data[ntype][name],
+                               tuple(spec["shape"]), np.dtype(spec["dtype"]))
+
+    def split_mask(self, split: str, ntype: str | None = None):
+        """bool DistTensor: True for the nodes of `ntype` in `split` (train/val/test)."""
+        from jgraph.dist.tensor import DistTensor
+        ntype = ntype or self._single_type()
+        names = self.meta.splits.get(ntype, [])
+        if split not in names:
+            raise KeyError(f"split {split!r} of type {ntype!r} is not in {self.parts.root}; "
+                           f"it has {sorted(names)}")
+        layout = self.layout(ntype)
+
+        def load(k):
+            part = self.parts.part(k)
+            mask = np.zeros(layout.counts[k], bool)
+            mask[np.asarray(part.splits[ntype][split]) - layout.starts[k]] = True
+            return mask
+        return DistTensor.load(self.mesh, layout, f"{split}_mask", load, (), np.dtype(bool))
+
+    def exchange(self, config: ExchangeConfig = ExchangeConfig()) -> Exchange:
+        return Exchange(self.book.offsets, config)
+
+    def degrees(self) -> tuple[np.ndarray, np.ndarray]:
+        """(in_degree, out_degree) int64[N] over all partitions (reads every partition)."""
+        n = self.meta.num_nodes
+        in_deg = np.concatenate([np.diff(self.parts.part(k).indptr)
+                                 for k in range(self.num_parts)]) if n else np.zeros(0, np.int64)
+        out_deg = np.zeros(n, np.int64)
+        for k in range(self.num_parts):
+            out_deg += np.bincount(self.parts.part(k).indices, minlength=n)
+        return in_deg.astype(np.int64), out_deg

@@ -1,0 +1,105 @@
+"""The device mesh: one partition per device along one named axis.
+
+This is the one place that names the mesh axis and builds `PartitionSpec`s. Every
+sharded array in jgraph is *row-sharded*: its leading dimension is `P * rows_per_part`
+and device k of the mesh holds rows `[k * rows_per_part, (k+1) * rows_per_part)`, the
+padded block of partition k. Inside `shard_map` a device sees its own block only.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+AXIS = "parts"
+"""Name of the mesh axis that partitions lie along."""
+
+ROWS = PartitionSpec(AXIS)
+"""Spec of a row-sharded array: leading dimension split over the partitions."""
+
+REPLICATED = PartitionSpec()
+"""Spec of an array every device holds whole."""
+
+
+class MeshError(ValueError):
+    """The partitions and the devices do not fit together; the message says how to fix it."""
+
+
+def make_mesh(num_parts: int | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A 1-D mesh over `devices` (default: all of them) with axis `AXIS`.
+
+    `num_parts`, when given, must equal the number of devices: jgraph places exactly one
+    partition on each device.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    if num_parts is not None and num_parts != len(devices):
+        raise MeshError(device_mismatch_message(num_parts, len(devices)))
+    return Mesh(np.array(devices), (AXIS,))
+
+
+def device_mismatch_message(num_parts: int, num_devices: int, source: str = "the graph") -> str:
+    platform = jax.default_backend()
+    simulate = (f"run on {num_parts} devices (on CPU, simulate them: --devices {num_parts}, "
+                f"or XLA_FLAGS=--xla_force_host_platform_device_count={num_parts})")
+    return (f"{source} has {num_parts} partition(s) but the mesh has {num_devices} "
+            f"{platform} device(s); jgraph places one partition on each device. Either "
+            f"repartition with `jgraph partition ... --num-parts {num_devices}`, or {simulate}")
+
+
+def check_parts(num_parts: int, mesh: Mesh, source: str = "the graph") -> None:
+    """Raise `MeshError` unless `mesh` has exactly one device per partition."""
+    if mesh.axis_names != (AXIS,):
+        raise MeshError(f"jgraph needs a 1-D mesh with axis {AXIS!r}, got axes "
+                        f"{mesh.axis_names}; build it with jgraph.dist.make_mesh")
+    if num_parts != mesh.size:
+        raise MeshError(device_mismatch_message(num_parts, mesh.size, source))
+
+
+def rows_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, ROWS)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, REPLICATED)
+
+
+def local_parts(mesh: Mesh) -> list[int]:
+    """The partitions whose devices belong to this process, in mesh order."""
+    mine = {d.id for d in mesh.local_devices}
+    return [k for k, d in enumerate(mesh.devices.flat) if d.id in mine]
+
+
+def shard_rows(mesh: Mesh, rows_per_part: int, row_shape: tuple[int, ...], dtype,
+               load: Callable[[int], np.ndarray], fill=0) -> jax.Array:
+    """A row-sharded array built from per-partition blocks.
+
+    `load(k)` returns partition k's rows (at most `rows_per_part` of them); they are
+    padded with `fill` to `rows_per_part`. It is called only for the partitions of this
+    process's devices, so each host reads only its own partitions.
+    """
+    num_parts = mesh.size
+    shape = (num_parts * rows_per_part, *row_shape)
+    cache: dict[int, np.ndarray] = {}
+
+    def block(index) -> np.ndarray:
+        start = index[0].start or 0
+        k = start // rows_per_part
+        if k not in cache:
+            rows = np.asarray(load(k), dtype=dtype)
+            if rows.shape[1:] != tuple(row_shape) or rows.shape[0] > rows_per_part:
+                raise MeshError(f"partition {k}: block of shape {list(rows.shape)} does not "
+                                f"fit [{rows_per_part}, {', '.join(map(str, row_shape))}]")
+            padded = np.full((rows_per_part, *row_shape), fill, dtype=dtype)
+            padded[:rows.shape[0]] = rows
+            cache[k] = padded
+        return cache[k]
+
+    return jax.make_array_from_callback(shape, rows_sharding(mesh), block)
+
+
+def replicate(mesh: Mesh, value: np.ndarray) -> jax.Array:
+    """A host array placed whole on every device of `mesh`."""
+    value = np.asarray(value)
+    return jax.make_array_from_callback(value.shape, replicated(mesh), lambda index: value[index])
