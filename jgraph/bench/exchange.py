@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jgraph.data import load_dataset
+from jgraph.data import load_dataset, symmetrize
 from jgraph.dist import (REPLICATED, ROWS, DistEmbedding, DistGraph, Exchange, ExchangeConfig,
                          HotCache, RowLayout, SparseAdam, Strategy, make_mesh, request_counts)
 from jgraph.partition import PartitionBook, partition_graph
@@ -36,13 +36,14 @@ class ExchangeBench:
     num_parts: int = 8
     method: str = "metis"
     strategies: tuple[Strategy, ...] = ()          # () = every strategy this backend has
-    batch_size: int = 512
-    fanouts: tuple[int, ...] = (10, 5)
+    batch_size: int = 1024
+    fanouts: tuple[int, ...] = (15, 10, 5)
     batches: int = 8
     cache: float = 0.0                             # fraction of nodes in the hot cache
     cache_by: str = "degree"                       # degree | frequency
     growth: float = ExchangeConfig.growth
     seed: int = 0
+    symmetrize: bool = False
     embedding_rows: tuple[int, ...] = (1_000_000, 10_000_000)
     embedding_dim: int = 32
     embedding_batch: int = 8192
@@ -135,6 +136,8 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
         with progress.phase("loading graph"):
             graph = load_dataset(cfg.graph)
+            if cfg.symmetrize:
+                graph = symmetrize(graph)
         if len(graph.node_types) != 1 or "feat" not in graph.node_data.get(graph.node_types[0], {}):
             raise ValueError(f"{cfg.graph}: jgraph bench exchange needs a homogeneous graph "
                              f"with node features 'feat'")

@@ -50,8 +50,8 @@ def add_commands(sub) -> None:
     ex.add_argument("--method", choices=["metis", "random"], default="metis")
     ex.add_argument("--strategy", action="append", choices=STRATEGIES,
                     help="strategy to measure (repeatable; default: all this backend has)")
-    ex.add_argument("--batch-size", type=int, default=512, help="seeds per device per call")
-    ex.add_argument("--fanouts", type=fanouts, default=(10, 5),
+    ex.add_argument("--batch-size", type=int, default=1024, help="seeds per device per call")
+    ex.add_argument("--fanouts", type=fanouts, default=(15, 10, 5),
                     help="per-hop neighbours sampled around the seeds, seeds outward")
     ex.add_argument("--batches", type=int, default=8, help="calls measured per strategy")
     ex.add_argument("--cache", type=float, default=0.0,
@@ -65,6 +65,9 @@ def add_commands(sub) -> None:
     ex.add_argument("--embedding-dim", type=int, default=32)
     ex.add_argument("--embedding-batch", type=int, default=8192,
                     help="ids looked up per device per embedding step")
+    ex.add_argument("--symmetrize", action="store_true",
+                    help="add every edge's reverse first (for graphs that list each "
+                         "undirected edge once, like facebook_musae)")
     ex.add_argument("--seed", type=int, default=0)
     ex.add_argument("--json", action="store_true", help="print JSON lines only")
     ex.set_defaults(run=run_exchange)
@@ -88,6 +91,7 @@ def run_exchange(args) -> int:
         strategies=tuple(Strategy(s) for s in args.strategy or ()),
         batch_size=args.batch_size, fanouts=args.fanouts, batches=args.batches,
         cache=args.cache, cache_by=args.cache_by, growth=args.growth, seed=args.seed,
+        symmetrize=args.symmetrize,
         embedding_rows=args.embedding_rows, embedding_dim=args.embedding_dim,
         embedding_batch=args.embedding_batch)
     progress = Progress(enabled=True)

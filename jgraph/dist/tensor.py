@@ -19,6 +19,7 @@ from jax.sharding import Mesh
 from jgraph.dist.exchange import Exchange, ExchangeStats, OwnerFn
 from jgraph.dist.layout import RowLayout
 from jgraph.dist.mesh import AXIS, replicated, shard_rows
+from jgraph.partition.book import IdRangeError
 
 
 def owner_gather(layout: RowLayout, shard: jnp.ndarray, axis: str = AXIS) -> OwnerFn:
@@ -116,6 +117,9 @@ class DistTensor:
         if not np.issubdtype(rows.dtype, np.integer):
             raise IndexError(f"{self.name}: index must be integers, a slice or a boolean "
                              f"mask, got {rows.dtype}")
+        if rows.size and rows.min() < -len(self):
+            raise IdRangeError(f"{self.name}: row id {int(rows.min())} is out of range "
+                               f"[{-len(self)}, {len(self)})")
         return np.where(rows < 0, rows + len(self), rows)
 
     def __getitem__(self, key) -> np.ndarray:

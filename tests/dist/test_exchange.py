@@ -1,0 +1,429 @@
+"""Exchange.gather and Exchange.scatter_add on 8 devices against plain numpy: `table[ids]`
+and `np.add.at`, for every strategy, with the statistics (distinct ids, capacity rung,
+overflow, out-of-range) recomputed in numpy.
+
+The partition book is hand-made with unequal sizes and one empty partition. Each
+device's batch is n ids; the global arrays are [8 * n] and device k holds block k.
+"""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jgraph.dist.exchange as exchange_module
+from jgraph.dist import (AXIS, REPLICATED, ROWS, Exchange, ExchangeConfig, ExchangeOverflowError,
+                         make_mesh)
+
+SIZES = (5, 0, 12, 7, 70, 3, 9, 16)      # partition 1 empty; 4 can take a whole batch
+OFFSETS = np.concatenate([[0], np.cumsum(SIZES)]).astype(np.int64)
+P, N, RPP = len(SIZES), int(OFFSETS[-1]), max(SIZES)
+n = 32                                    # ids per device; the default ladder is (16, 24, 32)
+DIM = 3
+ROW_BYTES = DIM * 4 + 4                   # an answer: float32[DIM] row + int32 (id * 2)
+TABLE = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
+# Every strategy, by test id. all_to_all relays the busiest pairs' excess through
+# intermediate devices by default; "direct" is the plain per-peer-capacity all_to_all.
+CONFIGS = {"all_to_all": ExchangeConfig(),
+           "all_to_all-direct": ExchangeConfig(relay=False),
+           "ppermute": ExchangeConfig(strategy="ppermute"),
+           "all_gather": ExchangeConfig(strategy="all_gather")}
+
+
+def owner_of(ids):
+    return np.searchsorted(OFFSETS, ids, side="right") - 1
+
+
+def sharded_table() -> np.ndarray:
+    """TABLE row-sharded: partition k's rows in block k, padded to RPP rows."""
+    blocks = np.zeros((P * RPP, DIM), np.float32)
+    for k in range(P):
+        blocks[k * RPP:k * RPP + SIZES[k]] = TABLE[OFFSETS[k]:OFFSETS[k + 1]]
+    return blocks
+
+
+@functools.cache
+def exchange_step(config: ExchangeConfig):
+    """One compiled program per config: gather (pytree answers, a `contains` screen read
+    from a replicated bool[N]) and scatter_add of the same ids."""
+    ex = Exchange(OFFSETS, config)
+    offsets = jnp.asarray(OFFSETS, jnp.int32)
+
+    def body(shard, allowed, ids, valid, values):
+        me = lax.axis_index(AXIS)
+
+        def owner_fn(q, mask):
+            # Answers only for ids this device owns; asked for any other id, it answers
+            # NaN / -1 so that misrouting cannot go unnoticed.
+            owned = (q >= offsets[me]) & (q < offsets[me + 1])
+            wrong = mask & ~owned
+            rows = shard[jnp.clip(q - offsets[me], 0, RPP - 1)]
+            return jnp.where(wrong[:, None], jnp.nan, rows), jnp.where(wrong, -1, q * 2)
+
+        answers, gstats = ex.gather(ids, valid, owner_fn,
+                                    contains=lambda q: allowed[jnp.clip(q, 0, N - 1)])
+        scattered, sstats = ex.scatter_add(ids, valid, values)
+        return answers, gstats, scattered, sstats
+
+    return jax.jit(jax.shard_map(
+        body, mesh=make_mesh(8), in_specs=(ROWS, REPLICATED, ROWS, ROWS, ROWS),
+        out_specs=((ROWS, ROWS), REPLICATED, (ROWS, ROWS, ROWS), REPLICATED)))
+
+
+def run(config, case):
+    ids, valid, allowed, values = case
+    (rows, twice), gstats, (owned, sums, mask), sstats = exchange_step(config)(
+        sharded_table(), allowed, ids.reshape(-1).astype(np.int32), valid.reshape(-1),
+        values.reshape(P * n, 2))
+    m = owned.shape[0] // P
+    return dict(rows=np.asarray(rows).reshape(P, n, DIM), twice=np.asarray(twice).reshape(P, n),
+                gstats=gstats, sstats=sstats, owned=np.asarray(owned).reshape(P, m),
+                sums=np.asarray(sums).reshape(P, m, 2), mask=np.asarray(mask).reshape(P, m))
+
+
+# -- the id sets ---------------------------------------------------------------------------
+# Each returns (ids int[P, n], valid bool[P, n], allowed bool[N], values float32[P, n, 2]).
+# Padding entries (valid False) hold garbage ids, in range or not: they must be ignored.
+
+
+def _finish(rng, ids, valid, allowed=None):
+    ids = np.where(valid, ids, rng.integers(-10**6, 10**6, ids.shape)).astype(np.int64)
+    values = np.stack([rng.integers(-8, 9, ids.shape).astype(np.float32),   # exact sums
+                       rng.uniform(0.5, 1.5, ids.shape).astype(np.float32)], axis=-1)
+    return ids, valid, np.ones(N, bool) if allowed is None else allowed, values
+
+
+def case_duplicates(rng):
+    """Ids from a pool of 40: repeated within each device and across devices."""
+    pool = rng.choice(N, 40, replace=False)
+    return _finish(rng, rng.choice(pool, (P, n)), np.ones((P, n), bool))
+
+
+def case_all_local(rng):
+    """Each device asks only for ids it owns (the empty partition's batch is padding)."""
+    ids, valid = np.zeros((P, n), np.int64), np.ones((P, n), bool)
+    for k in range(P):
+        if SIZES[k]:
+            ids[k] = rng.integers(OFFSETS[k], OFFSETS[k + 1], n)
+        else:
+            valid[k] = False
+    return _finish(rng, ids, valid)
+
+
+def case_all_remote(rng):
+    """No device asks for an id it owns."""
+    ids = np.stack([rng.choice(np.setdiff1d(np.arange(N), np.arange(OFFSETS[k], OFFSETS[k + 1])), n)
+                    for k in range(P)])
+    return _finish(rng, ids, np.ones((P, n), bool))
+
+
+def case_padding(rng):
+    """About half the entries are padding; device 3's batch is padding only."""
+    valid = rng.random((P, n)) < 0.5
+    valid[3] = False
+    return _finish(rng, rng.integers(0, N, (P, n)), valid)
+
+
+def case_middle_rung(rng):
+    """Largest per-(device, peer) request is one more than the lowest rung: device 0
+    asks that many distinct ids of partition 4; everyone else asks only the small
+    partitions (at most 16 distinct ids each, which is <= the lowest rung)."""
+    need = ExchangeConfig().ladder(n)[0] + 1
+    small = np.setdiff1d(np.arange(N), np.arange(OFFSETS[4], OFFSETS[5]))
+    assert max(np.delete(SIZES, 4)) <= need - 1
+    ids = rng.choice(small, (P, n))
+    ids[0, :need] = rng.choice(np.arange(OFFSETS[4], OFFSETS[5]), need, replace=False)
+    ids[0, need:] = rng.integers(OFFSETS[0], OFFSETS[1], n - need)    # local to device 0
+    return _finish(rng, ids, np.ones((P, n), bool))
+
+
+def case_one_peer(rng):
+    """Every device sends its whole batch to a single peer: n distinct ids to partition 4
+    (partition 4 itself: to partition 7, whose 16 ids repeat)."""
+    ids = np.stack([rng.choice(np.arange(OFFSETS[4], OFFSETS[5]), n, replace=False) if k != 4
+                    else rng.choice(np.arange(OFFSETS[7], OFFSETS[8]), n) for k in range(P)])
+    return _finish(rng, ids, np.ones((P, n), bool))
+
+
+def case_out_of_range(rng):
+    """`contains` rejects a fifth of the ids; some valid ids are outside [0, N). Every
+    rejected or out-of-range entry is a distinct id."""
+    allowed = rng.random(N) >= 0.2
+    ids = rng.choice(np.flatnonzero(allowed), (P, n))
+    valid = np.ones((P, n), bool)
+    bad = np.concatenate([[-1, -7, N, N + 5, 10**6, np.iinfo(np.int32).max],
+                          rng.choice(np.flatnonzero(~allowed), 8, replace=False)])
+    valid[5, :4] = False                         # padding is not out of range
+    slots = rng.choice(np.flatnonzero(valid), bad.size, replace=False)
+    ids.reshape(-1)[slots] = bad
+    return _finish(rng, ids, valid, allowed)
+
+
+CASES = {f.__name__[5:]: f for f in (case_duplicates, case_all_local, case_all_remote,
+                                     case_padding, case_middle_rung, case_one_peer,
+                                     case_out_of_range)}
+
+
+@functools.cache
+def make_case(name):
+    return CASES[name](np.random.default_rng(sorted(CASES).index(name) + 10))
+
+
+# -- numpy references ----------------------------------------------------------------------
+
+
+def request_counts(ids, ok):
+    """(distinct ids per device, int[P, P] distinct remote ids per (device, owner))."""
+    distinct, counts = [], np.zeros((P, P), np.int64)
+    for k in range(P):
+        u = np.unique(ids[k][ok[k]])
+        distinct.append(u)
+        own = owner_of(u)
+        counts[k] = np.bincount(own[own != k], minlength=P)
+    return distinct, counts
+
+
+def smallest_rung(ladder, need):
+    return min(r for r in ladder if r >= need)
+
+
+def expected_capacity(config, counts):
+    """The rung each strategy must pick: the smallest one that holds the largest need.
+    (None for the relaying all_to_all, whose direct rung is chosen by a traffic model.)"""
+    s = config.strategy.value
+    if s == "all_to_all":
+        return None if config.relay else smallest_rung(config.ladder(n), counts.max())
+    if s == "ppermute":        # shift s: device k sends to k + s; each shift has its own rung
+        return max(smallest_rung(config.ladder(n), max(counts[k, (k + sh) % P] for k in range(P)))
+                   for sh in range(1, P))
+    if s == "all_gather":
+        return smallest_rung(config.ladder(n), counts.sum(axis=1).max())
+    if s == "ragged_all_to_all":   # everything an owner receives, in one exact-size buffer
+        return smallest_rung(config.ladder((P - 1) * n, bounded=False), counts.sum(axis=0).max())
+    raise AssertionError(s)
+
+
+def in_range(ids):
+    return (ids >= 0) & (ids < N)
+
+
+def check_gather(config, case, out):
+    ids, valid, allowed, _ = case
+    ok = valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)]
+    safe = np.clip(ids, 0, N - 1)
+    np.testing.assert_array_equal(out["rows"], np.where(ok[..., None], TABLE[safe], 0))
+    np.testing.assert_array_equal(out["twice"], np.where(ok, ids * 2, 0))
+
+    distinct, counts = request_counts(ids, ok)
+    st = out["gstats"]
+    assert int(st.requested) == sum(u.size for u in distinct)
+    assert int(st.non_local) == counts.sum()
+    assert int(st.cached) == 0
+    assert int(st.overflow) == 0
+    assert int(st.out_of_range) == np.sum(valid & ~ok)
+    if expected_capacity(config, counts) is None:
+        assert 1 <= int(st.capacity) <= n
+    else:
+        assert int(st.capacity) == expected_capacity(config, counts)
+    # Every distinct remote id must cross the wire, and its answer must come back.
+    assert float(st.wire_bytes) >= counts.sum() * (4 + ROW_BYTES)
+    if config.strategy.value == "ragged_all_to_all":      # exact sizes: nothing more
+        assert float(st.wire_bytes) == counts.sum() * (4 + ROW_BYTES)
+
+
+def check_scatter_add(config, case, out):
+    ids, valid, _, values = case
+    ok = valid & in_range(ids)
+    expected = np.zeros((N, 2), np.float64)
+    np.add.at(expected, ids[ok], values[ok])
+    sent = np.unique(ids[ok])
+    got = np.zeros((N, 2), np.float64)
+    for k in range(P):
+        owned, mask, sums = out["owned"][k], out["mask"][k], out["sums"][k]
+        mine = owned[mask]
+        # The ids any device sent that k owns, each once, sorted, then -1 padding.
+        np.testing.assert_array_equal(mine, sent[owner_of(sent) == k])
+        assert np.all(np.diff(mine) > 0)
+        assert np.all(owned[~mask] == -1)
+        assert np.all(owner_of(mine) == k)
+        got[mine] = sums[mask]
+    np.testing.assert_array_equal(got[:, 0], expected[:, 0])            # integers: exact
+    np.testing.assert_allclose(got[:, 1], expected[:, 1], rtol=1e-6)
+
+    distinct, counts = request_counts(ids, ok)
+    st = out["sstats"]
+    assert int(st.requested) == sum(u.size for u in distinct)
+    assert int(st.non_local) == counts.sum()
+    assert int(st.overflow) == 0
+    assert int(st.out_of_range) == np.sum(valid & ~in_range(ids))
+    # scatter_add never relays: all_to_all always picks the smallest sufficient rung.
+    direct = dataclasses.replace(config, relay=False)
+    assert int(st.capacity) == expected_capacity(direct, counts)
+    assert float(st.wire_bytes) >= counts.sum() * (4 + 8)
+    if config.strategy.value == "ragged_all_to_all":
+        assert float(st.wire_bytes) == counts.sum() * (4 + 8)
+
+
+# -- gather and scatter_add, every strategy ------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("strategy", sorted(CONFIGS))
+def test_gather_equals_numpy_take_and_counts_match(strategy, case):
+    config = CONFIGS[strategy]
+    check_gather(config, make_case(case), run(config, make_case(case)))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("strategy", sorted(CONFIGS))
+def test_scatter_add_sums_at_the_owner_equal_numpy_add_at(strategy, case):
+    config = CONFIGS[strategy]
+    check_scatter_add(config, make_case(case), run(config, make_case(case)))
+
+
+def test_all_to_all_capacity_climbs_the_ladder_to_the_smallest_sufficient_rung():
+    """Requests whose largest per-(device, peer) count is 0, lowest rung + 1 and n pick
+    the lowest, the second and the top rung."""
+    config = CONFIGS["all_to_all-direct"]
+    ladder = config.ladder(n)
+    assert len(ladder) >= 3 and ladder[-1] == n
+    caps = [int(run(config, make_case(c))["gstats"].capacity)
+            for c in ("all_local", "middle_rung", "one_peer")]
+    assert caps == [ladder[0], ladder[1], ladder[-1]]
+
+
+@pytest.mark.parametrize("strategy", sorted(CONFIGS))
+def test_default_config_never_overflows_when_every_id_goes_to_one_peer(strategy):
+    out = run(CONFIGS[strategy], make_case("one_peer"))
+    assert int(out["gstats"].overflow) == 0 and int(out["sstats"].overflow) == 0
+    assert out["gstats"].check() is out["gstats"]
+    out["sstats"].check()
+
+
+def test_out_of_range_ids_are_counted_answered_zero_and_check_raises_index_error():
+    case = make_case("out_of_range")
+    out = run(ExchangeConfig(), case)
+    ids, valid, allowed, _ = case
+    rejected = valid & ~(in_range(ids) & allowed[np.clip(ids, 0, N - 1)])
+    assert rejected.sum() == 14 and int(out["gstats"].out_of_range) == 14
+    assert np.all(out["rows"][rejected] == 0) and np.all(out["twice"][rejected] == 0)
+    with pytest.raises(IndexError, match="14 id"):
+        out["gstats"].check("features")
+    # scatter_add has no `contains`: only the 6 ids outside [0, N) are out of range.
+    assert int(out["sstats"].out_of_range) == 6
+    with pytest.raises(IndexError):
+        out["sstats"].check()
+
+
+# -- overflow --------------------------------------------------------------------------------
+
+
+def expected_overflow(strategy, counts, cap):
+    if strategy == "all_gather":                     # one buffer of cap for all peers
+        return int(np.maximum(counts.sum(axis=1) - cap, 0).sum())
+    return int(np.maximum(counts - cap, 0).sum())    # a buffer of cap per (device, peer)
+
+
+@pytest.mark.parametrize("strategy", sorted(CONFIGS))
+def test_overflow_beyond_max_capacity_is_counted_and_check_raises(strategy):
+    config = dataclasses.replace(CONFIGS[strategy], max_capacity=4)
+    assert config.ladder(n) == (4,)
+    case = make_case("one_peer")
+    ids, valid, _, _ = case
+    out = run(config, case)
+    _, counts = request_counts(ids, valid)
+    gst, sst = out["gstats"], out["sstats"]
+    # scatter_add (never relayed) loses exactly what does not fit per transfer.
+    lost = expected_overflow(config.strategy.value, counts, 4)
+    assert lost > 0 and int(sst.overflow) == lost
+    assert int(gst.overflow) > 0 and int(gst.capacity) == 4
+    if not (config.strategy.value == "all_to_all" and config.relay):
+        assert int(gst.overflow) == lost
+    with pytest.raises(ExchangeOverflowError, match="max_capacity"):
+        gst.check()
+    with pytest.raises(ExchangeOverflowError):
+        sst.check()
+    # Never a wrong answer: each is the true row or, for a lost id, zeros; and the
+    # count is the number of requests lost: the distinct (device, id) pairs answered
+    # with zeros.
+    zero_pairs = set()
+    for k in range(P):
+        for i in range(n):
+            row = out["rows"][k, i]
+            if np.all(row == 0):
+                zero_pairs.add((k, ids[k, i]))
+                assert out["twice"][k, i] == 0
+            else:
+                np.testing.assert_array_equal(row, TABLE[ids[k, i]])
+                assert out["twice"][k, i] == 2 * ids[k, i]
+    assert len(zero_pairs) == int(gst.overflow)
+
+
+# -- ragged_all_to_all ----------------------------------------------------------------------
+
+
+def test_ragged_strategy_on_cpu_raises_not_implemented_naming_all_to_all():
+    ex = Exchange(OFFSETS, ExchangeConfig(strategy="ragged_all_to_all"))
+    step = jax.jit(jax.shard_map(lambda ids: ex.gather(ids, ids >= 0, lambda q, m: q)[0],
+                                 mesh=make_mesh(8), in_specs=ROWS, out_specs=ROWS))
+    with pytest.raises(NotImplementedError, match="all_to_all"):
+        step(np.zeros(P * n, np.int32))
+
+
+def emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
+                               recv_sizes, *, axis_name):
+    """`lax.ragged_all_to_all` built from all_gather and masks (XLA:CPU lacks it).
+
+    On device `me`, sender q's slice `operand_q[input_offsets_q[me] : + send_sizes_q[me]]`
+    is written at `output[output_offsets_q[me] : ...]`; the rest of `output` is kept.
+    What the real collective leaves undefined poisons the whole result instead: slices
+    out of bounds, overlapping writes, or `recv_sizes` that disagree with what is sent.
+    """
+    me = lax.axis_index(axis_name)
+    operands = lax.all_gather(operand, axis_name)             # [P, L, ...]
+    starts = lax.all_gather(input_offsets, axis_name)         # [sender, receiver]
+    sizes = lax.all_gather(send_sizes, axis_name)
+    at = lax.all_gather(output_offsets, axis_name)
+    num, length, m = operands.shape[0], operand.shape[0], output.shape[0]
+    j = jnp.arange(m)
+    expand = lambda mask: mask.reshape((m,) + (1,) * (output.ndim - 1))  # noqa: E731
+    result, writes = output, jnp.zeros(m, jnp.int32)
+    bad = jnp.any(recv_sizes != sizes[:, me])
+    for q in range(num):
+        start, size, dst = starts[q, me], sizes[q, me], at[q, me]
+        bad |= (size < 0) | (start < 0) | (dst < 0) | (start + size > length) | (dst + size > m)
+        take = (j >= dst) & (j < dst + size)
+        rows = operands[q][jnp.clip(j - dst + start, 0, length - 1)]
+        result = jnp.where(expand(take), rows, result)
+        writes += take
+    bad |= jnp.any(writes > 1)
+    poison = (jnp.nan if jnp.issubdtype(output.dtype, jnp.floating)
+              else jnp.iinfo(output.dtype).min)
+    return jnp.where(bad, jnp.asarray(poison, output.dtype), result)
+
+
+def test_emulated_ragged_all_to_all_follows_the_documented_example():
+    """The example of `help(jax.lax.ragged_all_to_all)`, on 2 devices."""
+    mesh2 = make_mesh(devices=jax.devices()[:2])
+    args = [np.array(a, np.int32) for a in (
+        [1, 2, 2, 3, 4, 0], [0] * 8, [0, 1, 0, 1], [1, 2, 1, 1], [0, 0, 1, 2], [1, 1, 2, 1])]
+    step = jax.jit(jax.shard_map(
+        lambda *a: emulated_ragged_all_to_all(*a, axis_name=AXIS), mesh=mesh2,
+        in_specs=(ROWS,) * 6, out_specs=ROWS))
+    np.testing.assert_array_equal(step(*args), [1, 3, 0, 0, 2, 2, 4, 0])
+    args[5] = np.array([1, 2, 2, 1], np.int32)        # recv_sizes disagree with send_sizes
+    assert np.all(np.asarray(step(*args))[:4] == np.iinfo(np.int32).min)
+
+
+RAGGED = ExchangeConfig(strategy="ragged_all_to_all", growth=4.0)   # ladder (16, 64, 224)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ragged_gather_and_scatter_add_equal_numpy_with_emulated_collective(case, monkeypatch):
+    monkeypatch.setattr(exchange_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
+    out = run(RAGGED, make_case(case))
+    check_gather(RAGGED, make_case(case), out)
+    check_scatter_add(RAGGED, make_case(case), out)
