@@ -15,6 +15,11 @@ def use_devices(count: int | None) -> None:
     devices; on accelerators the mesh uses the devices that are there, and the
     partition/mesh check reports a mismatch.
     """
+    # See tests/conftest.py: without this, collectives inside lax.switch can deadlock on
+    # XLA:CPU. Must be set before JAX initialises its backends.
+    flag = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+    if flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
     import jax
     if count is not None:
         if count < 1:

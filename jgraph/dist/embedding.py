@@ -91,8 +91,8 @@ class DistEmbedding:
                         ) -> tuple[EmbeddingState, ExchangeStats]:
         """Route `grads` (float32[n, dim], the gradient of each looked-up row) to the
         owners, sum them per row, and apply the sparse optimizer to those rows only."""
-        valid = valid & self.layout.contains(ids.astype(jnp.int32))
-        (owned, sums, mask), stats = exchange.scatter_add(ids, valid, grads)
+        (owned, sums, mask), stats = exchange.scatter_add(ids, valid, grads,
+                                                          contains=self.layout.contains)
         r = state.table.shape[0]
         local = jnp.where(mask, self.layout.local_row(owned, lax.axis_index(exchange.axis)), r)
         get = lambda a: a.at[local].get(mode="fill", fill_value=0)  # noqa: E731

@@ -482,8 +482,10 @@ class Exchange:
                               answers)
         remote_answers = jax.tree.map(jnp.zeros_like, answers)
         caps, wire, overflow, inner = [], jnp.float32(0), jnp.int32(0), None
+        # Relay only when nothing can overflow: an intermediate deduplicates, so it could
+        # not count a lost id once per requester.
         if (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
-                and self.num_parts > 2):
+                and self.config.max_capacity is None and self.num_parts > 2):
             remote_answers, _, caps, wire, overflow, inner = self._relayed(
                 plan, owner_fn, ans_bytes, answers)
         else:
@@ -500,7 +502,7 @@ class Exchange:
         answers = _take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
         return answers, self._stats(plan, caps, wire, overflow, out_of_range, inner)
 
-    def scatter_add(self, ids, valid, values) -> tuple[tuple[jnp.ndarray, PyTree, jnp.ndarray],
+    def scatter_add(self, ids, valid, values, *, contains=None) -> tuple[tuple[jnp.ndarray, PyTree, jnp.ndarray],
                                                        ExchangeStats]:
         """Transpose of `gather`: send each value to its id's owner and sum per id there.
 
@@ -510,7 +512,7 @@ class Exchange:
         values. M is static: n plus the largest total any transfer can deliver.
         """
         ids = ids.astype(jnp.int32)
-        valid, out_of_range = self._screen(ids, valid, None)
+        valid, out_of_range = self._screen(ids, valid, contains)
         plan = self._plan(ids, valid)
         n = ids.shape[0]
         values = jax.tree.map(lambda x: jnp.where(

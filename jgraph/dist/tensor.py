@@ -170,8 +170,8 @@ class DistTensor:
         if rows.dtype == jnp.bool_:
             rows = rows.astype(jnp.int32)
         payload = (rows, jnp.ones((n,), jnp.float32))
-        valid = valid & self.layout.contains(ids.astype(jnp.int32))
-        (owned, (sums, count), mask), stats = exchange.scatter_add(ids, valid, payload)
+        (owned, (sums, count), mask), stats = exchange.scatter_add(
+            ids, valid, payload, contains=self.layout.contains)
         local = self.layout.local_row(owned, lax.axis_index(exchange.axis))
         local = jnp.where(mask, local, shard.shape[0])
         if add:

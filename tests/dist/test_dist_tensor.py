@@ -100,7 +100,8 @@ def test_typed_tensor_addresses_rows_by_type_local_id(hetero_parts8, mesh):
     np.testing.assert_array_equal(t[rows], values[rows])
     np.testing.assert_array_equal(t.to_numpy(), values)
     users = book.to_global("user", np.arange(30))
-    np.testing.assert_array_equal(layout.padded_of_global(users), layout.padded_of_rows(np.arange(30)))
+    np.testing.assert_array_equal(layout.padded_of_global(users),
+                                  layout.padded_of_rows(np.arange(30)))
     an_item = int(book.to_global("item", [0])[0])
     with pytest.raises(IdRangeError, match=rf"{an_item}\b.*not a node of type 'user'"):
         layout.padded_of_global([int(users[0]), an_item])

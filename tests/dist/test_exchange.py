@@ -4,6 +4,7 @@ overflow, out-of-range) recomputed in numpy.
 
 The partition book is hand-made with unequal sizes and one empty partition. Each
 device's batch is n ids; the global arrays are [8 * n] and device k holds block k.
+ragged_all_to_all, which XLA:CPU lacks, runs on an emulation of the collective.
 """
 import dataclasses
 import functools
@@ -21,7 +22,7 @@ from jgraph.dist import (AXIS, REPLICATED, ROWS, Exchange, ExchangeConfig, Excha
 SIZES = (5, 0, 12, 7, 70, 3, 9, 16)      # partition 1 empty; 4 can take a whole batch
 OFFSETS = np.concatenate([[0], np.cumsum(SIZES)]).astype(np.int64)
 P, N, RPP = len(SIZES), int(OFFSETS[-1]), max(SIZES)
-n = 32                                    # ids per device; the default ladder is (16, 24, 32)
+n = 32                                    # ids per device; ladder(32) has >= 3 rungs
 DIM = 3
 ROW_BYTES = DIM * 4 + 4                   # an answer: float32[DIM] row + int32 (id * 2)
 TABLE = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
@@ -418,7 +419,8 @@ def test_emulated_ragged_all_to_all_follows_the_documented_example():
     assert np.all(np.asarray(step(*args))[:4] == np.iinfo(np.int32).min)
 
 
-RAGGED = ExchangeConfig(strategy="ragged_all_to_all", growth=4.0)   # ladder (16, 64, 224)
+# Few rungs (each compiles its own copy of the emulation); top (P - 1) * n.
+RAGGED = ExchangeConfig(strategy="ragged_all_to_all", growth=4.0)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
