@@ -15,8 +15,9 @@ def use_devices(count: int | None) -> None:
     devices; on accelerators the mesh uses the devices that are there, and the
     partition/mesh check reports a mismatch.
     """
-    # See tests/conftest.py: without this, collectives inside lax.switch can deadlock on
-    # XLA:CPU. Must be set before JAX initialises its backends.
+    # XLA:CPU's concurrency-optimised scheduler can order the collectives inside the
+    # exchange's lax.switch differently on different simulated devices, which deadlocks.
+    # Must be set before JAX initialises its backends.
     flag = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
     if flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
@@ -25,11 +26,3 @@ def use_devices(count: int | None) -> None:
         if count < 1:
             raise UsageError(f"--devices must be >= 1, got {count}")
         jax.config.update("jax_num_cpu_devices", count)
-    if os.environ.get("JAX_PLATFORMS") is None and count is not None and count > 1:
-        # Prefer simulated CPU devices when the accelerators are fewer than asked for.
-        try:
-            accelerators = [d for d in jax.devices() if d.platform != "cpu"]
-        except RuntimeError:
-            accelerators = []
-        if accelerators and len(accelerators) < count:
-            jax.config.update("jax_platforms", "cpu")

@@ -392,7 +392,7 @@ class Exchange:
             capacity=lax.pmax(jnp.max(jnp.stack(caps)), axis) if caps else jnp.int32(0),
             wire_bytes=wire, overflow=overflow, out_of_range=count(out_of_range))
 
-    def _relayed(self, plan: _Plan, owner_fn: OwnerFn, ans_bytes: int, like: PyTree):
+    def _relayed(self, plan: _Plan, owner_fn: OwnerFn, ans_bytes: int):
         """all_to_all gather with the busiest pairs' excess relayed (see `relay`).
 
         Returns (compact answers [n], filled bool[n], caps, wire, overflow, inner stats).
@@ -487,7 +487,7 @@ class Exchange:
         if (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
                 and self.config.max_capacity is None and self.num_parts > 2):
             remote_answers, _, caps, wire, overflow, inner = self._relayed(
-                plan, owner_fn, ans_bytes, answers)
+                plan, owner_fn, ans_bytes)
         else:
             for need, top, bounded, route in self._transfers(plan):
                 def branch(cap, route=route):
