@@ -29,6 +29,10 @@ class Progress:
         if self.enabled:
             print(f"  {name}: {self.timings[name]:.1f}s", file=self.stream, flush=True)
 
+    def note(self, message: str):
+        if self.enabled:
+            print(f"  {message}", file=self.stream, flush=True)
+
     def iterate(self, iterable, desc: str, total: int | None = None):
         return tqdm(iterable, desc=f"  {desc}", total=total, disable=not self.enabled,
                     file=self.stream, leave=False, dynamic_ncols=True)

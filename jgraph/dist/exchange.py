@@ -145,7 +145,7 @@ class ExchangeStats(NamedTuple):
 class _Plan(NamedTuple):
     """One device's deduplicated request. n = request size; P = partitions.
 
-    uniq: int32[n] sorted distinct ids, _EMPTY-padded; inverse: int32[n] request -> uniq;
+    uniq: int32[n] distinct ids, sorted unless declared distinct, _EMPTY-padded; inverse: int32[n] request -> uniq;
     valid, local, cached, remote: bool[n] over uniq; cache_pos: int32[n];
     compact: int32[n] the remote ids, grouped by owner, -1-padded; slot: int32[n] each
     remote uniq entry's place in compact; start, counts: int32[P] owner groups of compact.
@@ -170,7 +170,9 @@ class _Sent(NamedTuple):
     ids: jnp.ndarray                 # int32[m], -1 where empty
     mask: jnp.ndarray                # bool[m]
     payload: PyTree                  # [m, ...] or None
-    back: Callable[[PyTree], tuple[PyTree, jnp.ndarray]]  # answers -> (compact [n], filled)
+    # (answers, into=None) -> (compact [n], filled bool[n]): answers put in compact order,
+    # into `into = (compact, filled)` when given (so transfers fill one buffer in turn)
+    back: Callable[..., tuple[PyTree, jnp.ndarray]]
     overflow: jnp.ndarray
     wire: Callable[[int, int], jnp.ndarray]  # (forward bytes/id, answer bytes/id) -> bytes
 
@@ -188,11 +190,12 @@ def _take(tree: PyTree, idx: jnp.ndarray, ok: jnp.ndarray) -> PyTree:
     return jax.tree.map(one, tree)
 
 
-def _put(n: int, tree: PyTree, idx: jnp.ndarray, ok: jnp.ndarray) -> PyTree:
-    """Scatter rows into leaves of n rows at `idx` where `ok` (others dropped)."""
+def _put(n: int, tree: PyTree, idx: jnp.ndarray, ok: jnp.ndarray, into: PyTree = None) -> PyTree:
+    """Scatter rows into leaves of n rows (zeros, or `into`) at `idx` where `ok`."""
     idx = jnp.where(ok, idx, n)
-    return jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype).at[idx].set(
-        x, mode="drop"), tree)
+    if into is None:
+        into = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype), tree)
+    return jax.tree.map(lambda base, x: base.at[idx].set(x, mode="drop"), into, tree)
 
 
 def _select(mask: jnp.ndarray, a: PyTree, b: PyTree) -> PyTree:
@@ -226,12 +229,15 @@ class Exchange:
         offsets = jnp.asarray(self.offsets, jnp.int32)
         return jnp.clip(jnp.searchsorted(offsets, ids, side="right") - 1, 0, self.num_parts - 1)
 
-    def _plan(self, ids, valid, cache_ids=None) -> _Plan:
+    def _plan(self, ids, valid, cache_ids=None, distinct=False) -> _Plan:
         n, P = ids.shape[0], self.num_parts
         me = lax.axis_index(self.axis)
-        uniq, inverse = jnp.unique(jnp.where(valid, ids, _EMPTY), size=n, fill_value=_EMPTY,
-                                   return_inverse=True)
-        inverse = inverse.reshape(-1).astype(jnp.int32)
+        if distinct:        # the caller promises no valid id repeats: skip the sort
+            uniq, inverse = jnp.where(valid, ids, _EMPTY), jnp.arange(n, dtype=jnp.int32)
+        else:
+            uniq, inverse = jnp.unique(jnp.where(valid, ids, _EMPTY), size=n,
+                                       fill_value=_EMPTY, return_inverse=True)
+            inverse = inverse.reshape(-1).astype(jnp.int32)
         uvalid = uniq != _EMPTY
         owner = self.owner(uniq)
         local = uvalid & (owner == me)
@@ -241,10 +247,16 @@ class Exchange:
         else:
             pos, cached = jnp.zeros(n, jnp.int32), jnp.zeros(n, bool)
         remote = uvalid & ~local & ~cached
-        slot = jnp.cumsum(remote, dtype=jnp.int32) - 1
-        compact = jnp.full(n, -1, jnp.int32).at[jnp.where(remote, slot, n)].set(uniq, mode="drop")
         counts = jax.ops.segment_sum(remote.astype(jnp.int32), owner, num_segments=P)
         start = jnp.cumsum(counts) - counts
+        if distinct:        # unsorted: place each id after the earlier ones of its owner
+            mine = (owner[:, None] == jnp.arange(P)) & remote[:, None]           # [n, P]
+            rank = jnp.take_along_axis(jnp.cumsum(mine, axis=0, dtype=jnp.int32),
+                                       owner[:, None], axis=1)[:, 0] - 1
+            slot = jnp.where(remote, start[owner] + rank, -1)
+        else:               # sorted ids are already grouped by owner
+            slot = jnp.cumsum(remote, dtype=jnp.int32) - 1
+        compact = jnp.full(n, -1, jnp.int32).at[jnp.where(remote, slot, n)].set(uniq, mode="drop")
         return _Plan(uniq, inverse, uvalid, local, cached, pos.astype(jnp.int32), remote,
                      compact, slot, start.astype(jnp.int32), counts)
 
@@ -270,12 +282,13 @@ class Exchange:
                     lambda x: lax.all_to_all(x, axis, 0, 0, tiled=True).reshape((-1,) + x.shape[2:]),
                     _take(payload, idx, ok))
 
-                def back(ans):
+                def back(ans, into=(None, None)):
                     ans = jax.tree.map(lambda x: lax.all_to_all(
                         x.reshape((P, cap) + x.shape[1:]), axis, 0, 0, tiled=True
                     ).reshape((P * cap,) + x.shape[1:]), ans)
-                    return _put(n, ans, idx.reshape(-1), ok.reshape(-1)), _put(
-                        n, ok.reshape(-1), idx.reshape(-1), ok.reshape(-1))
+                    flat_idx, flat_ok = idx.reshape(-1), ok.reshape(-1)
+                    return (_put(n, ans, flat_idx, flat_ok, into[0]),
+                            _put(n, flat_ok, flat_idx, flat_ok, into[1]))
 
                 def wire(fwd, ans):
                     return jnp.float32((P - 1) * cap * (fwd + ans))
@@ -297,9 +310,10 @@ class Exchange:
                     pay = None if payload is None else jax.tree.map(
                         lambda x: lax.ppermute(x, axis, fwd_perm), _take(payload, idx, ok))
 
-                    def back(ans):
+                    def back(ans, into=(None, None)):
                         ans = jax.tree.map(lambda x: lax.ppermute(x, axis, back_perm), ans)
-                        return _put(n, ans, idx, ok), _put(n, ok, idx, ok)
+                        return _put(n, ans, idx, ok, into[0]), _put(
+                        n, ok, idx, ok, into[1])
 
                     def wire(fwd, ans):
                         return jnp.float32(cap * (fwd + ans))
@@ -320,10 +334,11 @@ class Exchange:
                 pay = None if payload is None else jax.tree.map(
                     lambda x: lax.all_gather(x, axis, tiled=True), _take(payload, idx, ok))
 
-                def back(ans):
+                def back(ans, into=(None, None)):
                     ans = jax.tree.map(lambda x: _psum_scatter_any(
                         _select(mask, x, jax.tree.map(jnp.zeros_like, x)), axis), ans)
-                    return _put(n, ans, idx, ok), _put(n, ok, idx, ok)
+                    return _put(n, ans, idx, ok, into[0]), _put(
+                        n, ok, idx, ok, into[1])
 
                 def wire(fwd, ans):
                     return jnp.float32((P - 1) * cap * (fwd + ans))
@@ -351,13 +366,16 @@ class Exchange:
                 recv = go(plan.compact, -1)
                 pay = None if payload is None else jax.tree.map(lambda x: go(x, 0), payload)
 
-                def back(ans):
-                    def one(x):
-                        out = jnp.zeros((n,) + x.shape[1:], x.dtype)
+                def back(ans, into=(None, None)):
+                    def one(x, out):
                         return _ragged_all_to_all(x, out, recv_offsets, recv_sizes,
                                                   starts[:, me], plan.counts, axis_name=axis)
+                    base = into[0] if into[0] is not None else jax.tree.map(
+                        lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype), ans)
                     filled = jnp.arange(n) < jnp.sum(plan.counts)
-                    return jax.tree.map(one, ans), filled
+                    if into[1] is not None:
+                        filled = filled | into[1]
+                    return jax.tree.map(one, ans, base), filled
 
                 def wire(fwd, ans):
                     return (jnp.sum(plan.counts) * fwd + need * ans).astype(jnp.float32)
@@ -459,21 +477,23 @@ class Exchange:
 
     # -- the two operations ----------------------------------------------------------
 
-    def gather(self, ids, valid, owner_fn: OwnerFn, *, cache=None, contains=None
-               ) -> tuple[PyTree, ExchangeStats]:
+    def gather(self, ids, valid, owner_fn: OwnerFn, *, cache=None, contains=None,
+               distinct: bool = False) -> tuple[PyTree, ExchangeStats]:
         """Answers of `owner_fn` for each id, in request order; zero where not valid.
 
         ids: int[n] global node ids; valid: bool[n]. cache: optional `(cache_ids
         int32[C] sorted, values)` with `values` shaped like `owner_fn`'s answers for
         those ids, replicated on every device. contains: optional `ids -> bool[n]`; ids
-        it rejects are counted in `out_of_range` and answered with zeros.
+        it rejects are counted in `out_of_range` and answered with zeros. distinct: the
+        valid ids are known to be distinct (a sampler's frontier), so the deduplicating
+        sort is skipped; repeated ids would then be routed, and answered, more than once.
         """
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
         if cache is not None and cache[0].shape[0] == 0:
             cache = None            # an empty cache answers nothing
         cache_ids, cache_values = cache if cache is not None else (None, None)
-        plan = self._plan(ids, valid, cache_ids)
+        plan = self._plan(ids, valid, cache_ids, distinct)
         n = ids.shape[0]
         answers = owner_fn(plan.uniq, plan.local)
         ans_bytes = _row_bytes(answers)
@@ -481,6 +501,7 @@ class Exchange:
             answers = _select(plan.cached, _take(cache_values, plan.cache_pos, plan.cached),
                               answers)
         remote_answers = jax.tree.map(jnp.zeros_like, answers)
+        filled = jnp.zeros(n, bool)
         caps, wire, overflow, inner = [], jnp.float32(0), jnp.int32(0), None
         # Relay only when nothing can overflow: an intermediate deduplicates, so it could
         # not count a lost id once per requester.
@@ -490,12 +511,13 @@ class Exchange:
                 plan, owner_fn, ans_bytes)
         else:
             for need, top, bounded, route in self._transfers(plan):
-                def branch(cap, route=route):
+                # Each transfer writes its answers into the one buffer, so memory does
+                # not grow with the number of transfers (the ring has P - 1).
+                def branch(cap, route=route, into=(remote_answers, filled)):
                     sent = route(cap, None)
-                    got, filled = sent.back(owner_fn(jnp.maximum(sent.ids, 0), sent.mask))
-                    return got, filled, sent.overflow, sent.wire(4, ans_bytes)
-                (got, filled, lost, w), cap = self._switch(need, top, bounded, branch)
-                remote_answers = _select(filled, got, remote_answers)
+                    got, now = sent.back(owner_fn(jnp.maximum(sent.ids, 0), sent.mask), into)
+                    return got, now, sent.overflow, sent.wire(4, ans_bytes)
+                (remote_answers, filled, lost, w), cap = self._switch(need, top, bounded, branch)
                 caps.append(cap)
                 wire, overflow = wire + w, overflow + lost
         answers = _select(plan.remote, _take(remote_answers, plan.slot, plan.remote), answers)

@@ -15,7 +15,7 @@ from jax.sharding import Mesh
 
 from jgraph.dist.exchange import Exchange, ExchangeConfig
 from jgraph.dist.layout import RowLayout
-from jgraph.dist.mesh import check_parts, replicate, shard_rows
+from jgraph.dist.mesh import REPLICATED, ROWS, check_parts, replicate, shard_rows
 from jgraph.partition import PartitionBook, PartitionedGraph, open_partitions
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -39,7 +39,8 @@ class ShardedGraph:
     Replicated:
       offsets: int32[P+1] — the partition book: partition k owns [offsets[k], offsets[k+1]).
     Static (part of the tree structure):
-      num_nodes, nodes_per_part, edges_per_part: ints; num_relations: int.
+      num_nodes, nodes_per_part, edges_per_part: ints; num_relations: int;
+      max_in_degree: the largest in-degree of any node (bounds "all neighbours").
     """
 
     indptr: jax.Array
@@ -53,6 +54,13 @@ class ShardedGraph:
     nodes_per_part: int = dataclasses.field(metadata=dict(static=True))
     edges_per_part: int = dataclasses.field(metadata=dict(static=True))
     num_relations: int = dataclasses.field(metadata=dict(static=True))
+    max_in_degree: int = dataclasses.field(default=0, metadata=dict(static=True))
+
+    def specs(self) -> "ShardedGraph":
+        """The `shard_map` in/out specs of this graph: rows sharded, offsets replicated."""
+        return dataclasses.replace(
+            self, indptr=ROWS, indices=ROWS, etype=ROWS, edge_mask=ROWS, in_degree=ROWS,
+            node_mask=ROWS, offsets=REPLICATED)
 
 
 def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
@@ -83,7 +91,9 @@ def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
         node_mask=shard_rows(mesh, n, (), bool, lambda k: np.ones(book.part_sizes()[k], bool)),
         offsets=replicate(mesh, book.offsets.astype(np.int32)),
         num_nodes=meta.num_nodes, nodes_per_part=n, edges_per_part=e,
-        num_relations=len(meta.relations))
+        num_relations=len(meta.relations),
+        max_in_degree=max((int(degree(k).max(initial=0)) for k in range(meta.num_parts)),
+                          default=0))
 
 
 class DistGraph:

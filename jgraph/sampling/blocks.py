@@ -1,0 +1,105 @@
+"""Blocks: the fixed-shape bipartite graphs one sampling hop produces.
+
+A Block is what DGL calls a message-flow-graph block: the `dst` nodes of a layer, the
+`src` nodes they read from (the dst nodes first, so a layer finds each dst node's own
+previous representation at the same index), and, for every dst node, a fixed number
+of neighbour slots indexing into `src`. Shapes are static (padding + masks), so a
+compiled step never sees a new shape.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+# Deduplicating with a dense [num_nodes] table is linear time; above this many nodes the
+# table would cost more memory than a sort (per device, int32).
+DENSE_DEDUP_MAX_NODES = 1 << 26
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One hop of a sample. n_dst, n_src: static capacities; W: neighbour slots per node.
+
+      dst: int32[n_dst] — global ids of the nodes this hop computes; -1 for padding.
+      src: int32[n_src] — global ids of the nodes it reads; `src[:n_dst] == dst`, then
+        every other sampled neighbour once (deduplicated); -1 for padding.
+      nbr: int32[n_dst, W] — index into `src` of each sampled in-neighbour; -1 where
+        `mask` is False.
+      mask: bool[n_dst, W] — True for a real sampled edge.
+      etype: int32[n_dst, W] or None — relation index of each sampled edge (-1 where
+        masked); None for a graph with one relation.
+
+    With a fixed W, aggregation is a gather and a masked mean: `h_src[nbr]` weighted by
+    `mask`, no scatter needed.
+    """
+
+    dst: jax.Array
+    src: jax.Array
+    nbr: jax.Array
+    mask: jax.Array
+    etype: jax.Array | None = None
+
+    @property
+    def num_dst(self) -> int:
+        return self.dst.shape[0]
+
+    @property
+    def num_src(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def dst_mask(self) -> jax.Array:
+        return self.dst >= 0
+
+    @property
+    def src_mask(self) -> jax.Array:
+        return self.src >= 0
+
+
+def first_occurrence(ids: jnp.ndarray, num_nodes: int) -> jnp.ndarray:
+    """int32[c]: for each valid entry (ids >= 0) the position of the first entry with
+    the same id; padding entries get their own position."""
+    c = ids.shape[0]
+    pos = jnp.arange(c, dtype=jnp.int32)
+    valid = ids >= 0
+    if num_nodes <= DENSE_DEDUP_MAX_NODES:
+        # Scatter-min of positions into a per-node table: O(c + num_nodes), no sort.
+        table = jnp.full(num_nodes, c, jnp.int32).at[jnp.where(valid, ids, num_nodes)].min(
+            pos, mode="drop")
+        return jnp.where(valid, table[jnp.where(valid, ids, 0)], pos)
+    # Stable sort by id; each run's first position is the first occurrence.
+    big = jnp.iinfo(jnp.int32).max
+    order = jnp.argsort(jnp.where(valid, ids, big), stable=True).astype(jnp.int32)
+    keys = jnp.where(valid, ids, big)[order]
+    starts = jnp.concatenate([jnp.ones(1, bool), keys[1:] != keys[:-1]])
+    head = jax.lax.cummax(jnp.where(starts, pos, 0))
+    first = jnp.zeros(c, jnp.int32).at[order].set(order[head])
+    return jnp.where(valid, first, pos)
+
+
+def build_block(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | None,
+                num_src: int, num_nodes: int) -> Block:
+    """Deduplicate sampled neighbours into `src` (dst first) and index them.
+
+    dst: int32[n_dst] distinct ids, -1 padded; nbr_ids: int32[n_dst, W] sampled
+    neighbour ids, -1 where none; num_src: the static size of `src`, at least the most
+    distinct ids the hop can produce (`n_dst + min(n_dst * W, num_nodes)`).
+    """
+    n_dst, width = nbr_ids.shape
+    cand = jnp.concatenate([dst, nbr_ids.reshape(-1)])
+    valid = cand >= 0
+    pos = jnp.arange(cand.shape[0], dtype=jnp.int32)
+    first = first_occurrence(cand, num_nodes)
+    is_new = valid & (first == pos) & (pos >= n_dst)
+    rank = jnp.cumsum(is_new, dtype=jnp.int32) - 1
+    index = jnp.where(first < n_dst, first, n_dst + rank[first])
+    src = jnp.concatenate([dst, jnp.full(num_src - n_dst, -1, jnp.int32)])
+    src = src.at[jnp.where(is_new, n_dst + rank, num_src)].set(cand, mode="drop")
+    nbr = jnp.where(valid, index, -1)[n_dst:].reshape(n_dst, width)
+    mask = nbr >= 0
+    if etype is not None:
+        etype = jnp.where(mask, etype, -1)
+    return Block(dst=dst, src=src, nbr=nbr, mask=mask, etype=etype)

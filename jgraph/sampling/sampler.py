@@ -1,0 +1,242 @@
+"""Multi-layer neighbour sampling on the device, inside the compiled step.
+
+`NeighborSampler(fanouts=(15, 10, 5))` samples, from each seed, 15 in-neighbours, then
+10 of each of those, then 5: fanouts are listed from the seeds outward, as PyG's
+`num_neighbors`. (DGL's `MultiLayerNeighborSampler` lists the same thing input layer
+first: `[5, 10, 15]`.) A fanout of -1 takes every in-neighbour, up to `max_fanout`
+(default: the graph's largest in-degree, so truly all). A hop's fanout may also be a
+tuple with one entry per relation (RGCN): that many neighbours along each relation.
+
+Distributed: each hop's frontier goes through the owner-routed `Exchange`; every node is
+sampled by the device that owns its in-edges, and the sampled neighbour ids come back.
+The draw of a node is keyed by (seed, step, hop, global node id) only, so a node gets
+the same neighbours whichever device asks and however the graph is partitioned (for
+the same relabelled graph).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jgraph.dist.exchange import Exchange, ExchangeStats
+from jgraph.dist.graph import ShardedGraph
+from jgraph.kernels.sample import Impl, draw_positions, fmix32, hash32, resolve_impl
+from jgraph.sampling.blocks import Block, build_block
+from jgraph.sampling.weighted import weighted_positions
+
+Fanout = Union[int, tuple[int, ...]]
+
+
+def stream_key(seed, step, hop) -> jnp.ndarray:
+    """uint32 key of one hop of one step of a run."""
+    key = fmix32(jnp.asarray(seed, jnp.uint32) ^ jnp.uint32(0x5BD1E995))
+    return hash32(hash32(key, jnp.asarray(step, jnp.uint32)), jnp.asarray(hop, jnp.uint32))
+
+
+def node_keys(stream: jnp.ndarray, ids: jnp.ndarray) -> jnp.ndarray:
+    """uint32 key of each global node id's draw within one stream."""
+    return hash32(stream, ids.astype(jnp.uint32))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SampleStats:
+    """Counts summed over devices.
+
+      sampled_edges: int32 — real (masked-in) neighbour slots over all hops.
+      truncated: int32 — nodes whose degree exceeded a -1 fanout's cap, so they got
+        `max_fanout` neighbours instead of all.
+      exchange: tuple of per-hop `ExchangeStats`.
+    """
+
+    sampled_edges: jax.Array
+    truncated: jax.Array
+    exchange: tuple
+
+    def check(self) -> "SampleStats":
+        for hop, stats in enumerate(self.exchange):
+            stats.check(f"sampling hop {hop}")
+        return self
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """blocks: `Block`s in model order — blocks[0] reads the input features (its `src`
+    are the nodes whose features to fetch), blocks[-1] has the seeds as `dst`.
+    stats: `SampleStats`."""
+
+    blocks: tuple
+    stats: SampleStats
+
+    @property
+    def seeds(self) -> jax.Array:
+        return self.blocks[-1].dst
+
+    @property
+    def input_nodes(self) -> jax.Array:
+        return self.blocks[0].src
+
+
+@dataclasses.dataclass(frozen=True)
+class NeighborSampler:
+    """fanouts: per hop, seeds outward; an int (any relation) or a tuple of one int per
+    relation; -1 = all in-neighbours (up to `max_fanout`).
+    replace: draw with replacement (then a node always gets `fanout` draws, repeats
+    allowed, and a -1 fanout is not allowed).
+    weighted: draw with probability proportional to edge weight (`edge_weights`
+    argument of `sample`); without replacement this is successive sampling: each next
+    neighbour is drawn from the rest in proportion to weight. Edges of weight 0 are
+    never drawn.
+    max_fanout: the cap of a -1 fanout; None = the graph's largest in-degree.
+    impl: the draw kernel, "auto" (Pallas on GPU, XLA elsewhere), "xla" or "pallas";
+    weighted draws always run in XLA.
+    """
+
+    fanouts: tuple[Fanout, ...]
+    replace: bool = False
+    weighted: bool = False
+    max_fanout: int | None = None
+    impl: Impl = "auto"
+
+    def __post_init__(self):
+        object.__setattr__(self, "fanouts", tuple(
+            tuple(int(x) for x in f) if isinstance(f, (tuple, list)) else int(f)
+            for f in self.fanouts))
+        if not self.fanouts:
+            raise ValueError("fanouts: give at least one hop")
+        for hop, f in enumerate(self.fanouts):
+            for x in (f if isinstance(f, tuple) else (f,)):
+                if x < -1 or (x == -1 and self.replace):
+                    raise ValueError(
+                        f"fanouts[{hop}] = {f}: each fanout is >= 0, or -1 for all "
+                        f"neighbours (not with replace=True)")
+        if self.max_fanout is not None and self.max_fanout < 1:
+            raise ValueError(f"max_fanout must be >= 1, got {self.max_fanout}")
+        resolve_impl(self.impl)
+
+    # -- shapes --------------------------------------------------------------------------
+
+    def hop_fanouts(self, graph: ShardedGraph) -> list[tuple[int, ...]]:
+        """Per hop, the static number of draws per relation (one entry: any relation)."""
+        cap = self.max_fanout or max(graph.max_in_degree, 1)
+        return [tuple(cap if x == -1 else x for x in f) for f in self._given(graph)]
+
+    def _given(self, graph: ShardedGraph) -> list[tuple[int, ...]]:
+        out = []
+        for hop, f in enumerate(self.fanouts):
+            if isinstance(f, tuple) and len(f) != graph.num_relations:
+                raise ValueError(f"fanouts[{hop}] has {len(f)} entries but the graph has "
+                                 f"{graph.num_relations} relations")
+            out.append(f if isinstance(f, tuple) else (f,))
+        return out
+
+    def shapes(self, graph: ShardedGraph, num_seeds: int) -> list[tuple[int, int, int]]:
+        """(n_dst, width, n_src) of each hop, seeds outward: the worst case, so no batch
+        can overflow them (a hop has at most n_dst * width new nodes, and never more
+        than the graph has)."""
+        shapes, n_dst = [], num_seeds
+        for f in self.hop_fanouts(graph):
+            width = sum(f)
+            n_src = n_dst + min(n_dst * width, graph.num_nodes)
+            shapes.append((n_dst, width, n_src))
+            n_dst = n_src
+        return shapes
+
+    # -- the step ------------------------------------------------------------------------
+
+    def sample(self, graph: ShardedGraph, exchange: Exchange, seeds, seed_mask, *,
+               seed, step, edge_weights=None) -> Sample:
+        """Sample the blocks of `seeds` (int32[B] global ids, distinct where `seed_mask`).
+
+        Runs inside `shard_map` over `exchange.axis`; `graph` is this device's shard.
+        seed, step: ints or traced uint32 scalars that, with hop and node id, key every
+        draw. edge_weights: per-node cumulative edge weights from `edge_weight_cumsum`
+        (needed when `weighted`).
+        """
+        if self.weighted and edge_weights is None:
+            raise ValueError("a weighted sampler needs edge_weights (see edge_weight_cumsum)")
+        dst = jnp.where(seed_mask, seeds.astype(jnp.int32), -1)
+        blocks, stats, edges, truncated = [], [], jnp.int32(0), jnp.int32(0)
+        hops = zip(self.hop_fanouts(graph), self._given(graph),
+                   self.shapes(graph, dst.shape[0]))
+        for hop, (fanout, given, (_, _, n_src)) in enumerate(hops):
+            owner_fn = self._owner_fn(graph, fanout, [x == -1 for x in given],
+                                      stream_key(seed, step, hop), edge_weights, exchange.axis)
+            (nbr_plus1, etype, cut), hop_stats = exchange.gather(dst, dst >= 0, owner_fn,
+                                                                 distinct=True)
+            block = build_block(dst, nbr_plus1 - 1,
+                                etype - 1 if graph.num_relations > 1 else None,
+                                n_src, graph.num_nodes)
+            blocks.append(block)
+            stats.append(hop_stats)
+            edges = edges + jnp.sum(block.mask, dtype=jnp.int32)
+            truncated = truncated + jnp.sum(cut, dtype=jnp.int32)
+            dst = block.src
+        axis = exchange.axis
+        return Sample(tuple(reversed(blocks)), SampleStats(
+            lax.psum(edges, axis), lax.psum(truncated, axis), tuple(stats)))
+
+    def _owner_fn(self, graph, fanout, capped, stream, edge_weights, axis):
+        """Answers, for owned ids, (neighbour id + 1, relation + 1, truncated): zero means
+        none, so the exchange's zero padding reads as "no neighbour". capped[r]: the
+        fanout of relation slot r was -1 (all neighbours, up to the cap)."""
+
+        def fn(ids, mask):
+            me = lax.axis_index(axis)
+            local = jnp.where(mask, ids - graph.offsets[me], 0)
+            lo = graph.indptr[local]
+            deg = jnp.where(mask, graph.in_degree[local], 0)
+            keys = node_keys(stream, ids)
+            if len(fanout) == 1:
+                segments = [(lo, deg, keys, fanout[0], capped[0])]
+            else:
+                segments = []
+                for r, f in enumerate(fanout):
+                    if f == 0:
+                        continue
+                    r_lo, r_hi = self._relation_range(graph, lo, deg, r)
+                    segments.append((r_lo, r_hi - r_lo, hash32(keys, 0x10000 + r), f,
+                                     capped[r]))
+            pos = jnp.concatenate([self._draw(lo, d, k, f, edge_weights, graph.max_in_degree)
+                                   for lo, d, k, f, _ in segments], axis=1)
+            ok = pos >= 0
+            safe = jnp.where(ok, pos, 0)
+            nbr = jnp.where(ok, graph.indices[safe] + 1, 0)
+            rel = jnp.where(ok, graph.etype[safe] + 1, 0)
+            cut = jnp.zeros(ids.shape, bool)
+            for _, d, _, f, is_cap in segments:
+                if is_cap:
+                    cut = cut | (d > f)
+            return nbr, rel, cut & mask
+        return fn
+
+    def _draw(self, lo, deg, keys, fanout, edge_weights, max_degree):
+        if self.weighted:
+            return weighted_positions(lo, deg, keys, fanout, self.replace, edge_weights,
+                                      max_degree)
+        return draw_positions(lo, deg, keys, fanout, self.replace, self.impl)
+
+    @staticmethod
+    def _relation_range(graph, lo, deg, r):
+        """[first, end) of each node's in-edges of relation r (in-edges are sorted by
+        relation within a node), by a fixed number of bisection steps."""
+        steps = max(int(graph.max_in_degree), 1).bit_length() + 1
+
+        last = graph.etype.shape[0] - 1
+
+        def lower_bound(target):
+            a, b = lo, lo + deg
+            for _ in range(steps):
+                mid = (a + b) // 2
+                active = a < b
+                less = graph.etype[jnp.minimum(mid, last)] < target
+                a = jnp.where(active & less, mid + 1, a)
+                b = jnp.where(active & ~less, mid, b)
+            return a
+        return lower_bound(r), lower_bound(r + 1)
