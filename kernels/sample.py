@@ -64,10 +64,12 @@ def uniform_below(u: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:
 
 
 def _draw_tile(lo, deg, key, fanout: int, width: int, replace: bool):
-    """Positions int32[m, width] (columns >= fanout and unused draws are -1)."""
-    m = lo.shape[0]
-    cols = jax.lax.broadcasted_iota(jnp.int32, (m, width), 1)
-    chosen = jnp.full((m, width), -1, jnp.int32)
+    """Positions int32[m, width] (columns >= fanout and unused draws are -1).
+
+    Columns are kept as separate [m] vectors and compared elementwise (no reductions,
+    no odd-sized slices), which XLA and GPU Pallas both handle well.
+    """
+    columns = []
     many = deg > fanout
     for i in range(fanout):
         u = hash32(key, i)
@@ -79,10 +81,16 @@ def _draw_tile(lo, deg, key, fanout: int, width: int, replace: bool):
             # already chosen take j itself. Each fanout-subset is equally likely.
             j = deg - fanout + i
             t = uniform_below(u, j + 1)
-            seen = jnp.max(jnp.where((chosen == t[:, None]) & (cols < i), 1, 0), axis=1)
-            pick = jnp.where(many, jnp.where(seen > 0, j, t), i)
+            seen = jnp.zeros(t.shape, bool)
+            for earlier in columns:
+                seen = seen | (earlier == t)
+            pick = jnp.where(many, jnp.where(seen, j, t), i)
             ok = many | (i < deg)
-        chosen = jnp.where(cols == i, jnp.where(ok, pick, -1)[:, None], chosen)
+        columns.append(jnp.where(ok, pick, -1))
+    cols = jax.lax.broadcasted_iota(jnp.int32, (lo.shape[0], width), 1)
+    chosen = jnp.full((lo.shape[0], width), -1, jnp.int32)
+    for i, column in enumerate(columns):
+        chosen = jnp.where(cols == i, column[:, None], chosen)
     return jnp.where(chosen >= 0, lo[:, None] + chosen, -1)
 
 

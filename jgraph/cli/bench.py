@@ -23,14 +23,31 @@ def counts(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def fanouts(text: str) -> tuple[int, ...]:
+def fanouts(text: str, allow_all: bool = False) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of ints")
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"fanouts must be positive, got {text!r}")
+    low = -1 if allow_all else 1
+    if not values or any(v < low or v == 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"fanouts must be positive{' or -1 (all neighbours)' if allow_all else ''}, "
+            f"got {text!r}")
     return values
+
+
+def sample_fanouts(text: str) -> tuple[int, ...]:
+    return fanouts(text, allow_all=True)
+
+
+def emitter(as_json: bool):
+    def emit(row):
+        if as_json:
+            print(json.dumps(row), flush=True)
+        else:
+            print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in row.items()), flush=True)
+    return emit
 
 
 def add_commands(sub) -> None:
@@ -72,6 +89,32 @@ def add_commands(sub) -> None:
     ex.add_argument("--json", action="store_true", help="print JSON lines only")
     ex.set_defaults(run=run_exchange)
 
+    sa = kinds.add_parser(
+        "sample", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="seeds and sampled edges per second of the on-device neighbour sampler",
+        description="Partition GRAPH into one partition per device, then time whole epochs "
+                    "of the node loader and multi-hop neighbour sampler over its training "
+                    "nodes (after one warm-up epoch). Prints one line.")
+    sa.add_argument("graph", help="a homogeneous graph with a train split: an .npz, cora, "
+                                  "or synthetic:...")
+    sa.add_argument("--devices", type=int, default=1,
+                    help="devices = partitions (simulated on CPU)")
+    sa.add_argument("--method", choices=["metis", "random"], default="metis")
+    sa.add_argument("--fanouts", type=sample_fanouts, default=(15, 10, 5),
+                    help="neighbours per hop, seeds outward (PyG's num_neighbors); -1 = all")
+    sa.add_argument("--batch-size", type=int, default=1024, help="seeds per device per step")
+    sa.add_argument("--epochs", type=int, default=1, help="measured epochs")
+    sa.add_argument("--replace", action="store_true", help="sample with replacement")
+    sa.add_argument("--impl", choices=["auto", "xla", "pallas"], default="auto",
+                    help="draw kernel: auto = Pallas on GPU, XLA elsewhere")
+    sa.add_argument("--strategy", choices=STRATEGIES, default="all_to_all",
+                    help="exchange strategy for remote frontier nodes")
+    sa.add_argument("--symmetrize", action="store_true",
+                    help="add every edge's reverse first (e.g. for facebook_musae)")
+    sa.add_argument("--seed", type=int, default=0)
+    sa.add_argument("--json", action="store_true", help="print JSON lines only")
+    sa.set_defaults(run=run_sample)
+
 
 def run_exchange(args) -> int:
     if args.num_parts < 1:
@@ -95,16 +138,24 @@ def run_exchange(args) -> int:
         embedding_rows=args.embedding_rows, embedding_dim=args.embedding_dim,
         embedding_batch=args.embedding_batch)
     progress = Progress(enabled=True)
-
-    def emit(row):
-        if args.json:
-            print(json.dumps(row), flush=True)
-        else:
-            print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                            for k, v in row.items()), flush=True)
-
+    emit = emitter(args.json)
     for row in bench_exchange(cfg, progress):
         emit(row)
     for rows in cfg.embedding_rows:
         emit(bench_embedding(cfg, rows, progress))
+    return 0
+
+
+def run_sample(args) -> int:
+    if min(args.devices, args.batch_size, args.epochs) < 1:
+        raise UsageError("--devices, --batch-size and --epochs must be >= 1")
+    use_devices(args.devices)
+    from jgraph.bench.sample import SampleBench, bench_sample
+    from jgraph.dist.exchange import Strategy
+    from jgraph.progress import Progress
+    cfg = SampleBench(graph=args.graph, devices=args.devices, method=args.method,
+                      fanouts=args.fanouts, batch_size=args.batch_size, epochs=args.epochs,
+                      replace=args.replace, impl=args.impl, strategy=Strategy(args.strategy),
+                      symmetrize=args.symmetrize, seed=args.seed)
+    emitter(args.json)(bench_sample(cfg, Progress(enabled=True)))
     return 0

@@ -493,6 +493,8 @@ class Exchange:
         if cache is not None and cache[0].shape[0] == 0:
             cache = None            # an empty cache answers nothing
         cache_ids, cache_values = cache if cache is not None else (None, None)
+        if self.num_parts == 1 and distinct:
+            return self._only_device(ids, valid, owner_fn, out_of_range)
         plan = self._plan(ids, valid, cache_ids, distinct)
         n = ids.shape[0]
         answers = owner_fn(plan.uniq, plan.local)
@@ -571,6 +573,16 @@ class Exchange:
         mask = owned != _EMPTY
         return (jnp.where(mask, owned, -1), sums, mask), self._stats(
             plan, caps, wire, overflow, out_of_range)
+
+    def _only_device(self, ids, valid, owner_fn, out_of_range):
+        """One device, distinct ids: every id is local, nothing to plan or route."""
+        answers = owner_fn(ids, valid)
+        answers = _select(valid, answers, jax.tree.map(jnp.zeros_like, answers))
+        zero, requested = jnp.int32(0), jnp.sum(valid, dtype=jnp.int32)
+        return answers, ExchangeStats(
+            requested=requested, non_local=zero, cached=zero, capacity=zero,
+            wire_bytes=jnp.float32(0), overflow=zero,
+            out_of_range=jnp.sum(out_of_range, dtype=jnp.int32))
 
     def _screen(self, ids, valid, contains):
         """Drop ids outside the graph (or outside `contains`), counting them."""

@@ -59,6 +59,15 @@ class Block:
         return self.src >= 0
 
 
+def prefix_count(flags: jnp.ndarray) -> jnp.ndarray:
+    """int32 inclusive running count of True. XLA:CPU's cumsum is a slow reduce-window
+    (16 ms for 1M entries, measured); a parallel-prefix scan takes 4 ms there."""
+    x = flags.astype(jnp.int32)
+    if jax.default_backend() == "cpu":
+        return jax.lax.associative_scan(jnp.add, x)
+    return jnp.cumsum(x, dtype=jnp.int32)
+
+
 def first_occurrence(ids: jnp.ndarray, num_nodes: int) -> jnp.ndarray:
     """int32[c]: for each valid entry (ids >= 0) the position of the first entry with
     the same id; padding entries get their own position."""
@@ -94,7 +103,7 @@ def build_block(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | Non
     pos = jnp.arange(cand.shape[0], dtype=jnp.int32)
     first = first_occurrence(cand, num_nodes)
     is_new = valid & (first == pos) & (pos >= n_dst)
-    rank = jnp.cumsum(is_new, dtype=jnp.int32) - 1
+    rank = prefix_count(is_new) - 1
     index = jnp.where(first < n_dst, first, n_dst + rank[first])
     src = jnp.concatenate([dst, jnp.full(num_src - n_dst, -1, jnp.int32)])
     src = src.at[jnp.where(is_new, n_dst + rank, num_src)].set(cand, mode="drop")

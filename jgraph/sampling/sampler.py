@@ -168,22 +168,23 @@ class NeighborSampler:
         for hop, (fanout, given, (_, _, n_src)) in enumerate(hops):
             owner_fn = self._owner_fn(graph, fanout, [x == -1 for x in given],
                                       stream_key(seed, step, hop), edge_weights, exchange.axis)
-            (nbr_plus1, etype, cut), hop_stats = exchange.gather(dst, dst >= 0, owner_fn,
-                                                                 distinct=True)
-            block = build_block(dst, nbr_plus1 - 1,
-                                etype - 1 if graph.num_relations > 1 else None,
+            got, hop_stats = exchange.gather(dst, dst >= 0, owner_fn, distinct=True)
+            block = build_block(dst, got["nbr"] - 1,
+                                got["rel"] - 1 if "rel" in got else None,
                                 n_src, graph.num_nodes)
             blocks.append(block)
             stats.append(hop_stats)
             edges = edges + jnp.sum(block.mask, dtype=jnp.int32)
-            truncated = truncated + jnp.sum(cut, dtype=jnp.int32)
+            if "cut" in got:
+                truncated = truncated + jnp.sum(got["cut"], dtype=jnp.int32)
             dst = block.src
         axis = exchange.axis
         return Sample(tuple(reversed(blocks)), SampleStats(
             lax.psum(edges, axis), lax.psum(truncated, axis), tuple(stats)))
 
     def _owner_fn(self, graph, fanout, capped, stream, edge_weights, axis):
-        """Answers, for owned ids, (neighbour id + 1, relation + 1, truncated): zero means
+        """Answers, for owned ids, {"nbr": neighbour id + 1, "rel": relation + 1 (graphs
+        with several relations), "cut": truncated (hops with a -1 fanout)}: zero means
         none, so the exchange's zero padding reads as "no neighbour". capped[r]: the
         fanout of relation slot r was -1 (all neighbours, up to the cap)."""
 
@@ -207,13 +208,16 @@ class NeighborSampler:
                                    for lo, d, k, f, _ in segments], axis=1)
             ok = pos >= 0
             safe = jnp.where(ok, pos, 0)
-            nbr = jnp.where(ok, graph.indices[safe] + 1, 0)
-            rel = jnp.where(ok, graph.etype[safe] + 1, 0)
-            cut = jnp.zeros(ids.shape, bool)
-            for _, d, _, f, is_cap in segments:
-                if is_cap:
-                    cut = cut | (d > f)
-            return nbr, rel, cut & mask
+            out = {"nbr": jnp.where(ok, graph.indices[safe] + 1, 0)}
+            if graph.num_relations > 1:
+                out["rel"] = jnp.where(ok, graph.etype[safe] + 1, 0)
+            if any(capped):
+                cut = jnp.zeros(ids.shape, bool)
+                for _, d, _, f, is_cap in segments:
+                    if is_cap:
+                        cut = cut | (d > f)
+                out["cut"] = cut & mask
+            return out
         return fn
 
     def _draw(self, lo, deg, keys, fanout, edge_weights, max_degree):

@@ -1,0 +1,102 @@
+"""`jgraph bench sample`: throughput of the on-device sampler and node loader.
+
+Partition GRAPH into one partition per device, deal its training nodes with the
+`NodeLoader`, and run the compiled step "take a batch, sample its blocks" over whole
+epochs: one warm-up epoch (which includes the compilation), then `epochs` measured
+ones. The step returns the counts (sampled edges, seeds, input nodes), so nothing the
+sampler builds can be compiled away.
+
+Figures: `seeds_per_s` (real seeds, padding excluded), `sampled_edges_per_s` (real
+sampled neighbour slots over all hops), `compile_seconds` (the first call).
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jgraph.data import load_dataset, symmetrize
+from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, Strategy, make_mesh
+from jgraph.partition import partition_graph
+from jgraph.progress import Progress
+from jgraph.sampling import NeighborSampler, NodeLoader
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleBench:
+    graph: str
+    devices: int = 1
+    method: str = "metis"
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    batch_size: int = 1024
+    epochs: int = 1
+    replace: bool = False
+    impl: str = "auto"
+    strategy: Strategy = Strategy.ALL_TO_ALL
+    symmetrize: bool = False
+    seed: int = 0
+
+
+def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
+    mesh = make_mesh(cfg.devices)
+    with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
+        with progress.phase("loading graph"):
+            graph = load_dataset(cfg.graph)
+            if cfg.symmetrize:
+                graph = symmetrize(graph)
+        with progress.phase(f"partitioning ({cfg.method}, {cfg.devices} parts)"):
+            meta = partition_graph(graph, cfg.devices, cfg.method, tmp, seed=cfg.seed)
+        del graph
+        dg = DistGraph(tmp, mesh)
+        loader = NodeLoader.from_split(dg, "train", batch_size=cfg.batch_size, seed=cfg.seed)
+    sampler = NeighborSampler(cfg.fanouts, replace=cfg.replace, impl=cfg.impl)
+    exchange = dg.exchange(ExchangeConfig(strategy=cfg.strategy))
+
+    def step(graph, order, i, global_step):
+        seeds, mask = loader.batch(order, i)
+        sample = sampler.sample(graph, exchange, seeds, mask, seed=cfg.seed, step=global_step)
+        inputs = jax.lax.psum(jnp.sum(sample.input_nodes >= 0, dtype=jnp.int32), exchange.axis)
+        seeds_real = jax.lax.psum(jnp.sum(mask, dtype=jnp.int32), exchange.axis)
+        return sample.stats, seeds_real, inputs
+
+    fn = jax.jit(jax.shard_map(step, mesh=mesh,
+                               in_specs=(dg.graph.specs(), ROWS, REPLICATED, REPLICATED),
+                               out_specs=REPLICATED))
+
+    def epoch(e, first_step):
+        order = loader.epoch_order(e)
+        outs = [fn(dg.graph, order, i, first_step + i)
+                for i in progress.iterate(range(loader.steps_per_epoch), f"epoch {e}")]
+        jax.block_until_ready(outs)
+        return outs
+
+    steps = loader.steps_per_epoch
+    with progress.phase("compiling"):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(dg.graph, loader.epoch_order(0), 0, 0))
+        compile_s = time.perf_counter() - start
+    with progress.phase("warm-up epoch"):
+        epoch(0, 0)
+    with progress.phase(f"{cfg.epochs} measured epoch(s)"):
+        start = time.perf_counter()
+        outs = [o for e in range(1, cfg.epochs + 1) for o in epoch(e, e * steps)]
+        seconds = time.perf_counter() - start
+    for stats, _, _ in outs:
+        stats.check()
+    edges = float(sum(int(s.sampled_edges) for s, _, _ in outs))
+    seeds = float(sum(int(n) for _, n, _ in outs))
+    inputs = float(np.mean([int(x) for _, _, x in outs]))
+    return {
+        "bench": "sample", "graph": meta.graph_name, "devices": mesh.size,
+        "method": meta.method, "fanouts": list(cfg.fanouts), "batch_size": cfg.batch_size,
+        "replace": cfg.replace, "impl": cfg.impl, "strategy": cfg.strategy.value,
+        "epochs": cfg.epochs, "steps_per_epoch": steps, "seeds_per_epoch": loader.num_seeds,
+        "seconds": seconds, "seeds_per_s": seeds / seconds,
+        "sampled_edges_per_s": edges / seconds,
+        "sampled_edges_per_step": edges / len(outs), "input_nodes_per_step": inputs,
+        "compile_seconds": compile_s, "backend": jax.default_backend(),
+    }
