@@ -209,6 +209,18 @@ def _psum_scatter_any(x: jnp.ndarray, axis: str) -> jnp.ndarray:
     return lax.psum_scatter(x, axis, scatter_dimension=0, tiled=True)
 
 
+def running_count(flags: jnp.ndarray, axis: int = 0) -> jnp.ndarray:
+    """int32 inclusive running sum along `axis` (of bools or ints).
+
+    XLA:CPU lowers cumsum to a slow reduce-window (16 ms for 1M entries, measured); a
+    parallel-prefix scan takes 4 ms there. Other backends keep cumsum.
+    """
+    x = flags.astype(jnp.int32)
+    if jax.default_backend() == "cpu":
+        return lax.associative_scan(jnp.add, x, axis=axis)
+    return jnp.cumsum(x, axis=axis, dtype=jnp.int32)
+
+
 class Exchange:
     """Owner-routed exchange over the partitions of a `PartitionBook`.
 
@@ -251,11 +263,11 @@ class Exchange:
         start = jnp.cumsum(counts) - counts
         if distinct:        # unsorted: place each id after the earlier ones of its owner
             mine = (owner[:, None] == jnp.arange(P)) & remote[:, None]           # [n, P]
-            rank = jnp.take_along_axis(jnp.cumsum(mine, axis=0, dtype=jnp.int32),
+            rank = jnp.take_along_axis(running_count(mine, axis=0),
                                        owner[:, None], axis=1)[:, 0] - 1
             slot = jnp.where(remote, start[owner] + rank, -1)
         else:               # sorted ids are already grouped by owner
-            slot = jnp.cumsum(remote, dtype=jnp.int32) - 1
+            slot = running_count(remote) - 1
         compact = jnp.full(n, -1, jnp.int32).at[jnp.where(remote, slot, n)].set(uniq, mode="drop")
         return _Plan(uniq, inverse, uvalid, local, cached, pos.astype(jnp.int32), remote,
                      compact, slot, start.astype(jnp.int32), counts)
@@ -446,7 +458,7 @@ class Exchange:
         owner = self.owner(plan.compact)
         rank = jnp.arange(n, dtype=jnp.int32) - plan.start[owner]
         extra = (plan.compact >= 0) & (rank >= c1)
-        x = jnp.cumsum(extra, dtype=jnp.int32) - 1
+        x = running_count(extra) - 1
         via, slot = (x + me) % P, x // P
         need = -(-jnp.sum(extra, dtype=jnp.int32) // P)
         rung = jnp.minimum(jnp.searchsorted(relay, lax.pmax(need, axis)), relay.shape[0] - 1)

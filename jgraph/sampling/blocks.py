@@ -13,6 +13,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jgraph.dist.exchange import running_count
+
 # Deduplicating with a dense [num_nodes] table is linear time; above this many nodes the
 # table would cost more memory than a sort (per device, int32).
 DENSE_DEDUP_MAX_NODES = 1 << 26
@@ -59,15 +61,6 @@ class Block:
         return self.src >= 0
 
 
-def prefix_count(flags: jnp.ndarray) -> jnp.ndarray:
-    """int32 inclusive running count of True. XLA:CPU's cumsum is a slow reduce-window
-    (16 ms for 1M entries, measured); a parallel-prefix scan takes 4 ms there."""
-    x = flags.astype(jnp.int32)
-    if jax.default_backend() == "cpu":
-        return jax.lax.associative_scan(jnp.add, x)
-    return jnp.cumsum(x, dtype=jnp.int32)
-
-
 def first_occurrence(ids: jnp.ndarray, num_nodes: int) -> jnp.ndarray:
     """int32[c]: for each valid entry (ids >= 0) the position of the first entry with
     the same id; padding entries get their own position."""
@@ -103,7 +96,7 @@ def build_block(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | Non
     pos = jnp.arange(cand.shape[0], dtype=jnp.int32)
     first = first_occurrence(cand, num_nodes)
     is_new = valid & (first == pos) & (pos >= n_dst)
-    rank = prefix_count(is_new) - 1
+    rank = running_count(is_new) - 1
     index = jnp.where(first < n_dst, first, n_dst + rank[first])
     src = jnp.concatenate([dst, jnp.full(num_src - n_dst, -1, jnp.int32)])
     src = src.at[jnp.where(is_new, n_dst + rank, num_src)].set(cand, mode="drop")

@@ -178,7 +178,7 @@ class SampleRunner:
         self.fn = jax.jit(jax.shard_map(
             body, mesh=dg.mesh,
             in_specs=(dg.graph.specs(), ROWS, ROWS, REPLICATED, REPLICATED, ROWS),
-            out_specs=(ROWS, REPLICATED)))
+            out_specs=(ROWS, REPLICATED), check_vma=False))
 
     def __call__(self, seeds, mask=None, *, seed=0, step=0) -> HostSample:
         seeds = np.asarray(seeds, np.int32)
