@@ -590,11 +590,12 @@ class Exchange:
         """One device, distinct ids: every id is local, nothing to plan or route."""
         answers = owner_fn(ids, valid)
         answers = _select(valid, answers, jax.tree.map(jnp.zeros_like, answers))
-        zero, requested = jnp.int32(0), jnp.sum(valid, dtype=jnp.int32)
+        # Counts are psum-ed (over the one device) so they are typed as replicated.
+        count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), self.axis)   # noqa: E731
+        zero = count(jnp.zeros((), bool))
         return answers, ExchangeStats(
-            requested=requested, non_local=zero, cached=zero, capacity=zero,
-            wire_bytes=jnp.float32(0), overflow=zero,
-            out_of_range=jnp.sum(out_of_range, dtype=jnp.int32))
+            requested=count(valid), non_local=zero, cached=zero, capacity=zero,
+            wire_bytes=zero.astype(jnp.float32), overflow=zero, out_of_range=count(out_of_range))
 
     def _screen(self, ids, valid, contains):
         """Drop ids outside the graph (or outside `contains`), counting them."""

@@ -25,9 +25,12 @@ DENSE_DEDUP_MAX_NODES = 1 << 26
 class Block:
     """One hop of a sample. n_dst, n_src: static capacities; W: neighbour slots per node.
 
-      dst: int32[n_dst] — global ids of the nodes this hop computes; -1 for padding.
-      src: int32[n_src] — global ids of the nodes it reads; `src[:n_dst] == dst`, then
-        every other sampled neighbour once (deduplicated); -1 for padding.
+      dst: int32[n_dst] — global ids of the nodes this hop computes, real ones first,
+        then -1 padding.
+      src: int32[n_src] — global ids of the nodes it reads: the real dst nodes first
+        (`src[i] == dst[i]` wherever `dst[i] >= 0`), then every other sampled
+        neighbour once (deduplicated), then -1 padding. Since padding is at the tail,
+        n_src needs no room for dst padding: it is capped by the node count.
       nbr: int32[n_dst, W] — index into `src` of each sampled in-neighbour; -1 where
         `mask` is False.
       mask: bool[n_dst, W] — True for a real sampled edge.
@@ -82,24 +85,38 @@ def first_occurrence(ids: jnp.ndarray, num_nodes: int) -> jnp.ndarray:
     return jnp.where(valid, first, pos)
 
 
+def src_capacity(n_dst: int, width: int, num_nodes: int) -> int:
+    """Static size of a hop's `src`: every dst and neighbour slot distinct, but never
+    more than the graph's nodes (and at least n_dst, so `src[:n_dst]` holds dst)."""
+    return max(n_dst, min(n_dst * (1 + width), num_nodes))
+
+
+def compact_front(ids: jnp.ndarray) -> jnp.ndarray:
+    """The valid ids (>= 0) first, in their order, then -1: the layout `dst` needs."""
+    valid = ids >= 0
+    slot = jnp.where(valid, running_count(valid) - 1, ids.shape[0])
+    return jnp.full_like(ids, -1).at[slot].set(ids, mode="drop")
+
+
 def build_block(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | None,
                 num_src: int, num_nodes: int) -> Block:
     """Deduplicate sampled neighbours into `src` (dst first) and index them.
 
-    dst: int32[n_dst] distinct ids, -1 padded; nbr_ids: int32[n_dst, W] sampled
-    neighbour ids, -1 where none; num_src: the static size of `src`, at least the most
-    distinct ids the hop can produce (`n_dst + min(n_dst * W, num_nodes)`).
+    dst: int32[n_dst] distinct ids, real ones first then -1; nbr_ids: int32[n_dst, W]
+    sampled neighbour ids, -1 where none; num_src: the static size of `src`, at least
+    n_dst and the most distinct ids the hop can produce (`src_capacity`).
     """
     n_dst, width = nbr_ids.shape
+    real = jnp.sum(dst >= 0, dtype=jnp.int32)          # the new nodes start here
     cand = jnp.concatenate([dst, nbr_ids.reshape(-1)])
     valid = cand >= 0
     pos = jnp.arange(cand.shape[0], dtype=jnp.int32)
     first = first_occurrence(cand, num_nodes)
     is_new = valid & (first == pos) & (pos >= n_dst)
     rank = running_count(is_new) - 1
-    index = jnp.where(first < n_dst, first, n_dst + rank[first])
+    index = jnp.where(first < n_dst, first, real + rank[first])
     src = jnp.concatenate([dst, jnp.full(num_src - n_dst, -1, jnp.int32)])
-    src = src.at[jnp.where(is_new, n_dst + rank, num_src)].set(cand, mode="drop")
+    src = src.at[jnp.where(is_new, real + rank, num_src)].set(cand, mode="drop")
     nbr = jnp.where(valid, index, -1)[n_dst:].reshape(n_dst, width)
     mask = nbr >= 0
     if etype is not None:

@@ -26,7 +26,7 @@ from jax import lax
 from jgraph.dist.exchange import Exchange, ExchangeStats
 from jgraph.dist.graph import ShardedGraph
 from jgraph.kernels.sample import Impl, draw_positions, fmix32, hash32, resolve_impl
-from jgraph.sampling.blocks import Block, build_block
+from jgraph.sampling.blocks import Block, build_block, compact_front, src_capacity
 from jgraph.sampling.weighted import weighted_positions
 
 Fanout = Union[int, tuple[int, ...]]
@@ -138,12 +138,11 @@ class NeighborSampler:
 
     def shapes(self, graph: ShardedGraph, num_seeds: int) -> list[tuple[int, int, int]]:
         """(n_dst, width, n_src) of each hop, seeds outward: the worst case, so no batch
-        can overflow them (a hop has at most n_dst * width new nodes, and never more
-        than the graph has)."""
+        can overflow them (see `src_capacity`)."""
         shapes, n_dst = [], num_seeds
         for f in self.hop_fanouts(graph):
             width = sum(f)
-            n_src = n_dst + min(n_dst * width, graph.num_nodes)
+            n_src = src_capacity(n_dst, width, graph.num_nodes)
             shapes.append((n_dst, width, n_src))
             n_dst = n_src
         return shapes
@@ -154,6 +153,9 @@ class NeighborSampler:
                seed, step, edge_weights=None) -> Sample:
         """Sample the blocks of `seeds` (int32[B] global ids, distinct where `seed_mask`).
 
+        The real seeds are moved to the front (a loader's batches already are), so
+        `blocks[-1].dst` lists them in the order the blocks use.
+
         Runs inside `shard_map` over `exchange.axis`; `graph` is this device's shard.
         seed, step: ints or traced uint32 scalars that, with hop and node id, key every
         draw. edge_weights: per-node cumulative edge weights from `edge_weight_cumsum`
@@ -161,7 +163,7 @@ class NeighborSampler:
         """
         if self.weighted and edge_weights is None:
             raise ValueError("a weighted sampler needs edge_weights (see edge_weight_cumsum)")
-        dst = jnp.where(seed_mask, seeds.astype(jnp.int32), -1)
+        dst = compact_front(jnp.where(seed_mask, seeds.astype(jnp.int32), -1))
         blocks, stats, edges, truncated = [], [], jnp.int32(0), jnp.int32(0)
         hops = zip(self.hop_fanouts(graph), self._given(graph),
                    self.shapes(graph, dst.shape[0]))

@@ -173,12 +173,13 @@ class SampleRunner:
             self.traces += 1
             out = sampler.sample(graph, exchange, seeds, mask, seed=seed, step=step,
                                  edge_weights=cumw if sampler.weighted else None)
-            return out.blocks, out.stats
+            # Every device's own copy of the stats (they must all be equal).
+            return out.blocks, jax.tree.map(lambda x: x[None], out.stats)
 
         self.fn = jax.jit(jax.shard_map(
             body, mesh=dg.mesh,
             in_specs=(dg.graph.specs(), ROWS, ROWS, REPLICATED, REPLICATED, ROWS),
-            out_specs=(ROWS, REPLICATED), check_vma=False))
+            out_specs=(ROWS, ROWS)))
 
     def __call__(self, seeds, mask=None, *, seed=0, step=0) -> HostSample:
         seeds = np.asarray(seeds, np.int32)
@@ -190,7 +191,14 @@ class SampleRunner:
         split = lambda a: np.asarray(a).reshape(D, -1, *a.shape[1:])  # noqa: E731
         host = [HostBlock(split(b.dst), split(b.src), split(b.nbr), split(b.mask),
                           None if b.etype is None else split(b.etype)) for b in blocks]
-        return HostSample(host, jax.tree.map(np.asarray, stats))
+        return HostSample(host, jax.tree.map(same_on_every_device, stats))
+
+
+def same_on_every_device(x) -> np.ndarray:
+    """The one value of a statistic every device holds a copy of."""
+    x = np.asarray(x)
+    assert np.all(x == x[0]), f"devices disagree on a summed statistic: {x}"
+    return x[0]
 
 
 def check_sample(sample: HostSample, ref: Reference, seeds, mask, fanouts,

@@ -8,12 +8,13 @@ several devices must get the same neighbours on each: `check_sample` asserts tha
 """
 import itertools
 
+import jax
 import numpy as np
 import pytest
 import scipy.stats
 
 from jgraph.data import Graph
-from jgraph.dist import DistGraph
+from jgraph.dist import REPLICATED, ROWS, DistGraph
 from jgraph.partition import open_partitions, partition_graph
 from jgraph.sampling import NeighborSampler
 
@@ -71,6 +72,8 @@ def test_without_replacement_neighbours_are_true_distinct_and_min_of_degree_and_
     stats = sample.stats
     assert int(stats.sampled_edges) == sum(int(b.mask.sum()) for b in sample.blocks)
     assert int(stats.truncated) == 0
+    for hop, block in enumerate(sample.hops):   # each device asks once per frontier node
+        assert int(stats.exchange[hop].requested) == int(np.sum(block.dst >= 0))
     stats.check()                          # no exchange overflow or out-of-range ids
 
 
@@ -222,16 +225,17 @@ def all_nodes(num_nodes):
 def test_fanout_minus_one_gives_every_in_neighbour(small, reference_of, runner_cls, check):
     graph, dg = small
     ref = reference_of(graph, dg)
-    sampler = NeighborSampler((-1, -1))
-    assert sampler.hop_fanouts(dg.graph) == [(dg.graph.max_in_degree,)] * 2
+    sampler = NeighborSampler((-1,))
     assert dg.graph.max_in_degree == ref.degree(np.arange(96)).max()
+    assert sampler.hop_fanouts(dg.graph) == [(dg.graph.max_in_degree,)]
     seeds, mask = all_nodes(96)
     sample = runner_cls(dg, sampler)(seeds, mask, seed=0, step=0)
-    draws = check(sample, ref, seeds, mask, [dg.graph.max_in_degree] * 2, replace=False)
+    draws = check(sample, ref, seeds, mask, [dg.graph.max_in_degree], replace=False)
+    assert len(draws) == 96
     for (hop, v), got in draws.items():
         assert got == tuple(np.sort(ref.nbrs(v)).tolist())
     assert int(sample.stats.truncated) == 0
-    assert int(sample.stats.sampled_edges) == sum(int(b.mask.sum()) for b in sample.blocks)
+    assert int(sample.stats.sampled_edges) == ref.src.size
 
 
 def test_max_fanout_below_the_degree_draws_max_fanout_and_counts_truncated_nodes(
@@ -257,10 +261,11 @@ def test_max_fanout_below_the_degree_draws_max_fanout_and_counts_truncated_nodes
 # -- per-relation fanouts ----------------------------------------------------------------------
 
 RELATIONS = 3
-REL_FANOUTS = ((2, 1, 3), (1, -1, 0))
+REL_FANOUTS = ((2, 0, 3), (1, -1, 1))   # relation 1: none at hop 0, all (up to 4) at hop 1
+REL_CAP = 4
 
 
-def relational_graph(rng, num_nodes=80, max_degree=5) -> Graph:
+def relational_graph(rng, num_nodes=80, max_degree=6) -> Graph:
     """One node type, three relations; each node gets 0..max_degree distinct sources per
     relation (the same pair may be linked by several relations)."""
     edges = {}
@@ -285,11 +290,13 @@ def relational(mesh8, tmp_path_factory, reference_of):
 
 def test_per_relation_fanouts_draw_true_edges_of_each_relation_up_to_its_fanout(
         relational, runner_cls):
+    """Slots are laid out relation by relation; each holds an edge of its relation;
+    min(degree in r, f_r) distinct neighbours per relation, all when the node has at
+    most f_r; the capped -1 relation counts the nodes it truncated."""
     graph, dg, ref = relational
     assert dg.graph.num_relations == RELATIONS
-    sampler = NeighborSampler(REL_FANOUTS)
-    cap = dg.graph.max_in_degree
-    widths = [tuple(cap if f == -1 else f for f in hop) for hop in REL_FANOUTS]
+    sampler = NeighborSampler(REL_FANOUTS, max_fanout=REL_CAP)
+    widths = [tuple(REL_CAP if f == -1 else f for f in hop) for hop in REL_FANOUTS]
     assert sampler.hop_fanouts(dg.graph) == widths
     seeds, mask = all_nodes(80)
     mask[:, -2:] = False
@@ -297,7 +304,8 @@ def test_per_relation_fanouts_draw_true_edges_of_each_relation_up_to_its_fanout(
     seen_full = seen_cut = 0
     for step in range(3):
         sample = run(seeds, mask, seed=1, step=step)
-        for block, fanout in zip(sample.hops, widths):
+        truncated = 0
+        for block, fanout, given in zip(sample.hops, widths, REL_FANOUTS):
             assert block.etype is not None and block.nbr.shape[2] == sum(fanout)
             np.testing.assert_array_equal(block.etype >= 0, block.mask)
             starts = np.concatenate([[0], np.cumsum(fanout)])
@@ -314,10 +322,11 @@ def test_per_relation_fanouts_draw_true_edges_of_each_relation_up_to_its_fanout(
                     assert got.size == min(true.size, f)
                     if true.size <= f:
                         np.testing.assert_array_equal(np.sort(got), true)
-                        seen_full += true.size > 0
+                        seen_full += f > 0 and true.size > 0
                     else:
                         seen_cut += 1
-        assert int(sample.stats.truncated) == 0    # the -1 relation's cap is the max degree
+                    truncated += given[r] == -1 and true.size > f
+        assert truncated > 0 and int(sample.stats.truncated) == truncated
     assert seen_full > 0 and seen_cut > 0
 
 
@@ -341,3 +350,27 @@ def test_per_relation_fanout_with_the_wrong_number_of_relations_is_an_error(rela
 def test_invalid_sampler_settings_raise_value_errors_naming_the_setting(kwargs, match):
     with pytest.raises(ValueError, match=match):
         NeighborSampler(**kwargs)
+
+
+# -- a one-device mesh -------------------------------------------------------------------------
+
+
+def test_sample_stats_return_replicated_from_a_one_device_mesh(cora1):
+    """Stats are "summed over devices, the same on every device": a step on a 1-device
+    mesh can return them with a replicated out_spec, as on 8 devices."""
+    _, dg1, ref1 = cora1
+    sampler = NeighborSampler((2,))
+    exchange = dg1.exchange()
+
+    def body(graph, seeds):
+        out = sampler.sample(graph, exchange, seeds, seeds >= 0, seed=0, step=0)
+        return out.blocks[-1].mask, out.stats
+
+    step = jax.jit(jax.shard_map(body, mesh=dg1.mesh, in_specs=(dg1.graph.specs(), ROWS),
+                                 out_specs=(ROWS, REPLICATED)))
+    seeds = np.concatenate([np.arange(0, 2000, 100), [-1] * 4]).astype(np.int32)
+    mask, stats = step(dg1.graph, seeds)
+    assert int(stats.sampled_edges) == int(np.sum(mask)) == int(
+        np.minimum(ref1.degree(seeds[seeds >= 0]), 2).sum())
+    assert int(stats.exchange[0].requested) == 20
+    assert int(stats.exchange[0].non_local) == 0
