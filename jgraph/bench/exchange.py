@@ -28,6 +28,7 @@ import numpy as np
 from jgraph.data import load_dataset, symmetrize
 from jgraph.dist import (REPLICATED, ROWS, DistEmbedding, DistGraph, Exchange, ExchangeConfig,
                          HotCache, RowLayout, SparseAdam, Strategy, make_mesh, request_counts)
+from jgraph.dist.mesh import first_devices
 from jgraph.partition import PartitionBook, partition_graph
 from jgraph.progress import Progress
 
@@ -156,7 +157,7 @@ def time_calls(fn, args_list, warmup_args) -> tuple[float, float, list]:
 
 def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
     """One row per strategy, yielded as soon as it is measured."""
-    mesh = make_mesh(cfg.num_parts)
+    mesh = make_mesh(cfg.num_parts, first_devices(cfg.num_parts))
     rng = np.random.default_rng(cfg.seed)
     with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
         with progress.phase("loading graph"):
@@ -243,7 +244,7 @@ def even_book(rows: int, parts: int) -> PartitionBook:
 
 def bench_embedding(cfg: ExchangeBench, num_rows: int, progress: Progress) -> dict:
     """One training step of a sharded table: lookup, gradient, sparse Adam update."""
-    mesh = make_mesh(cfg.num_parts)
+    mesh = make_mesh(cfg.num_parts, first_devices(cfg.num_parts))
     book = even_book(num_rows, cfg.num_parts)
     emb = DistEmbedding(RowLayout.of(book), cfg.embedding_dim, SparseAdam(0.01))
     exchange = Exchange(book.offsets)

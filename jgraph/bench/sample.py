@@ -21,6 +21,7 @@ import numpy as np
 
 from jgraph.data import load_dataset, symmetrize
 from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, Strategy, make_mesh
+from jgraph.dist.mesh import first_devices
 from jgraph.partition import partition_graph
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
@@ -42,7 +43,7 @@ class SampleBench:
 
 
 def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
-    mesh = make_mesh(cfg.devices)
+    mesh = make_mesh(cfg.devices, first_devices(cfg.devices))
     with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
         with progress.phase("loading graph"):
             graph = load_dataset(cfg.graph)

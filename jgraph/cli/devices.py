@@ -22,7 +22,16 @@ def use_devices(count: int | None) -> None:
     if flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
     import jax
-    if count is not None:
-        if count < 1:
-            raise UsageError(f"--devices must be >= 1, got {count}")
-        jax.config.update("jax_num_cpu_devices", count)
+    from jax._src import xla_bridge
+    if count is None:
+        return
+    if count < 1:
+        raise UsageError(f"--devices must be >= 1, got {count}")
+    if xla_bridge.backends_are_initialized() or jax.config.jax_num_cpu_devices >= count:
+        # Called again in one process (tests, notebooks): never shrink what an earlier
+        # call set up; meshes take the first `count` devices, so enough is all it needs.
+        if jax.device_count() < count:
+            raise UsageError(f"{count} devices asked for, but JAX already started with "
+                             f"{jax.device_count()}; run the command in a new process")
+        return
+    jax.config.update("jax_num_cpu_devices", count)

@@ -39,6 +39,16 @@ def make_mesh(num_parts: int | None = None, devices: Sequence[jax.Device] | None
     return Mesh(np.array(devices), (AXIS,))
 
 
+def first_devices(count: int) -> list[jax.Device]:
+    """The first `count` devices, for a mesh smaller than the machine (benchmarks)."""
+    devices = jax.devices()
+    if count > len(devices):
+        raise MeshError(f"{count} devices asked for, but JAX has {len(devices)} "
+                        f"{jax.default_backend()} device(s); on CPU simulate them with "
+                        f"--devices {count} or XLA_FLAGS=--xla_force_host_platform_device_count={count}")
+    return devices[:count]
+
+
 def device_mismatch_message(num_parts: int, num_devices: int, source: str = "the graph") -> str:
     platform = jax.default_backend()
     simulate = (f"run on {num_parts} devices (on CPU, simulate them: --devices {num_parts}, "

@@ -201,37 +201,51 @@ def same_on_every_device(x) -> np.ndarray:
     return x[0]
 
 
+def compact(ids: np.ndarray) -> np.ndarray:
+    """Each row's valid ids (>= 0) first, in order, then -1: the layout of `dst`."""
+    out = np.full_like(ids, -1)
+    for k, row in enumerate(ids):
+        real = row[row >= 0]
+        out[k, :real.size] = real
+    return out
+
+
 def check_sample(sample: HostSample, ref: Reference, seeds, mask, fanouts,
                  replace: bool) -> dict:
     """Assert every documented invariant of a homogeneous-fanout sample against `ref`,
     and return {(hop, node id): sorted tuple of its sampled neighbour ids}, checking
     that every device that sampled a node got the same neighbours.
 
+    Layout (Block's docstring): dst holds the real nodes first, then -1; src[i] ==
+    dst[i] for every real dst, then each other sampled neighbour once, then -1; nbr
+    indexes src; mask == (nbr >= 0). The seeds' dst are the masked-in seeds, in order,
+    and each hop's dst is the previous hop's src.
+
     fanouts: the number of draws of each hop, seeds outward (a -1 fanout already
     replaced by its cap)."""
     seeds, mask = np.asarray(seeds), np.asarray(mask, bool)
     D = seeds.shape[0]
     draws: dict = {}
-    dst_expected = np.where(mask, seeds, -1)
+    dst_expected = compact(np.where(mask, seeds, -1))
     assert len(sample.hops) == len(fanouts)
     for hop, (block, fanout) in enumerate(zip(sample.hops, fanouts)):
         n_dst = block.dst.shape[1]
         assert block.nbr.shape == block.mask.shape == (D, n_dst, fanout)
+        assert block.src.shape[1] >= n_dst
         np.testing.assert_array_equal(block.dst, dst_expected)
-        np.testing.assert_array_equal(block.src[:, :n_dst], block.dst)
         np.testing.assert_array_equal(block.mask, block.nbr >= 0)
         for k in range(D):
             dst, src, nbr, m = block.dst[k], block.src[k], block.nbr[k], block.mask[k]
-            real = src[src >= 0]
-            assert np.unique(real).size == real.size, f"hop {hop} device {k}: src repeats"
-            new = src[n_dst:]
-            count = int(np.sum(new >= 0))
-            assert np.all(new[:count] >= 0) and np.all(new[count:] == -1), \
-                "new src entries are not one run after the dst nodes"
-            assert np.all(nbr[m] < src.size) and np.all(src[nbr[m]] >= 0)
+            real_dst = int(np.sum(dst >= 0))
+            np.testing.assert_array_equal(src[:real_dst], dst[:real_dst])
+            real = int(np.sum(src >= 0))
+            assert np.all(src[:real] >= 0) and np.all(src[real:] == -1), \
+                f"hop {hop} device {k}: src is not its real ids followed by -1 padding"
+            assert np.unique(src[:real]).size == real, f"hop {hop} device {k}: src repeats"
+            assert np.all(nbr[m] < real), "nbr points at src padding"
             assert not m[dst < 0].any(), "a padding dst has sampled edges"
             sampled_all = []
-            for i in np.flatnonzero(dst >= 0):
+            for i in range(real_dst):
                 v = int(dst[i])
                 got = src[nbr[i][m[i]]]
                 true = ref.nbrs(v)
@@ -244,15 +258,14 @@ def check_sample(sample: HostSample, ref: Reference, seeds, mask, fanouts,
                     assert got.size == min(true.size, fanout)
                     if true.size <= fanout:
                         np.testing.assert_array_equal(np.sort(got), np.sort(true))
-                key = (hop, v)
                 drawn = tuple(np.sort(got).tolist())
-                assert draws.setdefault(key, drawn) == drawn, \
+                assert draws.setdefault((hop, v), drawn) == drawn, \
                     f"hop {hop} node {v}: devices disagree on its neighbours"
                 sampled_all.append(got)
             # src is exactly the dst nodes and the sampled neighbours, nothing else.
-            expected_src = np.union1d(dst[dst >= 0],
+            expected_src = np.union1d(dst[:real_dst],
                                       np.concatenate([np.zeros(0, np.int64)] + sampled_all))
-            np.testing.assert_array_equal(np.sort(real), expected_src)
+            np.testing.assert_array_equal(np.sort(src[:real]), expected_src)
         dst_expected = block.src      # the next hop computes what this one reads
     return draws
 
@@ -261,6 +274,11 @@ def check_sample(sample: HostSample, ref: Reference, seeds, mask, fanouts,
 def check():
     """`check_sample` (a fixture, as test modules are imported with importlib)."""
     return check_sample
+
+
+@pytest.fixture(scope="session")
+def compact_rows():
+    return compact
 
 
 @pytest.fixture(scope="session")
