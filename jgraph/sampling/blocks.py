@@ -15,8 +15,8 @@ import jax.numpy as jnp
 
 from jgraph.dist.exchange import running_count
 
-# Deduplicating with a dense [num_nodes] table is linear time; above this many nodes the
-# table would cost more memory than a sort (per device, int32).
+# Deduplicating with dense [num_nodes] tables is linear time; above this many nodes the
+# tables would cost more memory than a sort (per device, int32).
 DENSE_DEDUP_MAX_NODES = 1 << 26
 
 
@@ -64,18 +64,12 @@ class Block:
         return self.src >= 0
 
 
-def first_occurrence(ids: jnp.ndarray, num_nodes: int) -> jnp.ndarray:
+def first_occurrence(ids: jnp.ndarray) -> jnp.ndarray:
     """int32[c]: for each valid entry (ids >= 0) the position of the first entry with
-    the same id; padding entries get their own position."""
+    the same id (by a stable sort); padding entries get their own position."""
     c = ids.shape[0]
     pos = jnp.arange(c, dtype=jnp.int32)
     valid = ids >= 0
-    if num_nodes <= DENSE_DEDUP_MAX_NODES:
-        # Scatter-min of positions into a per-node table: O(c + num_nodes), no sort.
-        table = jnp.full(num_nodes, c, jnp.int32).at[jnp.where(valid, ids, num_nodes)].min(
-            pos, mode="drop")
-        return jnp.where(valid, table[jnp.where(valid, ids, 0)], pos)
-    # Stable sort by id; each run's first position is the first occurrence.
     big = jnp.iinfo(jnp.int32).max
     order = jnp.argsort(jnp.where(valid, ids, big), stable=True).astype(jnp.int32)
     keys = jnp.where(valid, ids, big)[order]
@@ -83,6 +77,12 @@ def first_occurrence(ids: jnp.ndarray, num_nodes: int) -> jnp.ndarray:
     head = jax.lax.cummax(jnp.where(starts, pos, 0))
     first = jnp.zeros(c, jnp.int32).at[order].set(order[head])
     return jnp.where(valid, first, pos)
+
+
+def use_dense_table(num_nodes: int, entries: int) -> bool:
+    """Deduplicate with [num_nodes] tables (linear time) unless the graph is so large
+    next to the batch that clearing the tables would cost more than sorting."""
+    return num_nodes <= min(DENSE_DEDUP_MAX_NODES, max(16 * entries, 1 << 22))
 
 
 def src_capacity(n_dst: int, width: int, num_nodes: int) -> int:
@@ -108,16 +108,32 @@ def build_block(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | Non
     """
     n_dst, width = nbr_ids.shape
     real = jnp.sum(dst >= 0, dtype=jnp.int32)          # the new nodes start here
-    cand = jnp.concatenate([dst, nbr_ids.reshape(-1)])
-    valid = cand >= 0
-    pos = jnp.arange(cand.shape[0], dtype=jnp.int32)
-    first = first_occurrence(cand, num_nodes)
-    is_new = valid & (first == pos) & (pos >= n_dst)
-    rank = running_count(is_new) - 1
-    index = jnp.where(first < n_dst, first, real + rank[first])
+    flat = nbr_ids.reshape(-1)
     src = jnp.concatenate([dst, jnp.full(num_src - n_dst, -1, jnp.int32)])
-    src = src.at[jnp.where(is_new, real + rank, num_src)].set(cand, mode="drop")
-    nbr = jnp.where(valid, index, -1)[n_dst:].reshape(n_dst, width)
+    if use_dense_table(num_nodes, flat.shape[0]):
+        # Mark every sampled id in a node table; the new ones (not dst) get src slots
+        # in id order, by a running count over the table.
+        where_dst = jnp.full(num_nodes, -1, jnp.int32).at[
+            jnp.where(dst >= 0, dst, num_nodes)].set(jnp.arange(n_dst, dtype=jnp.int32),
+                                                     mode="drop")
+        seen = jnp.zeros(num_nodes, bool).at[jnp.where(flat >= 0, flat, num_nodes)].set(
+            True, mode="drop")
+        new = seen & (where_dst < 0)
+        rank = running_count(new) - 1
+        safe = jnp.maximum(flat, 0)
+        index = jnp.where(where_dst[safe] >= 0, where_dst[safe], real + rank[safe])
+        src = src.at[jnp.where(new, real + rank, num_src)].set(
+            jnp.arange(num_nodes, dtype=jnp.int32), mode="drop")
+    else:
+        # Sort dst and samples together; an id's first occurrence names its src slot.
+        cand = jnp.concatenate([dst, flat])
+        pos = jnp.arange(cand.shape[0], dtype=jnp.int32)
+        first = first_occurrence(cand)
+        is_new = (cand >= 0) & (first == pos) & (pos >= n_dst)
+        rank = running_count(is_new) - 1
+        index = jnp.where(first < n_dst, first, real + rank[first])[n_dst:]
+        src = src.at[jnp.where(is_new, real + rank, num_src)].set(cand, mode="drop")
+    nbr = jnp.where(flat >= 0, index, -1).reshape(n_dst, width)
     mask = nbr >= 0
     if etype is not None:
         etype = jnp.where(mask, etype, -1)

@@ -179,7 +179,7 @@ class NeighborSampler:
             edges = edges + jnp.sum(block.mask, dtype=jnp.int32)
             if "cut" in got:
                 truncated = truncated + jnp.sum(got["cut"], dtype=jnp.int32)
-            dst = block.src
+            dst = lax.optimization_barrier(block.src)
         axis = exchange.axis
         return Sample(tuple(reversed(blocks)), SampleStats(
             lax.psum(edges, axis), lax.psum(truncated, axis), tuple(stats)))
@@ -208,6 +208,7 @@ class NeighborSampler:
                                      capped[r]))
             pos = jnp.concatenate([self._draw(lo, d, k, f, edge_weights, graph.max_in_degree)
                                    for lo, d, k, f, _ in segments], axis=1)
+            pos = lax.optimization_barrier(pos)     # keep the draws out of the gathers
             ok = pos >= 0
             safe = jnp.where(ok, pos, 0)
             out = {"nbr": jnp.where(ok, graph.indices[safe] + 1, 0)}
