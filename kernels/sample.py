@@ -109,6 +109,29 @@ def _kernel(lo_ref, deg_ref, key_ref, out_ref, *, fanout: int, replace: bool):
                               out_ref.shape[1], replace)
 
 
+def _out_struct(like, shape, dtype) -> jax.ShapeDtypeStruct:
+    """An output shape that varies over the same mesh axes as `like`, which Pallas needs
+    inside `shard_map` (the field is `manual_axis_type` on JAX 0.10, `vma` later)."""
+    aval = jax.typeof(like)
+    for attr, keyword in (("mat", "manual_axis_type"), ("vma", "vma")):
+        if hasattr(aval, attr):
+            try:
+                return jax.ShapeDtypeStruct(shape, dtype, **{keyword: getattr(aval, attr)})
+            except TypeError:
+                continue
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def _varying(x) -> bool:
+    """Does x vary over manual mesh axes (are we inside shard_map)?"""
+    aval = jax.typeof(x)
+    for attr in ("mat", "vma"):
+        value = getattr(aval, attr, None)
+        if value is not None:
+            return bool(getattr(value, "varying", value))
+    return False
+
+
 def _next_pow2(x: int) -> int:
     return 1 << max(x - 1, 0).bit_length()
 
@@ -129,14 +152,26 @@ def draw_positions_pallas(lo, deg, key, fanout: int, replace: bool = False, *,
     width = _next_pow2(max(fanout, 1))
     pad = lambda x, dtype: jnp.pad(x.astype(dtype), (0, padded - m))   # noqa: E731
     spec = pl.BlockSpec((tile,), lambda i: (i,))
-    out = pl.pallas_call(
+    lo, deg, key = pad(lo, jnp.int32), pad(deg, jnp.int32), pad(key, jnp.uint32)
+    call = pl.pallas_call(
         functools.partial(_kernel, fanout=fanout, replace=replace),
-        out_shape=jax.ShapeDtypeStruct((padded, width), jnp.int32),
+        out_shape=_out_struct(lo, (padded, width), jnp.int32),
         grid=(padded // tile,),
         in_specs=[spec, spec, spec],
         out_specs=pl.BlockSpec((tile, width), lambda i: (i, 0)),
         interpret=interpret,
-    )(pad(lo, jnp.int32), pad(deg, jnp.int32), pad(key, jnp.uint32))
+    )
+    try:
+        out = call(lo, deg, key)
+    except ValueError as err:
+        if not (interpret and _varying(lo)):
+            raise
+        # JAX's Pallas interpreter mixes axis-varying refs with plain constants, which
+        # shard_map's type check rejects. The compiled GPU kernel is not affected.
+        raise ValueError(
+            "the Pallas draw kernel in interpret mode cannot run inside jax.shard_map "
+            "with check_vma=True (a JAX limitation): pass check_vma=False to shard_map, "
+            "or use impl='xla' on CPU") from err
     return out[:m, :fanout]
 
 

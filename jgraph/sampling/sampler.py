@@ -206,8 +206,8 @@ class NeighborSampler:
                     r_lo, r_hi = self._relation_range(graph, lo, deg, r)
                     segments.append((r_lo, r_hi - r_lo, hash32(keys, 0x10000 + r), f,
                                      capped[r]))
-            pos = jnp.concatenate([self._draw(lo, d, k, f, edge_weights, graph.max_in_degree)
-                                   for lo, d, k, f, _ in segments], axis=1)
+            pos = jnp.concatenate([self._draw(s_lo, d, k, f, edge_weights, graph.max_in_degree, lo)
+                                   for s_lo, d, k, f, _ in segments], axis=1)
             pos = lax.optimization_barrier(pos)     # keep the draws out of the gathers
             ok = pos >= 0
             safe = jnp.where(ok, pos, 0)
@@ -223,10 +223,10 @@ class NeighborSampler:
             return out
         return fn
 
-    def _draw(self, lo, deg, keys, fanout, edge_weights, max_degree):
+    def _draw(self, lo, deg, keys, fanout, edge_weights, max_degree, node_lo):
         if self.weighted:
             return weighted_positions(lo, deg, keys, fanout, self.replace, edge_weights,
-                                      max_degree)
+                                      max_degree, node_lo)
         return draw_positions(lo, deg, keys, fanout, self.replace, self.impl)
 
     @staticmethod

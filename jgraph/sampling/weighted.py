@@ -20,8 +20,8 @@ from jgraph.kernels.sample import hash32
 def edge_weight_cumsum(dg: DistGraph, name: str = "weight") -> jax.Array:
     """float32[P * e] row-sharded: per-node running sums of the edge array `name`.
 
-    Raises ValueError, naming the array, when it is missing, not one value per edge,
-    negative or not finite.
+    Raises KeyError when the partition has no edge array `name`, and ValueError, naming
+    the array, when it is not one value per edge, negative or not finite.
     """
     specs = dg.meta.edge_data
     if name not in specs:
@@ -47,19 +47,25 @@ def edge_weight_cumsum(dg: DistGraph, name: str = "weight") -> jax.Array:
     return shard_rows(dg.mesh, e, (), np.float32, part)
 
 
-def weighted_positions(lo, deg, keys, fanout: int, replace: bool, cumw, max_degree: int):
+def weighted_positions(lo, deg, keys, fanout: int, replace: bool, cumw, max_degree: int,
+                       node_lo=None):
     """int32[m, fanout] edge positions drawn with probability proportional to weight;
     -1 where there is no draw (no weight left, or degree 0).
 
     lo, deg: int32[m] each node's in-edge range; keys: uint32[m] its random key;
     cumw: float32[e] from `edge_weight_cumsum`; max_degree bounds the bisection.
+    node_lo: int32[m] first in-edge of each node when [lo, lo + deg) is only part of
+    its edges (one relation's): the running weight before lo is then subtracted.
     """
     m = lo.shape[0]
     last = cumw.shape[0] - 1
     steps = max(int(max_degree), 1).bit_length() + 1
 
-    def at(p):                    # running weight at relative position p of each node
-        return cumw[jnp.clip(lo + p, 0, last)]
+    base = 0.0 if node_lo is None else jnp.where(lo > node_lo, cumw[jnp.clip(lo - 1, 0, last)],
+                                                    0.0)
+
+    def at(p):                    # running weight of the range up to relative position p
+        return cumw[jnp.clip(lo + p, 0, last)] - base
 
     def weight(p):
         return at(p) - jnp.where(p > 0, at(p - 1), 0.0)

@@ -6,17 +6,21 @@ same neighbours as a single-device sample of the same relabelled graph; -1 fanou
 Every node's draw is keyed by (seed, step, hop, node id), so a node asked for by
 several devices must get the same neighbours on each: `check_sample` asserts that too.
 """
+import functools
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
+from jgraph.kernels.sample import draw_positions_reference
 
 from jgraph.data import Graph
 from jgraph.dist import REPLICATED, ROWS, DistGraph
 from jgraph.partition import open_partitions, partition_graph
-from jgraph.sampling import NeighborSampler
+from jgraph.sampling import NeighborSampler, stream_key
+from jgraph.sampling.sampler import node_keys
 
 P, B = 8, 24                 # devices, seeds per device
 ALPHA = 1e-3                 # chi-square: reject uniformity below this p-value
@@ -189,6 +193,7 @@ def test_without_replacement_every_fanout_subset_is_equally_likely_chi_square(un
             marginal[pos] += 1
     assert scipy.stats.chisquare(counts).pvalue > ALPHA
     assert scipy.stats.chisquare(marginal).pvalue > ALPHA
+    assert uniform8.traces == 1            # every seed, step and batch: one compilation
 
 
 def test_with_replacement_draws_are_uniform_and_independent_chi_square(replace8, ref):
@@ -258,6 +263,27 @@ def test_max_fanout_below_the_degree_draws_max_fanout_and_counts_truncated_nodes
         assert 0 < expected < mask.sum() and int(sample.stats.truncated) == expected
 
 
+@pytest.mark.parametrize("impl", ["xla", "pallas"])
+def test_each_node_draws_the_reference_kernels_positions_for_its_seed_step_hop_key(
+        small, reference_of, runner_cls, impl):
+    """A node's neighbours, in slot order, are `draw_positions_reference` over its
+    in-edges with the key of (seed, step, hop, node id), whichever device owns or asks
+    for it; with impl="pallas" (interpret mode on CPU) too."""
+    graph, dg = small
+    ref = reference_of(graph, dg)
+    seeds, mask = all_nodes(96)
+    sample = runner_cls(dg, NeighborSampler((3,), impl=impl))(seeds, mask, seed=7, step=9)
+    ids = np.arange(96)
+    keys = node_keys(stream_key(7, 9, 0), jnp.asarray(ids, jnp.int32))
+    pos = np.asarray(jax.jit(functools.partial(draw_positions_reference, fanout=3))(
+        jnp.asarray(ref.indptr[:-1], jnp.int32), jnp.asarray(ref.degree(ids), jnp.int32), keys))
+    block = sample.hops[0]
+    for k, i in zip(*np.nonzero(block.dst >= 0)):
+        v = int(block.dst[k, i])
+        expected = ref.src[pos[v][pos[v] >= 0]]
+        np.testing.assert_array_equal(block.sampled(k, i), expected)
+
+
 # -- per-relation fanouts ----------------------------------------------------------------------
 
 RELATIONS = 3
@@ -293,7 +319,7 @@ def test_per_relation_fanouts_draw_true_edges_of_each_relation_up_to_its_fanout(
     """Slots are laid out relation by relation; each holds an edge of its relation;
     min(degree in r, f_r) distinct neighbours per relation, all when the node has at
     most f_r; the capped -1 relation counts the nodes it truncated."""
-    graph, dg, ref = relational
+    _, dg, ref = relational
     assert dg.graph.num_relations == RELATIONS
     sampler = NeighborSampler(REL_FANOUTS, max_fanout=REL_CAP)
     widths = [tuple(REL_CAP if f == -1 else f for f in hop) for hop in REL_FANOUTS]
@@ -305,7 +331,7 @@ def test_per_relation_fanouts_draw_true_edges_of_each_relation_up_to_its_fanout(
     for step in range(3):
         sample = run(seeds, mask, seed=1, step=step)
         check(sample, ref, seeds, mask, [sum(w) for w in widths], replace=False,
-              per_relation=True)
+              counts=False)
         truncated = 0
         for block, fanout, given in zip(sample.hops, widths, REL_FANOUTS):
             assert block.etype is not None and block.nbr.shape[2] == sum(fanout)
@@ -342,12 +368,12 @@ def test_per_relation_fanout_with_the_wrong_number_of_relations_is_an_error(rela
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(fanouts=()), "at least one hop"),
-    (dict(fanouts=(5, -2)), r"fanouts\[1\]"),
-    (dict(fanouts=(-1,), replace=True), "not with replace"),
-    (dict(fanouts=((2, -1),), replace=True), "not with replace"),
-    (dict(fanouts=(5,), max_fanout=0), "max_fanout"),
-    (dict(fanouts=(5,), impl="cuda"), "impl"),
+    ({"fanouts": ()}, "at least one hop"),
+    ({"fanouts": (5, -2)}, r"fanouts\[1\]"),
+    ({"fanouts": (-1,), "replace": True}, "not with replace"),
+    ({"fanouts": ((2, -1),), "replace": True}, "not with replace"),
+    ({"fanouts": (5,), "max_fanout": 0}, "max_fanout"),
+    ({"fanouts": (5,), "impl": "cuda"}, "impl"),
 ])
 def test_invalid_sampler_settings_raise_value_errors_naming_the_setting(kwargs, match):
     with pytest.raises(ValueError, match=match):
