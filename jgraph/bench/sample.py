@@ -38,6 +38,8 @@ class SampleBench:
     replace: bool = False
     impl: str = "auto"
     strategy: Strategy = Strategy.ALL_TO_ALL
+    growth: float = 2.0             # the exchange's rungs: each compiles the owner's sampler
+    relay: bool = False
     symmetrize: bool = False
     seed: int = 0
 
@@ -55,7 +57,8 @@ def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
         dg = DistGraph(tmp, mesh)
         loader = NodeLoader.from_split(dg, "train", batch_size=cfg.batch_size, seed=cfg.seed)
     sampler = NeighborSampler(cfg.fanouts, replace=cfg.replace, impl=cfg.impl)
-    exchange = dg.exchange(ExchangeConfig(strategy=cfg.strategy))
+    exchange = dg.exchange(ExchangeConfig(strategy=cfg.strategy, growth=cfg.growth,
+                                          relay=cfg.relay))
 
     def step(graph, order, i, global_step):
         seeds, mask = loader.batch(order, i)
@@ -95,6 +98,7 @@ def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
         "bench": "sample", "graph": meta.graph_name, "devices": mesh.size,
         "method": meta.method, "fanouts": list(cfg.fanouts), "batch_size": cfg.batch_size,
         "replace": cfg.replace, "impl": cfg.impl, "strategy": cfg.strategy.value,
+        "growth": cfg.growth, "relay": cfg.relay,
         "epochs": cfg.epochs, "steps_per_epoch": steps, "seeds_per_epoch": loader.num_seeds,
         "seconds": seconds, "seeds_per_s": seeds / seconds,
         "sampled_edges_per_s": edges / seconds,

@@ -109,6 +109,12 @@ def add_commands(sub) -> None:
                     help="draw kernel: auto = Pallas on GPU, XLA elsewhere")
     sa.add_argument("--strategy", choices=STRATEGIES, default="all_to_all",
                     help="exchange strategy for remote frontier nodes")
+    sa.add_argument("--growth", type=float, default=2.0,
+                    help="ratio between the exchange's capacity rungs (each rung is a "
+                         "compiled branch holding the owner's sampling code: fewer rungs "
+                         "compile faster)")
+    sa.add_argument("--relay", action="store_true",
+                    help="relay the busiest pairs' excess (less padding, longer compile)")
     sa.add_argument("--symmetrize", action="store_true",
                     help="add every edge's reverse first (e.g. for facebook_musae)")
     sa.add_argument("--seed", type=int, default=0)
@@ -149,6 +155,8 @@ def run_exchange(args) -> int:
 def run_sample(args) -> int:
     if min(args.devices, args.batch_size, args.epochs) < 1:
         raise UsageError("--devices, --batch-size and --epochs must be >= 1")
+    if args.growth <= 1:
+        raise UsageError(f"--growth must be > 1, got {args.growth}")
     use_devices(args.devices)
     from jgraph.bench.sample import SampleBench, bench_sample
     from jgraph.dist.exchange import Strategy
@@ -156,6 +164,7 @@ def run_sample(args) -> int:
     cfg = SampleBench(graph=args.graph, devices=args.devices, method=args.method,
                       fanouts=args.fanouts, batch_size=args.batch_size, epochs=args.epochs,
                       replace=args.replace, impl=args.impl, strategy=Strategy(args.strategy),
+                      growth=args.growth, relay=args.relay,
                       symmetrize=args.symmetrize, seed=args.seed)
     emitter(args.json)(bench_sample(cfg, Progress(enabled=True)))
     return 0
