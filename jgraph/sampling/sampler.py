@@ -20,13 +20,12 @@ from typing import Union
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from jgraph.dist.exchange import Exchange, ExchangeStats
+from jgraph.dist.exchange import Exchange
 from jgraph.dist.graph import ShardedGraph
 from jgraph.kernels.sample import Impl, draw_positions, fmix32, hash32, resolve_impl
-from jgraph.sampling.blocks import Block, build_block, compact_front, src_capacity
+from jgraph.sampling.blocks import build_block, compact_front, src_capacity
 from jgraph.sampling.weighted import weighted_positions
 
 Fanout = Union[int, tuple[int, ...]]
