@@ -151,12 +151,13 @@ class DistTensor:
     def owner_fn(self, shard: jnp.ndarray) -> OwnerFn:
         return owner_gather(self.layout, shard)
 
-    def lookup(self, exchange: Exchange, shard, ids, valid, cache=None
+    def lookup(self, exchange: Exchange, shard, ids, valid, cache=None, distinct=False
                ) -> tuple[jnp.ndarray, ExchangeStats]:
         """Rows of global ids `ids` (zeros where not `valid`); `shard` is this device's
-        block of `array`; cache: `HotCache.device_args(self)` or None."""
+        block of `array`; cache: `HotCache.device_args(self)` or None; distinct: the
+        valid ids do not repeat (a Block's src), see `Exchange.gather`."""
         return exchange.gather(ids, valid, self.owner_fn(shard), cache=cache,
-                               contains=self.layout.contains)
+                               contains=self.layout.contains, distinct=distinct)
 
     def scatter(self, exchange: Exchange, shard, ids, valid, rows, add: bool = False
                 ) -> tuple[jnp.ndarray, ExchangeStats]:

@@ -66,9 +66,9 @@ class SAGEConv(nnx.Module):
 class GraphSAGE(nnx.Module):
     """Stacked SAGEConv layers: relu, optional layer norm and dropout between layers.
 
-    __call__(h_input, neighbourhoods) takes the input rows of the outermost hop's src
-    and one (nbr, mask) pair per layer in model order (blocks[0] first), and returns
-    the logits of the last layer's dst nodes.
+    __call__(h_input, neighbourhoods, key=None) takes the input rows of the outermost
+    hop's src and one (nbr, mask) pair per layer in model order (blocks[0] first), and
+    returns the logits of the last layer's dst nodes. Dropout runs only with a key.
     """
 
     def __init__(self, in_features: int, hidden: int, out_features: int, num_layers: int, *,
@@ -81,22 +81,25 @@ class GraphSAGE(nnx.Module):
                                 for a, b in zip(sizes[:-1], sizes[1:])])
         self.norms = nnx.List([nnx.LayerNorm(hidden, rngs=rngs) if norm else None
                                for _ in range(num_layers - 1)])
-        self.dropout = nnx.Dropout(dropout, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout)
 
-    def layer(self, i: int, h_src: jax.Array, nbr: jax.Array, mask: jax.Array) -> jax.Array:
-        """Layer i alone (layer-wise full-graph inference calls it chunk by chunk)."""
+    def layer(self, i: int, h_src: jax.Array, nbr: jax.Array, mask: jax.Array,
+              key: jax.Array | None = None) -> jax.Array:
+        """Layer i alone (layer-wise full-graph inference calls it chunk by chunk).
+        key: dropout randomness; None = evaluation (no dropout)."""
         h = self.layers[i](h_src, nbr, mask)
         if i < len(self.layers) - 1:
             h = jax.nn.relu(h)
             if self.norms[i] is not None:
                 h = self.norms[i](h)
-            h = self.dropout(h)
+            if key is not None:
+                h = self.dropout(h, deterministic=False, rngs=jax.random.fold_in(key, i))
         return h
 
-    def __call__(self, h: jax.Array, neighbourhoods: Sequence[tuple[jax.Array, jax.Array]]
-                 ) -> jax.Array:
+    def __call__(self, h: jax.Array, neighbourhoods: Sequence[tuple[jax.Array, jax.Array]],
+                 key: jax.Array | None = None) -> jax.Array:
         if len(neighbourhoods) != len(self.layers):
             raise ValueError(f"{len(neighbourhoods)} blocks for a {len(self.layers)}-layer model")
         for i, (nbr, mask) in enumerate(neighbourhoods):
-            h = self.layer(i, h, nbr, mask)
+            h = self.layer(i, h, nbr, mask, key)
         return h
