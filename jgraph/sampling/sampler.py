@@ -205,8 +205,9 @@ class NeighborSampler:
                     r_lo, r_hi = self._relation_range(graph, lo, deg, r)
                     segments.append((r_lo, r_hi - r_lo, hash32(keys, 0x10000 + r), f,
                                      capped[r]))
-            pos = jnp.concatenate([self._draw(s_lo, d, k, f, edge_weights, graph.max_in_degree, lo)
-                                   for s_lo, d, k, f, _ in segments], axis=1)
+            pos = jnp.concatenate([
+                self._draw(s_lo, d, k, f, edge_weights, graph.max_in_degree, lo, every)
+                for s_lo, d, k, f, every in segments], axis=1)
             pos = lax.optimization_barrier(pos)     # keep the draws out of the gathers
             ok = pos >= 0
             safe = jnp.where(ok, pos, 0)
@@ -222,7 +223,19 @@ class NeighborSampler:
             return out
         return fn
 
-    def _draw(self, lo, deg, keys, fanout, edge_weights, max_degree, node_lo):
+    def _draw(self, lo, deg, keys, fanout, edge_weights, max_degree, node_lo, every):
+        if every and fanout >= max_degree and not self.replace:
+            # -1 with a cap no node exceeds: every edge, no draw (a draw of this width
+            # would unroll `fanout` steps into the program). Weighted: those with weight.
+            j = jnp.arange(fanout, dtype=jnp.int32)
+            take = j[None, :] < deg[:, None]
+            if self.weighted:
+                base = jnp.where(lo > node_lo, edge_weights[jnp.maximum(lo - 1, 0)], 0.0)
+                pos = jnp.minimum(lo[:, None] + j, edge_weights.shape[0] - 1)
+                before = jnp.where(j[None, :] > 0, edge_weights[jnp.maximum(pos - 1, 0)],
+                                   base[:, None])
+                take = take & (edge_weights[pos] - before > 0)
+            return jnp.where(take, lo[:, None] + j, -1)
         if self.weighted:
             return weighted_positions(lo, deg, keys, fanout, self.replace, edge_weights,
                                       max_degree, node_lo)

@@ -104,3 +104,13 @@ class NodeClassification:
                    "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
                    "stats": stats}
         return TrainState(params, opt_state, state.step + 1), metrics
+
+    def eval_step(self, params, graph, feat_shard, label_shard, order, index):
+        """Per device: (loss sum, correct, count) of batch `index`, summed over devices,
+        without dropout. Build the job with the evaluation split's loader and the
+        evaluation sampler (`dataclasses.replace`) to evaluate a split."""
+        axis = self.exchange.axis
+        seeds, mask = self.loader.batch(order, index)
+        loss, (correct, count, _) = self.batch_loss(params, graph, feat_shard, label_shard,
+                                                    seeds, mask, jnp.int32(0), False)
+        return lax.psum(loss, axis), lax.psum(correct, axis), lax.psum(count, axis)
