@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import time
 from typing import Iterator
 
@@ -25,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jgraph.data import load_dataset, symmetrize
+from jgraph.bench.common import partition_on_mesh
 from jgraph.dist import (REPLICATED, ROWS, DistEmbedding, DistGraph, Exchange, ExchangeConfig,
                          HotCache, RowLayout, SparseAdam, Strategy, make_mesh, request_counts)
 from jgraph.dist.mesh import first_devices
-from jgraph.partition import PartitionBook, partition_graph
+from jgraph.partition import PartitionBook
 from jgraph.progress import Progress
 
 
@@ -157,20 +156,11 @@ def time_calls(fn, args_list, warmup_args) -> tuple[float, float, list]:
 
 def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
     """One row per strategy, yielded as soon as it is measured."""
-    mesh = make_mesh(cfg.num_parts, first_devices(cfg.num_parts))
     rng = np.random.default_rng(cfg.seed)
-    with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
-        with progress.phase("loading graph"):
-            graph = load_dataset(cfg.graph)
-            if cfg.symmetrize:
-                graph = symmetrize(graph)
-        if len(graph.node_types) != 1 or "feat" not in graph.node_data.get(graph.node_types[0], {}):
-            raise ValueError(f"{cfg.graph}: jgraph bench exchange needs a homogeneous graph "
-                             f"with node features 'feat'")
-        with progress.phase(f"partitioning ({cfg.method}, {cfg.num_parts} parts)"):
-            meta = partition_graph(graph, cfg.num_parts, cfg.method, tmp, seed=cfg.seed)
-        del graph
-        dg = DistGraph(tmp, mesh)
+    with partition_on_mesh(cfg.graph, cfg.num_parts, cfg.method, symmetrized=cfg.symmetrize,
+                           seed=cfg.seed, bench="exchange", progress=progress,
+                           node_data=("feat",)) as (meta, dg):
+        mesh = dg.mesh
         feat = dg.ndata("feat")
         row_bytes = int(np.prod(feat.shape[1:])) * feat.dtype.itemsize
         with progress.phase("sampling request batches"):

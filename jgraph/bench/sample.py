@@ -12,17 +12,14 @@ sampled neighbour slots over all hops), `compile_seconds` (the first call).
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jgraph.data import load_dataset, symmetrize
-from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, Strategy, make_mesh
-from jgraph.dist.mesh import first_devices
-from jgraph.partition import partition_graph
+from jgraph.bench.common import partition_on_mesh
+from jgraph.dist import REPLICATED, ROWS, ExchangeConfig, Strategy
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
 
@@ -45,17 +42,10 @@ class SampleBench:
 
 
 def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
-    mesh = make_mesh(cfg.devices, first_devices(cfg.devices))
-    with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
-        with progress.phase("loading graph"):
-            graph = load_dataset(cfg.graph)
-            if cfg.symmetrize:
-                graph = symmetrize(graph)
-        with progress.phase(f"partitioning ({cfg.method}, {cfg.devices} parts)"):
-            meta = partition_graph(graph, cfg.devices, cfg.method, tmp, seed=cfg.seed)
-        del graph
-        dg = DistGraph(tmp, mesh)
+    with partition_on_mesh(cfg.graph, cfg.devices, cfg.method, symmetrized=cfg.symmetrize,
+                           seed=cfg.seed, bench="sample", progress=progress) as (meta, dg):
         loader = NodeLoader.from_split(dg, "train", batch_size=cfg.batch_size, seed=cfg.seed)
+    mesh = dg.mesh
     sampler = NeighborSampler(cfg.fanouts, replace=cfg.replace, impl=cfg.impl)
     exchange = dg.exchange(ExchangeConfig(strategy=cfg.strategy, growth=cfg.growth,
                                           relay=cfg.relay))
