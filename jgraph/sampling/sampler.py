@@ -26,7 +26,7 @@ from jgraph.dist.exchange import Exchange
 from jgraph.dist.graph import ShardedGraph
 from jgraph.kernels.sample import Impl, draw_positions, fmix32, hash32, resolve_impl
 from jgraph.sampling.blocks import build_block, compact_front, src_capacity
-from jgraph.sampling.weighted import weighted_positions
+from jgraph.sampling.weighted import bisect, bisect_steps, weighted_edges, weighted_positions
 
 Fanout = Union[int, tuple[int, ...]]
 
@@ -227,15 +227,10 @@ class NeighborSampler:
         if every and fanout >= max_degree and not self.replace:
             # -1 with a cap no node exceeds: every edge, no draw (a draw of this width
             # would unroll `fanout` steps into the program). Weighted: those with weight.
-            j = jnp.arange(fanout, dtype=jnp.int32)
-            take = j[None, :] < deg[:, None]
             if self.weighted:
-                base = jnp.where(lo > node_lo, edge_weights[jnp.maximum(lo - 1, 0)], 0.0)
-                pos = jnp.minimum(lo[:, None] + j, edge_weights.shape[0] - 1)
-                before = jnp.where(j[None, :] > 0, edge_weights[jnp.maximum(pos - 1, 0)],
-                                   base[:, None])
-                take = take & (edge_weights[pos] - before > 0)
-            return jnp.where(take, lo[:, None] + j, -1)
+                return weighted_edges(lo, deg, fanout, edge_weights, node_lo)
+            j = jnp.arange(fanout, dtype=jnp.int32)
+            return jnp.where(j[None, :] < deg[:, None], lo[:, None] + j, -1)
         if self.weighted:
             return weighted_positions(lo, deg, keys, fanout, self.replace, edge_weights,
                                       max_degree, node_lo)
@@ -245,17 +240,10 @@ class NeighborSampler:
     def _relation_range(graph, lo, deg, r):
         """[first, end) of each node's in-edges of relation r (in-edges are sorted by
         relation within a node), by a fixed number of bisection steps."""
-        steps = max(int(graph.max_in_degree), 1).bit_length() + 1
-
+        steps = bisect_steps(graph.max_in_degree)
         last = graph.etype.shape[0] - 1
 
         def lower_bound(target):
-            a, b = lo, lo + deg
-            for _ in range(steps):
-                mid = (a + b) // 2
-                active = a < b
-                less = graph.etype[jnp.minimum(mid, last)] < target
-                a = jnp.where(active & less, mid + 1, a)
-                b = jnp.where(active & ~less, mid, b)
-            return a
+            return bisect(lo, lo + deg, steps,
+                          lambda p: graph.etype[jnp.minimum(p, last)] < target)
         return lower_bound(r), lower_bound(r + 1)

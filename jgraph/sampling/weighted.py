@@ -47,6 +47,49 @@ def edge_weight_cumsum(dg: DistGraph, name: str = "weight") -> jax.Array:
     return shard_rows(dg.mesh, e, (), np.float32, part)
 
 
+def bisect_steps(max_degree: int) -> int:
+    """Halvings that close any range of up to `max_degree` positions."""
+    return max(int(max_degree), 1).bit_length() + 1
+
+
+def bisect(a, b, steps: int, go_right):
+    """Per row, the first p in [a, b) where `go_right(p)` is False (b if none), for a
+    predicate that is True then False along the range; a fixed number of steps."""
+    for _ in range(steps):
+        mid = (a + b) // 2
+        active = a < b
+        right = go_right(mid)
+        a = jnp.where(active & right, mid + 1, a)
+        b = jnp.where(active & ~right, mid, b)
+    return a
+
+
+def range_weights(cumw, lo, node_lo=None):
+    """(at, weight) over each row's edge range starting at lo: at(p) is the running
+    weight up to relative position p, weight(p) that edge's own weight. node_lo: each
+    node's first in-edge when lo starts inside it (one relation's range), so the
+    node's running weight before lo is taken off."""
+    last = cumw.shape[0] - 1
+    base = 0.0 if node_lo is None else jnp.where(lo > node_lo, cumw[jnp.clip(lo - 1, 0, last)],
+                                                    0.0)
+
+    def at(p):
+        return cumw[jnp.clip(lo + p, 0, last)] - base
+
+    def weight(p):
+        return at(p) - jnp.where(p > 0, at(p - 1), 0.0)
+    return at, weight
+
+
+def weighted_edges(lo, deg, width: int, cumw, node_lo=None):
+    """int32[m, width]: every edge of each row's range that has weight, in order, -1
+    after (the rows' degrees must not exceed width)."""
+    j = jnp.arange(width, dtype=jnp.int32)[None, :]
+    _, weight = range_weights(cumw, lo[:, None], None if node_lo is None else node_lo[:, None])
+    take = (j < deg[:, None]) & (weight(j) > 0)
+    return jnp.where(take, lo[:, None] + j, -1)
+
+
 def weighted_positions(lo, deg, keys, fanout: int, replace: bool, cumw, max_degree: int,
                        node_lo=None):
     """int32[m, fanout] edge positions drawn with probability proportional to weight;
@@ -58,18 +101,8 @@ def weighted_positions(lo, deg, keys, fanout: int, replace: bool, cumw, max_degr
     its edges (one relation's): the running weight before lo is then subtracted.
     """
     m = lo.shape[0]
-    last = cumw.shape[0] - 1
-    steps = max(int(max_degree), 1).bit_length() + 1
-
-    base = 0.0 if node_lo is None else jnp.where(lo > node_lo, cumw[jnp.clip(lo - 1, 0, last)],
-                                                    0.0)
-
-    def at(p):                    # running weight of the range up to relative position p
-        return cumw[jnp.clip(lo + p, 0, last)] - base
-
-    def weight(p):
-        return at(p) - jnp.where(p > 0, at(p - 1), 0.0)
-
+    steps = bisect_steps(max_degree)
+    at, weight = range_weights(cumw, lo, node_lo)
     total = jnp.where(deg > 0, at(deg - 1), 0.0)
     chosen = jnp.full((m, fanout), -1, jnp.int32)
     taken = jnp.zeros(m, jnp.float32)
@@ -87,14 +120,8 @@ def weighted_positions(lo, deg, keys, fanout: int, replace: bool, cumw, max_degr
                 s = order[:, c]
                 real = s < deg
                 t = jnp.where(real & (t >= at(s) - weight(s)), t + weight(s), t)
-        a, b = jnp.zeros(m, jnp.int32), deg
-        for _ in range(steps):                 # first p with running weight > t
-            mid = (a + b) // 2
-            active = a < b
-            le = at(mid) <= t
-            a = jnp.where(active & le, mid + 1, a)
-            b = jnp.where(active & ~le, mid, b)
-        p = jnp.minimum(a, jnp.maximum(deg - 1, 0))
+        first = bisect(jnp.zeros(m, jnp.int32), deg, steps, lambda p: at(p) <= t)
+        p = jnp.minimum(first, jnp.maximum(deg - 1, 0))     # first p with running weight > t
         if not replace and i:
             # Float rounding can land on a chosen (or weightless) edge; take the next
             # free edge with weight instead (there is one while weight is left).
