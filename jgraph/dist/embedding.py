@@ -81,11 +81,12 @@ class DistEmbedding:
 
     # -- inside the step (per device, under shard_map) --------------------------------
 
-    def lookup(self, exchange: Exchange, state: EmbeddingState, ids, valid
-               ) -> tuple[jnp.ndarray, ExchangeStats]:
-        """float32[n, dim]: rows of global ids `ids`; zeros where not `valid`."""
+    def lookup(self, exchange: Exchange, state: EmbeddingState, ids, valid,
+               distinct: bool = False) -> tuple[jnp.ndarray, ExchangeStats]:
+        """float32[n, dim]: rows of global ids `ids`; zeros where not `valid`.
+        distinct: the valid ids do not repeat (see `Exchange.gather`)."""
         return exchange.gather(ids, valid, owner_gather(self.layout, state.table),
-                               contains=self.layout.contains)
+                               contains=self.layout.contains, distinct=distinct)
 
     def apply_gradients(self, exchange: Exchange, state: EmbeddingState, ids, valid, grads
                         ) -> tuple[EmbeddingState, ExchangeStats]:

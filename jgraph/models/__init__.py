@@ -1,5 +1,10 @@
-"""Flax NNX graph models over fixed-width neighbourhoods (sampled Blocks or chunks of
-the full graph)."""
-from jgraph.models.sage import Aggregator, GraphSAGE, SAGEConv, gather_neighbours
+"""Flax NNX graph models over fixed-width neighbourhoods (sampled Blocks, or windows of
+the full graph in layer-wise inference)."""
+from jgraph.models.encoder import InputEncoder, NodeClassifier
+from jgraph.models.rgcn import RGCN, Decomposition, RelGraphConv
+from jgraph.models.sage import Aggregator, GraphSAGE, SAGEConv
+from jgraph.models.stack import LayerStack, MessagePassing, Neighbourhood, gather_neighbours
 
-__all__ = ["Aggregator", "GraphSAGE", "SAGEConv", "gather_neighbours"]
+__all__ = ["Aggregator", "Decomposition", "GraphSAGE", "InputEncoder", "LayerStack",
+           "MessagePassing", "Neighbourhood", "NodeClassifier", "RGCN", "RelGraphConv",
+           "SAGEConv", "gather_neighbours"]

@@ -1,4 +1,7 @@
 """Training: the fused SPMD step (sample, fetch, forward, backward, update)."""
-from jgraph.train.step import NodeClassification, TrainState, masked_cross_entropy
+from jgraph.train.inputs import NodeInputs
+from jgraph.train.step import (Batch, NodeClassification, StepData, TrainState,
+                               masked_cross_entropy)
 
-__all__ = ["NodeClassification", "TrainState", "masked_cross_entropy"]
+__all__ = ["Batch", "NodeClassification", "NodeInputs", "StepData", "TrainState",
+           "masked_cross_entropy"]

@@ -1,18 +1,21 @@
 """The fused SPMD training step for node classification on sampled blocks.
 
 Per device, inside one `shard_map` program: take this step's seeds from the loader,
-sample their blocks, fetch the input features through the exchange, run the model,
-and take the masked cross-entropy of the real seeds. The loss is the mean over every
-device's real seeds, so each device differentiates its *sum* and the gradients are
-summed over devices and divided by the global seed count: the result equals one device computing
-the same blocks together (and padded seeds never reach it). Dense parameters stay
-replicated, so shard_map's autodiff psums their gradients itself; optax updates them
-identically everywhere.
+sample their blocks, fetch the input rows (features, and embedding rows for
+featureless types) and the labels through the exchange, run the model, and take the
+masked cross-entropy of the real seeds. The loss is the mean over every device's real
+seeds, so each device differentiates its *sum* and the gradients are divided by the
+global seed count: the result equals one device computing the same blocks together
+(and padded seeds never reach it). Dense parameters stay replicated, so shard_map's
+autodiff sums their gradients over devices itself; optax updates them identically
+everywhere. The gradients of the embedding rows a device fetched go back to the rows'
+owners (`DistEmbedding.apply_gradients`), where a sparse optimizer updates only those
+rows.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,9 +24,11 @@ from flax import nnx
 from jax import lax
 
 from jgraph.dist.exchange import Exchange
-from jgraph.dist.mesh import replicated
+from jgraph.dist.graph import ShardedGraph
+from jgraph.dist.mesh import REPLICATED, ROWS, replicated
 from jgraph.dist.tensor import DistTensor
 from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.train.inputs import NodeInputs
 
 
 def masked_cross_entropy(logits, labels, mask):
@@ -38,79 +43,167 @@ def masked_cross_entropy(logits, labels, mask):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class TrainState:
-    """params: the model's nnx.Param state (replicated); opt_state: optax state;
-    step: int32 global step (keys the sampler and dropout)."""
+    """params: the model's nnx.Param state (replicated); opt_state: optax state
+    (replicated); embeddings: {ntype: EmbeddingState} (row-sharded tables and their
+    sparse optimizer state); step: int32 global step (keys the sampler and dropout)."""
 
     params: Any
     opt_state: Any
+    embeddings: dict
     step: jax.Array
+
+
+class StepData(NamedTuple):
+    """The arrays a step reads and never changes: graph (`ShardedGraph`), features
+    {ntype: row-sharded array}, labels (row-sharded, of the target type)."""
+
+    graph: ShardedGraph
+    features: dict
+    labels: jax.Array
+
+
+class Batch(NamedTuple):
+    """One device's sampled batch, ready for the model: blocks, input rows per type,
+    their validity, the seed labels and the exchange/sampling statistics."""
+
+    blocks: tuple
+    rows: dict
+    valid: dict
+    labels: jax.Array
+    label_mask: jax.Array
+    stats: Any
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class NodeClassification:
     """What the step closes over (static): the model's graph definition, the optimizer,
-    the sampler, loader, exchange, and the feature and label tensors. `seed` keys the
-    sampler and dropout."""
+    the sampler, loader, exchange, the inputs and the label tensor. `seed` keys the
+    sampler, dropout and embedding initialisation."""
 
     graphdef: Any
     tx: optax.GradientTransformation
     sampler: NeighborSampler
     loader: NodeLoader
     exchange: Exchange
-    feat: DistTensor
+    inputs: NodeInputs
     labels: DistTensor
     seed: int = 0
 
+    # -- host side ---------------------------------------------------------------------
+
+    @property
+    def mesh(self):
+        return self.loader.mesh
+
     def init(self, params) -> TrainState:
-        """The first state, replicated on the mesh (as every later state is, so the
-        step does not compile again for a different input placement)."""
-        state = TrainState(params, self.tx.init(params), jnp.zeros((), jnp.int32))
-        return jax.device_put(state, replicated(self.loader.mesh))
+        """The first state: params and optimizer state replicated on the mesh (as every
+        later state is, so the step does not compile again for another placement),
+        embedding tables drawn on their devices."""
+        embeddings = self.inputs.init_embeddings(self.mesh, jax.random.key(self.seed))
+        # The step donates the state, so it must not share buffers with the caller's
+        # params (device_put may reuse a buffer as one of the replicas).
+        params = jax.tree.map(jnp.copy, params)
+        dense = jax.device_put((params, self.tx.init(params), jnp.zeros((), jnp.int32)),
+                               replicated(self.mesh))
+        return TrainState(dense[0], dense[1], embeddings, dense[2])
 
-    def batch_loss(self, params, graph, feat_shard, label_shard, seeds, mask, step, train):
-        """(loss sum, (correct, count, exchange/sample stats)) of one device's batch."""
-        sample = self.sampler.sample(graph, self.exchange, seeds, mask, seed=self.seed,
+    def data(self, graph: ShardedGraph) -> StepData:
+        return StepData(graph, self.inputs.arrays(), self.labels.array)
+
+    def data_specs(self, graph: ShardedGraph) -> StepData:
+        return StepData(graph.specs(), self.inputs.specs(), ROWS)
+
+    def state_specs(self) -> TrainState:
+        return TrainState(REPLICATED, REPLICATED, self.inputs.embedding_specs(), REPLICATED)
+
+    def compile_train(self, graph: ShardedGraph, on_trace=None):
+        """jit(shard_map(train_step)): (state, data, order, index) -> (state, metrics);
+        the state is donated. on_trace: called each time the step is traced (compile
+        counting)."""
+        def step(state, data, order, index):
+            if on_trace is not None:
+                on_trace()
+            return self.train_step(state, data, order, index)
+        sharded = jax.shard_map(
+            step, mesh=self.mesh,
+            in_specs=(self.state_specs(), self.data_specs(graph), ROWS, REPLICATED),
+            out_specs=(self.state_specs(), REPLICATED))
+        return jax.jit(sharded, donate_argnums=0)
+
+    def compile_eval(self, graph: ShardedGraph, on_trace=None):
+        """jit(shard_map(eval_step)): (params, embeddings, data, order, index) ->
+        (loss sum, correct, count) summed over devices."""
+        def step(params, embeddings, data, order, index):
+            if on_trace is not None:
+                on_trace()
+            return self.eval_step(params, embeddings, data, order, index)
+        return jax.jit(jax.shard_map(
+            step, mesh=self.mesh,
+            in_specs=(REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
+                      REPLICATED),
+            out_specs=REPLICATED))
+
+    # -- inside the step (per device, under shard_map) --------------------------------
+
+    def fetch(self, data: StepData, embeddings, seeds, mask, step) -> Batch:
+        """Sample the blocks of this device's seeds and fetch what the model reads."""
+        sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
                                      step=step)
-        src = sample.input_nodes
-        x, feat_stats = self.feat.lookup(self.exchange, feat_shard, src, src >= 0,
-                                         distinct=True)
+        rows, valid, input_stats = self.inputs.fetch(self.exchange, data.features, embeddings,
+                                                     sample.input_nodes)
         dst = sample.seeds
-        y, label_stats = self.labels.lookup(self.exchange, label_shard, dst, dst >= 0,
+        y, label_stats = self.labels.lookup(self.exchange, data.labels, dst, dst >= 0,
                                             distinct=True)
-        model = nnx.merge(self.graphdef, params)
-        key = None
-        if train:   # dropout differs per device and per step, from the run's seed
-            key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), step),
-                                     lax.axis_index(self.exchange.axis))
-        logits = model(x.astype(jnp.float32), [(b.nbr, b.mask) for b in sample.blocks], key)
-        loss, correct, count = masked_cross_entropy(logits, y, (dst >= 0) & (y >= 0))
-        return loss, (correct, count, (sample.stats, feat_stats, label_stats))
+        return Batch(sample.blocks, rows, valid, y, (dst >= 0) & (y >= 0),
+                     (sample.stats, input_stats, label_stats))
 
-    def train_step(self, state: TrainState, graph, feat_shard, label_shard, order, index):
+    def batch_loss(self, params, embedding_rows, batch: Batch, key=None):
+        """(loss sum, (correct, count)) of one device's batch; `embedding_rows`
+        {ntype: rows} replace those types' rows of `batch` (they are differentiated)."""
+        model = nnx.merge(self.graphdef, params)
+        rows = {**batch.rows, **embedding_rows}
+        logits = model(rows, batch.valid, batch.blocks, key)
+        loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
+        return loss, (correct, count)
+
+    def dropout_key(self, step):
+        """Dropout differs per device and per step, from the run's seed."""
+        return jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), step),
+                                  lax.axis_index(self.exchange.axis))
+
+    def train_step(self, state: TrainState, data: StepData, order, index):
         """Per device (under shard_map): one optimizer step on batch `index` of the
         epoch whose shuffled seeds are `order`. Returns (state, metrics)."""
         axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
-        grad_fn = jax.value_and_grad(self.batch_loss, has_aux=True)
-        (loss, (correct, count, stats)), grads = grad_fn(
-            state.params, graph, feat_shard, label_shard, seeds, mask, state.step, True)
+        batch = self.fetch(data, state.embeddings, seeds, mask, state.step)
+        emb_rows = {t: batch.rows[t] for t in self.inputs.embeddings}
+        grad_fn = jax.value_and_grad(self.batch_loss, argnums=(0, 1), has_aux=True)
+        (loss, (correct, count)), (grads, emb_grads) = grad_fn(
+            state.params, emb_rows, batch, self.dropout_key(state.step))
         total = jnp.maximum(lax.psum(count, axis), 1).astype(jnp.float32)
         # params are replicated (not varying over the axis), so shard_map's autodiff
         # already sums their cotangents over devices: no psum here.
         grads = jax.tree.map(lambda g: g / total, grads)
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        embeddings, emb_stats = dict(state.embeddings), []
+        src = batch.blocks[0].src
+        for t, table in self.inputs.embeddings.items():
+            embeddings[t], st = table.apply_gradients(
+                self.exchange, state.embeddings[t], src, batch.valid[t], emb_grads[t] / total)
+            emb_stats.append(st)
         metrics = {"loss": lax.psum(loss, axis) / total,
                    "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
-                   "stats": stats}
-        return TrainState(params, opt_state, state.step + 1), metrics
+                   "stats": (*batch.stats, tuple(emb_stats))}
+        return TrainState(params, opt_state, embeddings, state.step + 1), metrics
 
-    def eval_step(self, params, graph, feat_shard, label_shard, order, index):
+    def eval_step(self, params, embeddings, data: StepData, order, index):
         """Per device: (loss sum, correct, count) of batch `index`, summed over devices,
         without dropout. Build the job with the evaluation split's loader and the
         evaluation sampler (`dataclasses.replace`) to evaluate a split."""
         axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
-        loss, (correct, count, _) = self.batch_loss(params, graph, feat_shard, label_shard,
-                                                    seeds, mask, jnp.int32(0), False)
+        batch = self.fetch(data, embeddings, seeds, mask, jnp.int32(0))
+        loss, (correct, count) = self.batch_loss(params, {}, batch)
         return lax.psum(loss, axis), lax.psum(correct, axis), lax.psum(count, axis)

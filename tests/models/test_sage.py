@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jgraph.models import Aggregator, GraphSAGE, SAGEConv
+from jgraph.models import Aggregator, GraphSAGE, Neighbourhood, SAGEConv
 
 
 def random_neighbourhood(rng, n_src, n_dst, width):
@@ -69,10 +69,10 @@ def test_graphsage_stacks_layers_in_block_order_and_checks_the_count():
     rng = np.random.default_rng(3)
     model = GraphSAGE(4, 8, 3, num_layers=2, rngs=nnx.Rngs(0))
     h = jnp.asarray(rng.standard_normal((40, 4)), jnp.float32)
-    outer = [jnp.asarray(a) for a in random_neighbourhood(rng, 40, 15, 3)]
-    inner = [jnp.asarray(a) for a in random_neighbourhood(rng, 15, 6, 3)]
+    outer = Neighbourhood(*[jnp.asarray(a) for a in random_neighbourhood(rng, 40, 15, 3)])
+    inner = Neighbourhood(*[jnp.asarray(a) for a in random_neighbourhood(rng, 15, 6, 3)])
     got = model(h, [outer, inner])
-    expected = model.layers[1](jax.nn.relu(model.layers[0](h, *outer)), *inner)
+    expected = model.convs[1](jax.nn.relu(model.convs[0](h, *outer)), *inner)
     assert got.shape == (6, 3)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-6)
     with pytest.raises(ValueError, match="1 blocks for a 2-layer model"):

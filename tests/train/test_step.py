@@ -10,10 +10,10 @@ from flax import nnx
 
 from jgraph.data import load_dataset
 from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mesh
-from jgraph.models import GraphSAGE
+from jgraph.models import GraphSAGE, InputEncoder, Neighbourhood, NodeClassifier
 from jgraph.partition import partition_graph
 from jgraph.sampling import NeighborSampler, NodeLoader
-from jgraph.train import NodeClassification, masked_cross_entropy
+from jgraph.train import NodeClassification, NodeInputs, masked_cross_entropy
 
 DEVICES = 8
 
@@ -23,12 +23,14 @@ def task(tmp_path_factory):
     root = tmp_path_factory.mktemp("cora8")
     partition_graph(load_dataset("cora"), DEVICES, "metis", str(root))
     dg = DistGraph(str(root), make_mesh(DEVICES))
-    model = GraphSAGE(1433, 16, 7, num_layers=2, rngs=nnx.Rngs(0))
+    inputs = NodeInputs.of(dg)
+    model = NodeClassifier(InputEncoder(inputs.widths(), ("_N",), 16, rngs=nnx.Rngs(0)),
+                           GraphSAGE(1433, 16, 7, num_layers=2, rngs=nnx.Rngs(0)))
     graphdef, params = nnx.split(model, nnx.Param)
     exchange = dg.exchange(ExchangeConfig(growth=2.0, relay=False))
     job = NodeClassification(graphdef, optax.adam(1e-2), NeighborSampler((5, 3)),
                              NodeLoader.from_split(dg, "train", batch_size=8), exchange,
-                             dg.ndata("feat"), dg.ndata("label"), seed=3)
+                             inputs, dg.ndata("label"), seed=3)
     return dg, job, params
 
 
@@ -36,24 +38,23 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
     dg, job, params = task
     order = job.loader.epoch_order(0)
 
-    def per_device(params, graph, feat, label, order):
+    def per_device(params, data, order):
         seeds, mask = job.loader.batch(order, 1)
-        (loss, (correct, count, _)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
-            params, graph, feat, label, seeds, mask, jnp.int32(4), False)
-        sample = job.sampler.sample(graph, job.exchange, seeds, mask, seed=job.seed,
-                                    step=jnp.int32(4))
+        batch = job.fetch(data, {}, seeds, mask, jnp.int32(4))
+        (loss, (correct, count)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
+            params, {}, batch)
         total = jax.lax.psum(count, "parts").astype(jnp.float32)
         grads = jax.tree.map(lambda g: g / total, grads)     # autodiff summed them
         return (jax.lax.psum(loss, "parts") / total, grads,
-                [(b.nbr, b.mask) for b in sample.blocks], sample.input_nodes, sample.seeds)
+                [(b.nbr, b.mask) for b in batch.blocks], batch.blocks[0].src,
+                batch.blocks[-1].dst)
 
     loss8, grads8, blocks, src, dst = jax.jit(jax.shard_map(
-        per_device, mesh=dg.mesh,
-        in_specs=(REPLICATED, dg.graph.specs(), ROWS, ROWS, ROWS),
+        per_device, mesh=dg.mesh, in_specs=(REPLICATED, job.data_specs(dg.graph), ROWS),
         out_specs=(REPLICATED, REPLICATED, ROWS, ROWS, ROWS)))(
-        params, dg.graph, job.feat.array, job.labels.array, order)
+        params, job.data(dg.graph), order)
 
-    feat, label = job.feat.to_numpy(), job.labels.to_numpy()
+    feat, label = job.inputs.features["_N"].to_numpy(), job.labels.to_numpy()
     split = lambda a: np.split(np.asarray(a), DEVICES)            # noqa: E731
     src, dst = split(src), split(dst)
     blocks = [tuple(split(a) for a in pair) for pair in blocks]
@@ -61,9 +62,9 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
     def device_loss(params, k):
         model = nnx.merge(job.graphdef, params)
         x = jnp.asarray(np.where((src[k] >= 0)[:, None], feat[np.maximum(src[k], 0)], 0))
-        hoods = [(jnp.asarray(nbr[k]), jnp.asarray(mask[k])) for nbr, mask in blocks]
+        hoods = [Neighbourhood(jnp.asarray(nbr[k]), jnp.asarray(mask[k])) for nbr, mask in blocks]
         y = np.where(dst[k] >= 0, label[np.maximum(dst[k], 0)], -1)
-        loss, _, count = masked_cross_entropy(model(x, hoods), jnp.asarray(y),
+        loss, _, count = masked_cross_entropy(model({"_N": x}, {}, hoods), jnp.asarray(y),
                                               jnp.asarray((dst[k] >= 0) & (y >= 0)))
         return loss, count
 
@@ -80,22 +81,14 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
 def test_train_step_compiles_once_and_lowers_the_loss_on_a_fixed_batch(task):
     dg, job, params = task
     traces = []
-
-    def step(state, graph, feat, label, order, index):
-        traces.append(1)
-        return job.train_step(state, graph, feat, label, order, index)
-
     state = job.init(params)
-    run = jax.jit(jax.shard_map(step, mesh=dg.mesh,
-                                in_specs=(REPLICATED, dg.graph.specs(), ROWS, ROWS, ROWS,
-                                          REPLICATED),
-                                out_specs=(REPLICATED, REPLICATED)))
+    run = job.compile_train(dg.graph, on_trace=lambda: traces.append(1))
+    data = job.data(dg.graph)
     losses = []
     for epoch in range(2):
         order = job.loader.epoch_order(epoch)
         for index in range(job.loader.steps_per_epoch):
-            state, metrics = run(state, dg.graph, job.feat.array, job.labels.array, order,
-                                 jnp.int32(index))
+            state, metrics = run(state, data, order, jnp.int32(index))
             losses.append(float(metrics["loss"]))
             assert int(metrics["count"]) > 0
     assert len(traces) == 1                    # one compilation for two epochs
@@ -110,12 +103,9 @@ def test_evaluation_sees_every_validation_seed_once_and_matches_the_numpy_accura
     dg, job, params = task
     val = dataclasses.replace(job, loader=NodeLoader.from_split(dg, "val", batch_size=32),
                               sampler=NeighborSampler((-1, -1)))
-    run = jax.jit(jax.shard_map(val.eval_step, mesh=dg.mesh,
-                                in_specs=(REPLICATED, dg.graph.specs(), ROWS, ROWS, ROWS,
-                                          REPLICATED),
-                                out_specs=REPLICATED))
+    run = val.compile_eval(dg.graph)
     order = val.loader.epoch_order(0)
-    outs = [run(params, dg.graph, job.feat.array, job.labels.array, order, jnp.int32(i))
+    outs = [run(params, {}, job.data(dg.graph), order, jnp.int32(i))
             for i in range(val.loader.steps_per_epoch)]
     count = sum(int(c) for _, _, c in outs)
     correct = sum(int(c) for _, c, _ in outs)
@@ -131,8 +121,9 @@ def test_evaluation_sees_every_validation_seed_once_and_matches_the_numpy_accura
     for v in range(n):
         nbr[v, :deg[v]] = indices[indptr[v]:indptr[v + 1]]
     mask = nbr >= 0
-    hood = (jnp.asarray(nbr), jnp.asarray(mask))
-    logits = np.asarray(model(jnp.asarray(job.feat.to_numpy()), [hood, hood]))
+    hood = Neighbourhood(jnp.asarray(nbr), jnp.asarray(mask))
+    feat = job.inputs.features["_N"].to_numpy()
+    logits = np.asarray(model({"_N": jnp.asarray(feat)}, {}, [hood, hood]))
     val_ids = np.concatenate([np.asarray(dg.parts.part(k).splits["_N"]["val"])
                               for k in range(DEVICES)])
     labels = job.labels.to_numpy()

@@ -1,0 +1,62 @@
+"""The model's front and whole: per-type input rows -> one input matrix -> a GNN.
+
+`InputEncoder` merges the rows `NodeInputs.fetch` returns: with a single node type they
+pass through unchanged; with several, each featured type is projected to the common
+width by its own linear layer (embeddings are created at that width).
+`NodeClassifier` is the encoder followed by a `LayerStack` (GraphSAGE or R-GCN).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jgraph.models.stack import LayerStack
+
+
+class InputEncoder(nnx.Module):
+    """{ntype: rows [n, F_t]} and {ntype: valid bool[n]} -> x float32[n, width].
+
+    One node type: its rows, as they are. Several: each featured type through its own
+    Linear(F_t, width); embedded types must already have `width` columns.
+    """
+
+    def __init__(self, widths: Mapping[str, int], featured: tuple[str, ...], width: int,
+                 *, rngs: nnx.Rngs):
+        self.types = tuple(widths)
+        self.identity = len(self.types) == 1
+        self.width = widths[self.types[0]] if self.identity else width
+        self.project = nnx.Dict({
+            t: nnx.Linear(widths[t], width, rngs=rngs)
+            for t in featured if not self.identity})
+        for t in self.types:
+            if not self.identity and t not in featured and widths[t] != width:
+                raise ValueError(f"the embedding of node type {t!r} has {widths[t]} columns, "
+                                 f"the encoder's width is {width}")
+
+    def __call__(self, rows: Mapping, valid: Mapping) -> jax.Array:
+        if self.identity:
+            (t,) = self.types
+            return rows[t].astype(jnp.float32)
+        x = 0.0
+        for t in self.types:
+            r = rows[t].astype(jnp.float32)
+            if t in self.project:
+                r = self.project[t](r)
+            x = x + jnp.where(valid[t][:, None], r, 0.0)
+        return x
+
+
+class NodeClassifier(nnx.Module):
+    """encoder: `InputEncoder`; gnn: a `LayerStack`. __call__(rows, valid,
+    neighbourhoods, key=None) -> logits of the last neighbourhood's dst nodes."""
+
+    def __init__(self, encoder: InputEncoder, gnn: LayerStack):
+        self.encoder = encoder
+        self.gnn = gnn
+
+    def __call__(self, rows: Mapping, valid: Mapping, neighbourhoods: Sequence,
+                 key: jax.Array | None = None) -> jax.Array:
+        return self.gnn(self.encoder(rows, valid), neighbourhoods, key)

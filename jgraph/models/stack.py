@@ -1,0 +1,126 @@
+"""What every jgraph GNN shares: the neighbourhood container, the message-passing
+contract of a layer, and the stack of layers with relu, norm and dropout between them.
+
+A layer computes, for each dst node, a function of its own row and of its neighbours'
+rows, in four steps that let the same parameters serve two callers:
+
+  message(h_src)                      per source row, e.g. the pool transform
+  reduce(m_nbr, mask, etype)          neighbour slots -> a partial aggregate
+  merge(a, b)                         two partials of disjoint slot sets -> one
+  update(h_dst, partial)              the dst node's new row
+
+A sampled Block calls them once over its fixed-width slots (`__call__`). Layer-wise
+full-graph inference (`jgraph.train.inference`) walks a node's in-edges window by
+window and merges the partials, so a hub's neighbourhood never needs one row of
+max-degree width. Partials are dicts of arrays with the dst node as leading axis; a
+key named "max" merges by maximum, every other key by sum.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+class Neighbourhood(NamedTuple):
+    """The slots a layer reads; a sampling `Block` has the same three fields.
+
+      nbr: int32[n_dst, W] — index into the layer's h_src; -1 where mask is False.
+      mask: bool[n_dst, W] — True for a real neighbour.
+      etype: int32[n_dst, W] or None — relation of each slot (-1 where masked); None
+        for a single-relation graph.
+    """
+
+    nbr: jax.Array
+    mask: jax.Array
+    etype: jax.Array | None = None
+
+
+def gather_neighbours(h_src: jax.Array, nbr: jax.Array, mask: jax.Array) -> jax.Array:
+    """[n_dst, W, F]: the rows of each neighbour slot, zero where masked."""
+    rows = jnp.take(h_src, jnp.where(mask, nbr, 0), axis=0)
+    return jnp.where(mask[..., None], rows, jnp.zeros((), h_src.dtype))
+
+
+def merge_partials(a: dict, b: dict) -> dict:
+    """Combine the partial aggregates of two disjoint sets of slots."""
+    return {k: jnp.maximum(a[k], b[k]) if k == "max" else a[k] + b[k] for k in a}
+
+
+def slot_count(mask: jax.Array, dtype) -> jax.Array:
+    """[n_dst]: real neighbour slots per node."""
+    return jnp.sum(mask, axis=1).astype(dtype)
+
+
+class MessagePassing(nnx.Module):
+    """Base of a layer: subclasses define message, reduce and update."""
+
+    def message(self, h: jax.Array) -> jax.Array:
+        return h
+
+    def reduce(self, m_nbr: jax.Array, mask: jax.Array, etype: jax.Array | None) -> dict:
+        raise NotImplementedError
+
+    def update(self, h_dst: jax.Array, partial: dict) -> jax.Array:
+        raise NotImplementedError
+
+    merge = staticmethod(merge_partials)
+
+    def __call__(self, h_src: jax.Array, nbr: jax.Array, mask: jax.Array,
+                 etype: jax.Array | None = None) -> jax.Array:
+        """h_src [n_src, in] with the dst nodes as its first n_dst rows -> [n_dst, out]."""
+        m_nbr = gather_neighbours(self.message(h_src), nbr, mask)
+        return self.update(h_src[:nbr.shape[0]], self.reduce(m_nbr, mask, etype))
+
+
+class LayerStack(nnx.Module):
+    """Layers with relu, optional layer norm and dropout between them (not after the
+    last). Subclasses fill `self.convs` and call `_between(hidden, dropout, norm)`.
+
+    __call__(h, neighbourhoods, key=None) takes the input rows of the outermost hop's
+    src and one neighbourhood per layer in model order (blocks[0] first), and returns
+    the last layer's dst rows. Dropout runs only with a key.
+    """
+
+    convs: nnx.List
+
+    def _between(self, hidden: int, num_layers: int, dropout: float, norm: bool,
+                 rngs: nnx.Rngs) -> None:
+        self.norms = nnx.List([nnx.LayerNorm(hidden, rngs=rngs) if norm else None
+                               for _ in range(num_layers - 1)])
+        self.dropout = nnx.Dropout(dropout)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def post(self, i: int, h: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        """What follows layer i's conv: relu, norm, dropout (nothing after the last)."""
+        if i < len(self.convs) - 1:
+            h = jax.nn.relu(h)
+            if self.norms[i] is not None:
+                h = self.norms[i](h)
+            if key is not None:
+                h = self.dropout(h, deterministic=False, rngs=jax.random.fold_in(key, i))
+        return h
+
+    def layer(self, i: int, h_src: jax.Array, hood, key: jax.Array | None = None) -> jax.Array:
+        """Layer i alone on one neighbourhood (anything with nbr, mask, etype).
+        key: dropout randomness; None = evaluation (no dropout)."""
+        return self.post(i, self.convs[i](h_src, hood.nbr, hood.mask, hood.etype), key)
+
+    def __call__(self, h: jax.Array, neighbourhoods: Sequence, key: jax.Array | None = None
+                 ) -> jax.Array:
+        if len(neighbourhoods) != len(self.convs):
+            raise ValueError(f"{len(neighbourhoods)} blocks for a {len(self.convs)}-layer model")
+        for i, hood in enumerate(neighbourhoods):
+            h = self.layer(i, h, hood, key)
+        return h
+
+
+def layer_sizes(in_features: int, hidden: int, out_features: int, num_layers: int) -> list[int]:
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    return [in_features] + [hidden] * (num_layers - 1) + [out_features]
