@@ -6,13 +6,15 @@ import sys
 
 from jgraph.cli import bench as bench_cmd
 from jgraph.cli import partition as partition_cmd
+from jgraph.cli import train as train_cmd
 from jgraph.cli.devices import UsageError
+from jgraph.config import ConfigError
 from jgraph.data import DatasetError, GraphError
 from jgraph.partition import IdRangeError, PartitionError, PartitionFormatError
 
 # Errors caused by what the user asked for: reported in one line, exit status 2.
 USER_ERRORS = (DatasetError, GraphError, PartitionError, PartitionFormatError, IdRangeError,
-               UsageError)
+               UsageError, ConfigError)
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -27,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Partition graphs and train graph neural networks on many devices with JAX.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     partition_cmd.add_commands(sub)
+    train_cmd.add_commands(sub)
     bench_cmd.add_commands(sub)
     return parser
 

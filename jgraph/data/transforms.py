@@ -111,3 +111,19 @@ def add_self_loops(graph: Graph, fill_value=None) -> Graph:
 
 def _nonempty(edge_data: dict) -> dict:
     return {rel: data for rel, data in edge_data.items() if data}
+
+
+def normalize_features(graph: Graph, name: str = "feat") -> Graph:
+    """Scale each node's `name` row to sum 1 (rows of zeros stay zero), as GCN's
+    preprocessing of the Planetoid features; float arrays only."""
+    node_data = {}
+    for ntype, arrays in graph.node_data.items():
+        arrays = dict(arrays)
+        if name in arrays:
+            x = np.asarray(arrays[name])
+            if not np.issubdtype(x.dtype, np.floating):
+                x = x.astype(np.float32)
+            total = np.abs(x.reshape(x.shape[0], -1)).sum(1).reshape((-1,) + (1,) * (x.ndim - 1))
+            arrays[name] = (x / np.where(total == 0, 1, total)).astype(x.dtype)
+        node_data[ntype] = arrays
+    return graph.replace(node_data=node_data)

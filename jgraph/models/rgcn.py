@@ -99,10 +99,10 @@ class RGCN(LayerStack):
     def __init__(self, in_features: int, hidden: int, out_features: int, num_layers: int,
                  num_relations: int, *, decomposition: Decomposition = Decomposition.BASIS,
                  num_bases: int = 0, self_loop: bool = True, dropout: float = 0.0,
-                 norm: bool = False, rngs: nnx.Rngs):
+                 input_dropout: float = 0.0, norm: bool = False, rngs: nnx.Rngs):
         sizes = layer_sizes(in_features, hidden, out_features, num_layers)
         self.convs = nnx.List([
             RelGraphConv(a, b, num_relations, decomposition=decomposition,
                          num_bases=num_bases, self_loop=self_loop, rngs=rngs)
             for a, b in zip(sizes[:-1], sizes[1:])])
-        self._between(hidden, num_layers, dropout, norm, rngs)
+        self._between(hidden, num_layers, dropout, norm, rngs, input_dropout)

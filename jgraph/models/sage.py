@@ -11,6 +11,10 @@ Aggregators, as DGL's `SAGEConv`:
   gcn:  fc_neigh((sum of neighbours + h_dst) / (degree + 1))
   pool: fc_self(h_dst) + fc_neigh(max of relu(fc_pool(neighbours)))
 A node with no neighbour aggregates zeros.
+
+When a mean or gcn layer narrows (in > out), fc_neigh's kernel is applied to each source
+row before the neighbour sum rather than after (DGL's `lin_before_mp`): the same
+function, but the gather moves `out` columns per neighbour slot instead of `in`.
 """
 from __future__ import annotations
 
@@ -42,11 +46,22 @@ class SAGEConv(MessagePassing):
         if self.aggregator is not Aggregator.GCN:
             self.fc_self = nnx.Linear(in_features, out_features, use_bias=False, rngs=rngs)
         self.fc_neigh = nnx.Linear(in_features, out_features, use_bias=use_bias, rngs=rngs)
+        self.project_first = (self.aggregator is not Aggregator.POOL
+                              and in_features > out_features)
 
     def message(self, h: jax.Array) -> jax.Array:
         if self.aggregator is Aggregator.POOL:
             return jax.nn.relu(self.fc_pool(h))
+        if self.project_first:
+            return h @ self.fc_neigh.kernel[...]
         return h
+
+    def _neigh(self, x: jax.Array, projected: bool) -> jax.Array:
+        """fc_neigh(x), where x may already have had the kernel applied."""
+        if not projected:
+            return self.fc_neigh(x)
+        bias = self.fc_neigh.bias
+        return x if bias is None else x + bias[...]
 
     def reduce(self, m_nbr, mask, etype=None) -> dict:
         count = slot_count(mask, m_nbr.dtype)
@@ -61,8 +76,10 @@ class SAGEConv(MessagePassing):
         if self.aggregator is Aggregator.POOL:
             return self.fc_self(h_dst) + self.fc_neigh(partial["max"])
         if self.aggregator is Aggregator.GCN:
-            return self.fc_neigh((partial["sum"] + h_dst) / (count + 1))
-        return self.fc_self(h_dst) + self.fc_neigh(partial["sum"] / jnp.maximum(count, 1))
+            own = self.message(h_dst)
+            return self._neigh((partial["sum"] + own) / (count + 1), self.project_first)
+        return self.fc_self(h_dst) + self._neigh(partial["sum"] / jnp.maximum(count, 1),
+                                                 self.project_first)
 
 
 class GraphSAGE(LayerStack):
@@ -70,8 +87,8 @@ class GraphSAGE(LayerStack):
 
     def __init__(self, in_features: int, hidden: int, out_features: int, num_layers: int, *,
                  aggregator: Aggregator = Aggregator.MEAN, dropout: float = 0.0,
-                 norm: bool = False, rngs: nnx.Rngs):
+                 input_dropout: float = 0.0, norm: bool = False, rngs: nnx.Rngs):
         sizes = layer_sizes(in_features, hidden, out_features, num_layers)
         self.convs = nnx.List([SAGEConv(a, b, aggregator=aggregator, rngs=rngs)
                                for a, b in zip(sizes[:-1], sizes[1:])])
-        self._between(hidden, num_layers, dropout, norm, rngs)
+        self._between(hidden, num_layers, dropout, norm, rngs, input_dropout)

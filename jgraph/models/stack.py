@@ -77,7 +77,8 @@ class MessagePassing(nnx.Module):
 
 class LayerStack(nnx.Module):
     """Layers with relu, optional layer norm and dropout between them (not after the
-    last). Subclasses fill `self.convs` and call `_between(hidden, dropout, norm)`.
+    last), and optional dropout of the input rows (DGL's GraphSAGE drops its input
+    features too). Subclasses fill `self.convs` and call `_between(...)`.
 
     __call__(h, neighbourhoods, key=None) takes the input rows of the outermost hop's
     src and one neighbourhood per layer in model order (blocks[0] first), and returns
@@ -87,10 +88,11 @@ class LayerStack(nnx.Module):
     convs: nnx.List
 
     def _between(self, hidden: int, num_layers: int, dropout: float, norm: bool,
-                 rngs: nnx.Rngs) -> None:
+                 rngs: nnx.Rngs, input_dropout: float = 0.0) -> None:
         self.norms = nnx.List([nnx.LayerNorm(hidden, rngs=rngs) if norm else None
                                for _ in range(num_layers - 1)])
         self.dropout = nnx.Dropout(dropout)
+        self.input_dropout = nnx.Dropout(input_dropout)
 
     @property
     def num_layers(self) -> int:
@@ -115,6 +117,9 @@ class LayerStack(nnx.Module):
                  ) -> jax.Array:
         if len(neighbourhoods) != len(self.convs):
             raise ValueError(f"{len(neighbourhoods)} blocks for a {len(self.convs)}-layer model")
+        if key is not None and self.input_dropout.rate > 0:
+            h = self.input_dropout(h, deterministic=False,
+                                   rngs=jax.random.fold_in(key, len(self.convs)))
         for i, hood in enumerate(neighbourhoods):
             h = self.layer(i, h, hood, key)
         return h

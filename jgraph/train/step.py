@@ -31,6 +31,15 @@ from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.train.inputs import NodeInputs
 
 
+def confusion_matrix(logits, labels, mask):
+    """int32[C, C]: rows true class, columns predicted, over the rows where mask is True."""
+    num_classes = logits.shape[-1]
+    pred = jnp.argmax(logits, axis=-1)
+    true = jnp.where(mask, labels, 0).astype(jnp.int32)
+    return jnp.zeros((num_classes, num_classes), jnp.int32).at[true, pred].add(
+        mask.astype(jnp.int32))
+
+
 def masked_cross_entropy(logits, labels, mask):
     """(sum of losses, correct predictions, count) over the rows where mask is True."""
     labels = jnp.where(mask, labels, 0).astype(jnp.int32)
@@ -132,7 +141,7 @@ class NodeClassification:
 
     def compile_eval(self, graph: ShardedGraph, on_trace=None):
         """jit(shard_map(eval_step)): (params, embeddings, data, order, index) ->
-        (loss sum, correct, count) summed over devices."""
+        the batch's metrics summed over devices (see `eval_step`)."""
         def step(params, embeddings, data, order, index):
             if on_trace is not None:
                 on_trace()
@@ -164,7 +173,7 @@ class NodeClassification:
         rows = {**batch.rows, **embedding_rows}
         logits = model(rows, batch.valid, batch.blocks, key)
         loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
-        return loss, (correct, count)
+        return loss, (correct, count, logits)
 
     def dropout_key(self, step):
         """Dropout differs per device and per step, from the run's seed."""
@@ -179,7 +188,7 @@ class NodeClassification:
         batch = self.fetch(data, state.embeddings, seeds, mask, state.step)
         emb_rows = {t: batch.rows[t] for t in self.inputs.embeddings}
         grad_fn = jax.value_and_grad(self.batch_loss, argnums=(0, 1), has_aux=True)
-        (loss, (correct, count)), (grads, emb_grads) = grad_fn(
+        (loss, (correct, count, _)), (grads, emb_grads) = grad_fn(
             state.params, emb_rows, batch, self.dropout_key(state.step))
         total = jnp.maximum(lax.psum(count, axis), 1).astype(jnp.float32)
         # params are replicated (not varying over the axis), so shard_map's autodiff
@@ -199,11 +208,14 @@ class NodeClassification:
         return TrainState(params, opt_state, embeddings, state.step + 1), metrics
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
-        """Per device: (loss sum, correct, count) of batch `index`, summed over devices,
-        without dropout. Build the job with the evaluation split's loader and the
-        evaluation sampler (`dataclasses.replace`) to evaluate a split."""
+        """Per device: {"loss": sum, "correct", "count", "confusion": int32[C, C]} of
+        batch `index`, summed over devices, without dropout. Build the job with the
+        evaluation split's loader and the evaluation sampler (`dataclasses.replace`)
+        to evaluate a split."""
         axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
         batch = self.fetch(data, embeddings, seeds, mask, jnp.int32(0))
-        loss, (correct, count) = self.batch_loss(params, {}, batch)
-        return lax.psum(loss, axis), lax.psum(correct, axis), lax.psum(count, axis)
+        loss, (correct, count, logits) = self.batch_loss(params, {}, batch)
+        out = {"loss": loss, "correct": correct, "count": count,
+               "confusion": confusion_matrix(logits, batch.labels, batch.label_mask)}
+        return jax.tree.map(lambda x: lax.psum(x, axis), out)

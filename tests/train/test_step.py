@@ -41,7 +41,7 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
     def per_device(params, data, order):
         seeds, mask = job.loader.batch(order, 1)
         batch = job.fetch(data, {}, seeds, mask, jnp.int32(4))
-        (loss, (correct, count)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
+        (loss, (correct, count, _)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
             params, {}, batch)
         total = jax.lax.psum(count, "parts").astype(jnp.float32)
         grads = jax.tree.map(lambda g: g / total, grads)     # autodiff summed them
@@ -107,8 +107,10 @@ def test_evaluation_sees_every_validation_seed_once_and_matches_the_numpy_accura
     order = val.loader.epoch_order(0)
     outs = [run(params, {}, job.data(dg.graph), order, jnp.int32(i))
             for i in range(val.loader.steps_per_epoch)]
-    count = sum(int(c) for _, _, c in outs)
-    correct = sum(int(c) for _, c, _ in outs)
+    count = sum(int(o["count"]) for o in outs)
+    correct = sum(int(o["correct"]) for o in outs)
+    confusion = sum(np.asarray(o["confusion"]) for o in outs)
+    assert int(np.trace(confusion)) == correct and int(confusion.sum()) == count
     assert count == val.loader.num_seeds == 500            # cora's Planetoid val split
     # Host reference: the 2-layer model on the full graph, dense numpy.
     from jgraph.bench.exchange import global_csc

@@ -1,0 +1,151 @@
+"""The experiment config: what `jgraph train CONFIG` runs, as typed frozen dataclasses.
+
+Every experiment in `experiments/*.yaml` is an `Experiment`; a YAML file sets some of
+its fields, `--set section.key=value` any other, and an unknown key fails with the
+valid keys (see `jgraph.config`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from jgraph.dist.exchange import ExchangeConfig
+from jgraph.models.rgcn import Decomposition
+from jgraph.models.sage import Aggregator
+from jgraph.partition import Method
+
+
+class ModelKind(enum.Enum):
+    SAGE = "sage"
+    RGCN = "rgcn"
+
+
+class Optimizer(enum.Enum):
+    ADAM = "adam"
+    ADAMW = "adamw"
+    SGD = "sgd"
+
+
+class SparseOptimizerKind(enum.Enum):
+    ADAM = "adam"
+    ADAGRAD = "adagrad"
+
+
+class Inference(enum.Enum):
+    """How the final evaluation runs: `sampled` with `eval_fanouts`, or `full`:
+    layer-wise inference over every node's whole in-neighbourhood."""
+
+    SAMPLED = "sampled"
+    FULL = "full"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """path: a built-in name (cora), an .npz in the layouts of jgraph's datasets, an
+      OGB directory, `synthetic:...`, or a partition directory from `jgraph partition`.
+    num_parts: partitions = devices of the mesh; 0 = every device JAX has.
+    method: partitioning (ignored for a partition directory).
+    symmetrize: add each edge's reverse (homogeneous graphs stored one way round).
+    reverse_relations: add an inverse relation per relation (R-GCN).
+    normalize_features: scale each feature row to sum 1 (GCN's Planetoid preprocessing).
+    target_type: the labelled node type; None = the only type, or the one with labels.
+    feature, label: node array names.
+    """
+
+    path: str = "cora"
+    num_parts: int = 0
+    method: Method = Method.METIS
+    symmetrize: bool = False
+    reverse_relations: bool = False
+    normalize_features: bool = False
+    target_type: str | None = None
+    feature: str = "feat"
+    label: str = "label"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """kind: sage or rgcn. hidden, num_layers: widths and depth (one layer per hop).
+    aggregator: GraphSAGE's. decomposition, num_bases, self_loop: R-GCN's (num_bases
+      is the block count for block decomposition; 0 = a full weight per relation).
+    dropout, norm: between layers (layer norm when norm); input_dropout: on the input
+      rows.
+    embedding_dim: width of learnable embeddings for featureless node types (and of
+      the projected inputs of graphs with several node types).
+    learnable_inputs: give every node type an embedding, even where features exist.
+    """
+
+    kind: ModelKind = ModelKind.SAGE
+    hidden: int = 256
+    num_layers: int = 2
+    aggregator: Aggregator = Aggregator.MEAN
+    decomposition: Decomposition = Decomposition.BASIS
+    num_bases: int = 0
+    self_loop: bool = True
+    dropout: float = 0.5
+    input_dropout: float = 0.0
+    norm: bool = False
+    embedding_dim: int = 64
+    learnable_inputs: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """fanouts: per hop from the seeds outward (as PyG); -1 = every neighbour.
+    eval_fanouts: the same for sampled evaluation.
+    inference: how the final val/test evaluation runs (sampled or full).
+    optimizer, lr, weight_decay: dense parameters (optax).
+    embedding_optimizer, embedding_lr: the sparse optimizer of learnable embeddings.
+    epochs, batch_size, eval_batch_size, drop_last, seed: as usual; seed fixes the
+      model's initialisation, the shuffles, the sampling and dropout.
+    """
+
+    fanouts: tuple[int, ...] = (10, 10)
+    eval_fanouts: tuple[int, ...] = (-1, -1)
+    inference: Inference = Inference.SAMPLED
+    optimizer: Optimizer = Optimizer.ADAM
+    lr: float = 0.01
+    weight_decay: float = 0.0
+    embedding_optimizer: SparseOptimizerKind = SparseOptimizerKind.ADAM
+    embedding_lr: float = 0.01
+    epochs: int = 20
+    batch_size: int = 1024
+    eval_batch_size: int = 1024
+    drop_last: bool = False
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """name: for logs. data, model, train: as above. exchange: how rows travel between
+    devices (a coarse ladder without relay compiles fastest)."""
+
+    name: str = "experiment"
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    exchange: ExchangeConfig = ExchangeConfig(growth=2.0, relay=False)
+
+    def check(self) -> "Experiment":
+        """Raise ConfigError naming the field for values no run can use."""
+        from jgraph.config import ConfigError
+        t, m = self.train, self.model
+        if len(t.fanouts) != m.num_layers:
+            raise ConfigError(f"train.fanouts has {len(t.fanouts)} hops but model.num_layers "
+                              f"is {m.num_layers}: give one fanout per layer")
+        if len(t.eval_fanouts) != m.num_layers:
+            raise ConfigError(f"train.eval_fanouts has {len(t.eval_fanouts)} hops but "
+                              f"model.num_layers is {m.num_layers}")
+        for key, value in (("train.epochs", t.epochs), ("train.batch_size", t.batch_size),
+                           ("train.eval_batch_size", t.eval_batch_size),
+                           ("model.hidden", m.hidden), ("model.num_layers", m.num_layers),
+                           ("model.embedding_dim", m.embedding_dim)):
+            if value < 1:
+                raise ConfigError(f"{key} must be >= 1, got {value}")
+        if self.data.num_parts < 0:
+            raise ConfigError(f"data.num_parts must be >= 0 (0 = every device), got "
+                              f"{self.data.num_parts}")
+        for key, rate in (("model.dropout", m.dropout), ("model.input_dropout", m.input_dropout)):
+            if not 0.0 <= rate < 1.0:
+                raise ConfigError(f"{key} must be in [0, 1), got {rate}")
+        return self
