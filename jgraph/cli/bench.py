@@ -121,6 +121,33 @@ def add_commands(sub) -> None:
     sa.add_argument("--json", action="store_true", help="print JSON lines only")
     sa.set_defaults(run=run_sample)
 
+    tr = kinds.add_parser(
+        "train", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="seeds per second and step time of the whole GraphSAGE training step",
+        description="Partition GRAPH into one partition per device, then time whole epochs "
+                    "of the fused training step (sample, fetch, forward, backward, Adam) of "
+                    "a GraphSAGE model over its train_idx, after compiling and one warm-up "
+                    "epoch. Prints one line.")
+    tr.add_argument("graph", help="a homogeneous graph with feat, label and train_idx: an "
+                                  ".npz, cora, or synthetic:...")
+    tr.add_argument("--devices", type=int, default=1,
+                    help="devices = partitions (simulated on CPU)")
+    tr.add_argument("--method", choices=["metis", "random"], default="metis")
+    tr.add_argument("--fanouts", type=fanouts, default=(15, 10, 5),
+                    help="neighbours per hop, seeds outward; one GraphSAGE layer per hop")
+    tr.add_argument("--batch-size", type=int, default=1024, help="seeds per device per step")
+    tr.add_argument("--hidden", type=int, default=256)
+    tr.add_argument("--aggregator", choices=["mean", "gcn", "pool"], default="mean")
+    tr.add_argument("--epochs", type=int, default=1, help="measured epochs")
+    tr.add_argument("--strategy", choices=STRATEGIES, default="all_to_all")
+    tr.add_argument("--growth", type=float, default=2.0,
+                    help="ratio between the exchange's capacity rungs")
+    tr.add_argument("--symmetrize", action="store_true",
+                    help="add every edge's reverse first (e.g. for facebook_musae)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--json", action="store_true", help="print JSON lines only")
+    tr.set_defaults(run=run_train)
+
 
 def run_exchange(args) -> int:
     if args.num_parts < 1:
@@ -167,4 +194,23 @@ def run_sample(args) -> int:
                       growth=args.growth, relay=args.relay,
                       symmetrize=args.symmetrize, seed=args.seed)
     emitter(args.json)(bench_sample(cfg, Progress(enabled=True)))
+    return 0
+
+
+def run_train(args) -> int:
+    if min(args.devices, args.batch_size, args.epochs, args.hidden) < 1:
+        raise UsageError("--devices, --batch-size, --epochs and --hidden must be >= 1")
+    if args.growth <= 1:
+        raise UsageError(f"--growth must be > 1, got {args.growth}")
+    use_devices(args.devices)
+    from jgraph.bench.train import TrainBench, bench_train
+    from jgraph.dist.exchange import Strategy
+    from jgraph.models import Aggregator
+    from jgraph.progress import Progress
+    cfg = TrainBench(graph=args.graph, devices=args.devices, method=args.method,
+                     fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden,
+                     aggregator=Aggregator(args.aggregator), epochs=args.epochs,
+                     strategy=Strategy(args.strategy), growth=args.growth,
+                     symmetrize=args.symmetrize, seed=args.seed)
+    emitter(args.json)(bench_train(cfg, Progress(enabled=True)))
     return 0

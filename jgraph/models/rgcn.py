@@ -3,17 +3,19 @@ a relation per slot.
 
     h_i' = W_self h_i + b + sum_r sum_{j in N_r(i)} W_r h_j / |N(i)|
 
-The neighbour sum is normalised by the node's in-degree over all relations (DGL's
-`norm_by_dst`, what its R-GCN examples use), so a layer's partial aggregates add up
-window by window in full-graph inference. Inverse relations are relations of the graph
+Normalisation (`Norm`, the `normalization` argument): `relation` divides each relation's sum by that relation's
+neighbour count c_{i,r} (the paper's); `node` divides the whole sum by the node's
+in-degree over all relations (DGL's `norm_by_dst`, as its R-GCN examples do; the
+formula above). Either way the partial aggregates (sums and counts) add up window by
+window in full-graph inference. Inverse relations are relations of the graph
 (`jgraph.data.add_reverse_relations`); the self-connection is `W_self`.
 
 Weight decompositions (`Decomposition`):
-  basis: W_r = sum_b a_rb V_b with B bases. Neighbours are summed per basis first,
-    weighting slot j by a[etype_j] (einsum 'iwb,iwf->ibf'), and each basis applied
-    once per node: the per-slot weights are never materialised, which keeps many
-    relations (AM has 24 with inverses) cheap. num_bases <= 0 or >= R gives one full
-    weight per relation.
+  basis: W_r = sum_b a_rb V_b with B bases. With `node` normalisation neighbours are
+    summed per basis first, weighting slot j by a[etype_j] (einsum 'iwb,iwf->ibf'),
+    and each basis applied once per node; with `relation` they are summed per relation,
+    normalised, then mixed into the bases. The per-slot weights are never
+    materialised. num_bases <= 0 or >= R gives one full weight per relation.
   block: W_r = blockdiag(Q_r1, ..., Q_rB), B blocks dividing in and out. Neighbours
     are summed per relation, then each relation's blocks applied.
 """
@@ -33,16 +35,23 @@ class Decomposition(enum.Enum):
     BLOCK = "block"
 
 
+class Norm(enum.Enum):
+    RELATION = "relation"
+    NODE = "node"
+
+
 class RelGraphConv(MessagePassing):
     """One R-GCN layer. __call__(h_src [n_src, in], nbr, mask, etype [n_dst, W]) ->
     [n_dst, out]; etype None means every slot is relation 0."""
 
     def __init__(self, in_features: int, out_features: int, num_relations: int, *,
                  decomposition: Decomposition = Decomposition.BASIS, num_bases: int = 0,
-                 self_loop: bool = True, use_bias: bool = True, rngs: nnx.Rngs):
+                 self_loop: bool = True, use_bias: bool = True, norm: Norm = Norm.RELATION,
+                 rngs: nnx.Rngs):
         if num_relations < 1:
             raise ValueError(f"num_relations must be >= 1, got {num_relations}")
         self.decomposition = Decomposition(decomposition)
+        self.norm = Norm(norm)
         self.num_relations = num_relations
         init = nnx.initializers.glorot_uniform(in_axis=-2, out_axis=-1, batch_axis=(0,))
         if self.decomposition is Decomposition.BASIS:
@@ -69,17 +78,25 @@ class RelGraphConv(MessagePassing):
 
     def reduce(self, m_nbr, mask, etype=None) -> dict:
         rel = jnp.zeros(mask.shape, jnp.int32) if etype is None else jnp.where(mask, etype, 0)
-        if self.per_relation:
-            weight = jax.nn.one_hot(rel, self.num_relations, dtype=m_nbr.dtype)
+        live = mask[..., None].astype(m_nbr.dtype)
+        if self.per_relation or self.norm is Norm.RELATION:
+            weight = jax.nn.one_hot(rel, self.num_relations, dtype=m_nbr.dtype) * live
         else:
-            weight = jnp.take(self.coef[...], rel, axis=0).astype(m_nbr.dtype)
-        weight = weight * mask[..., None].astype(m_nbr.dtype)
-        return {"sum": jnp.einsum("iwk,iwf->ikf", weight, m_nbr),
-                "count": slot_count(mask, m_nbr.dtype)}
+            weight = jnp.take(self.coef[...], rel, axis=0).astype(m_nbr.dtype) * live
+        out = {"sum": jnp.einsum("iwk,iwf->ikf", weight, m_nbr)}
+        if self.norm is Norm.RELATION:
+            out["count"] = jnp.sum(weight, axis=1)                 # [n, R]
+        else:
+            out["count"] = slot_count(mask, m_nbr.dtype)           # [n]
+        return out
 
     def update(self, h_dst, partial) -> jax.Array:
-        agg = partial["sum"] / jnp.maximum(partial["count"], 1)[:, None, None]
+        count = jnp.maximum(partial["count"], 1)
+        agg = partial["sum"] / (count[..., None] if self.norm is Norm.RELATION
+                                else count[:, None, None])
         if self.decomposition is Decomposition.BASIS:
+            if not self.per_relation and self.norm is Norm.RELATION:
+                agg = jnp.einsum("irf,rb->ibf", agg, self.coef[...])
             out = jnp.einsum("ikf,kfo->io", agg, self.bases[...])
         else:
             q = self.blocks[...]
@@ -98,11 +115,13 @@ class RGCN(LayerStack):
 
     def __init__(self, in_features: int, hidden: int, out_features: int, num_layers: int,
                  num_relations: int, *, decomposition: Decomposition = Decomposition.BASIS,
-                 num_bases: int = 0, self_loop: bool = True, dropout: float = 0.0,
+                 num_bases: int = 0, self_loop: bool = True,
+                 normalization: Norm = Norm.RELATION, dropout: float = 0.0,
                  input_dropout: float = 0.0, norm: bool = False, rngs: nnx.Rngs):
         sizes = layer_sizes(in_features, hidden, out_features, num_layers)
         self.convs = nnx.List([
             RelGraphConv(a, b, num_relations, decomposition=decomposition,
-                         num_bases=num_bases, self_loop=self_loop, rngs=rngs)
+                         num_bases=num_bases, self_loop=self_loop, norm=normalization,
+                         rngs=rngs)
             for a, b in zip(sizes[:-1], sizes[1:])])
         self._between(hidden, num_layers, dropout, norm, rngs, input_dropout)

@@ -10,7 +10,7 @@ import dataclasses
 import enum
 
 from jgraph.dist.exchange import ExchangeConfig
-from jgraph.models.rgcn import Decomposition
+from jgraph.models.rgcn import Decomposition, Norm
 from jgraph.models.sage import Aggregator
 from jgraph.partition import Method
 
@@ -82,6 +82,7 @@ class ModelConfig:
     decomposition: Decomposition = Decomposition.BASIS
     num_bases: int = 0
     self_loop: bool = True
+    normalization: Norm = Norm.RELATION
     dropout: float = 0.5
     input_dropout: float = 0.0
     norm: bool = False

@@ -26,6 +26,7 @@ from jgraph.dist.mesh import first_devices
 from jgraph.dist.sparse_optim import SparseAdagrad, SparseAdam
 from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier
 from jgraph.partition import partition_graph
+from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.sampler import SampleStats
@@ -41,8 +42,12 @@ PARTITION_DIR = "partition"
 # -- Mesh and data ---------------------------------------------------------------------
 
 def run_mesh(config: Experiment):
-    """A mesh of data.num_parts devices (0: all of them)."""
-    return make_mesh(None, first_devices(config.data.num_parts or jax.device_count()))
+    """A mesh of data.num_parts devices; 0 means as many as a partition directory has
+    partitions, or else every device."""
+    count = config.data.num_parts
+    if not count and is_partition_dir(config.data.path):
+        count = read_meta(config.data.path).num_parts
+    return make_mesh(None, first_devices(count or jax.device_count()))
 
 
 def is_partition_dir(path: str) -> bool:
@@ -118,7 +123,8 @@ def build_model(config: Experiment, inputs: NodeInputs, num_classes: int,
     else:
         gnn = RGCN(encoder.width, m.hidden, num_classes, m.num_layers, num_relations,
                    decomposition=m.decomposition, num_bases=m.num_bases,
-                   self_loop=m.self_loop, dropout=m.dropout,
+                   self_loop=m.self_loop, normalization=m.normalization,
+                   dropout=m.dropout,
                    input_dropout=m.input_dropout, norm=m.norm, rngs=rngs)
     return NodeClassifier(encoder, gnn)
 
@@ -190,6 +196,23 @@ class SampledEvaluator:
         result = scores(confusion)
         result["loss"] = loss / max(result["count"], 1)
         return result
+
+
+def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
+                    evaluators=None, on_trace=None) -> dict:
+    """{split: scores or None (the graph has no such split)}, sampled or full-graph.
+    evaluators: already compiled `SampledEvaluator`s to reuse, by split."""
+    present = [s for s in splits if run.has_split(s)]
+    out = {s: None for s in splits}
+    if inference is Inference.FULL:
+        from jgraph.train.inference import full_graph_scores
+        if present:
+            out.update(full_graph_scores(run, params, embeddings, present))
+        return out
+    for split in present:
+        evaluator = (evaluators or {}).get(split) or SampledEvaluator(run, split, on_trace)
+        out[split] = evaluator(params, embeddings)
+    return out
 
 
 # -- Loop ------------------------------------------------------------------------------
@@ -265,18 +288,9 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
     if best["state"] is None:
         best = {"epoch": t.epochs - 1, "state": (state.params, state.embeddings)}
     params, embeddings = best["state"]
-    final = {}
     with progress.phase(f"evaluating ({t.inference.value})"):
-        for split in ("val", "test"):
-            if not run.has_split(split):
-                final[split] = None
-            elif t.inference is Inference.FULL:
-                from jgraph.train.inference import full_graph_scores
-                final[split] = full_graph_scores(run, params, embeddings, split)
-            else:
-                evaluator = val_eval if split == "val" else SampledEvaluator(
-                    run, split, counter("eval_step"))
-                final[split] = evaluator(params, embeddings)
+        final = evaluate_splits(run, params, embeddings, ("val", "test"), t.inference,
+                                {"val": val_eval}, counter("eval_step"))
 
     def pick(split, key):
         return None if final[split] is None else final[split][key]
@@ -341,15 +355,9 @@ def evaluate_run(workdir: str, splits=("val", "test"), inference: Inference | No
         else DistGraph(os.path.join(workdir, PARTITION_DIR), mesh)
     run = build_run(config, dg)
     params, embeddings = load_model(workdir, run)
-    inference = inference or config.train.inference
-    out = {}
     for split in splits:
         if not run.has_split(split):
             raise ConfigError(f"split {split!r} is not in the graph; it has "
                               f"{sorted(dg.meta.splits.get(run.target, []))}")
-        if inference is Inference.FULL:
-            from jgraph.train.inference import full_graph_scores
-            out[split] = full_graph_scores(run, params, embeddings, split)
-        else:
-            out[split] = SampledEvaluator(run, split)(params, embeddings)
-    return out
+    return evaluate_splits(run, params, embeddings, splits,
+                           inference or config.train.inference)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jgraph.models import (RGCN, Aggregator, Decomposition, Neighbourhood, RelGraphConv,
-                           SAGEConv, gather_neighbours)
+from jgraph.models import (RGCN, Aggregator, Decomposition, Neighbourhood, Norm,
+                           RelGraphConv, SAGEConv, gather_neighbours)
 
 IN, OUT, RELS, N_DST, N_SRC, WIDTH = 6, 4, 5, 12, 30, 4
 
@@ -51,8 +51,12 @@ def reference(conv: RelGraphConv, h_src, nbr, mask, etype):
         row = np.zeros(weights.shape[2])
         slots = np.flatnonzero(mask[i])
         for w in slots:
-            row += h_src[nbr[i, w]] @ weights[etype[i, w]]
-        row /= max(len(slots), 1)
+            message = h_src[nbr[i, w]] @ weights[etype[i, w]]
+            if conv.norm is Norm.RELATION:     # c_{i,r}: neighbours of i along r
+                message /= np.sum(etype[i, slots] == etype[i, w])
+            row += message
+        if conv.norm is Norm.NODE:
+            row /= max(len(slots), 1)
         if conv.fc_self is not None:
             row += h_src[i] @ f64(conv.fc_self.kernel)
         if conv.bias is not None:
@@ -68,11 +72,12 @@ CONFIGS = {
 }
 
 
+@pytest.mark.parametrize("norm", list(Norm))
 @pytest.mark.parametrize("self_loop", [True, False], ids=["self_loop", "no_self_loop"])
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_rgcn_layer_equals_the_per_node_numpy_reference(config, self_loop):
+def test_rgcn_layer_equals_the_per_node_numpy_reference(config, self_loop, norm):
     rng = np.random.default_rng(0)
-    conv = RelGraphConv(IN, OUT, RELS, self_loop=self_loop, rngs=nnx.Rngs(1),
+    conv = RelGraphConv(IN, OUT, RELS, self_loop=self_loop, norm=norm, rngs=nnx.Rngs(1),
                         **CONFIGS[config])
     assert hasattr(conv, "coef") == (config == "basis3")   # the decomposition really used
     # The bias is initialised to zero; give it values so the reference checks it.
@@ -103,6 +108,8 @@ WINDOW_LAYERS = {
     **{f"sage_{a.value}": (lambda a=a: SAGEConv(IN, OUT, aggregator=a, rngs=nnx.Rngs(3)))
        for a in Aggregator},
     "rgcn_basis": lambda: RelGraphConv(IN, OUT, RELS, num_bases=3, rngs=nnx.Rngs(3)),
+    "rgcn_basis_node_norm": lambda: RelGraphConv(IN, OUT, RELS, num_bases=3, norm=Norm.NODE,
+                                                 rngs=nnx.Rngs(3)),
     "rgcn_block": lambda: RelGraphConv(IN, OUT, RELS, decomposition=Decomposition.BLOCK,
                                        num_bases=2, rngs=nnx.Rngs(3)),
 }
