@@ -133,7 +133,8 @@ def full_graph_scores(run, params, embeddings, splits) -> dict:
             loss, _, _ = masked_cross_entropy(target_logits, data.labels, ok)
             out[split] = {"confusion": confusion_matrix(target_logits, data.labels, ok),
                           "loss": loss}
-        return jax.tree.map(lambda x: lax.psum(x, exchange.axis), (out, lost))
+        # lost is already a total over devices (exchange stats are); out is per device.
+        return jax.tree.map(lambda x: lax.psum(x, exchange.axis), out), lost
 
     run_fn = jax.jit(jax.shard_map(
         per_device, mesh=job.mesh,
