@@ -82,8 +82,12 @@ def build(cls, values: Mapping[str, Any], prefix: str = ""):
     if unknown:
         raise ConfigError(f"unknown config key {prefix}{unknown[0]}; valid keys"
                           f"{' under ' + prefix.rstrip('.') if prefix else ''}: {_names(cls)}")
-    return cls(**{name: _convert(value, hints[name], prefix + name)
-                  for name, value in values.items()})
+    fields = {name: _convert(value, hints[name], prefix + name)
+              for name, value in values.items()}
+    try:
+        return cls(**fields)
+    except (ValueError, TypeError) as err:   # the dataclass's own checks
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {err}") from None
 
 
 def to_dict(config) -> dict:

@@ -43,7 +43,8 @@ class SampleBench:
 
 def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
     with partition_on_mesh(cfg.graph, cfg.devices, cfg.method, symmetrized=cfg.symmetrize,
-                           seed=cfg.seed, bench="sample", progress=progress) as (meta, dg):
+                           seed=cfg.seed, bench="sample", progress=progress,
+                           splits=("train",)) as (meta, dg):
         loader = NodeLoader.from_split(dg, "train", batch_size=cfg.batch_size, seed=cfg.seed)
     mesh = dg.mesh
     sampler = NeighborSampler(cfg.fanouts, replace=cfg.replace, impl=cfg.impl)

@@ -55,6 +55,7 @@ class TrainBench:
 def bench_train(cfg: TrainBench, progress: Progress) -> dict:
     with partition_on_mesh(cfg.graph, cfg.devices, cfg.method, symmetrized=cfg.symmetrize,
                            seed=cfg.seed, bench="train", progress=progress,
+                           splits=("train",),
                            node_data=("feat", "label")) as (meta, dg):
         run = build_run(cfg.experiment(dg.parts.root), dg)
     job = run.job

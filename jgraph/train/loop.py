@@ -151,6 +151,11 @@ class Run:
 def build_run(config: Experiment, dg: DistGraph) -> Run:
     t = config.train
     target = target_type(config, dg)
+    sizes = {s: sum(p["splits"][target].get(s, 0) for p in dg.meta.parts)
+             for s in dg.meta.splits.get(target, [])}
+    if not sizes.get("train"):
+        raise ConfigError(f"{config.data.path}: node type {target!r} has no training nodes "
+                          f"(split 'train' is missing or empty); its splits: {sizes}")
     labels = dg.ndata(config.data.label, target)
     num_classes = int(labels.to_numpy().max(initial=0)) + 1
     inputs = NodeInputs.of(dg, feature=config.data.feature,
@@ -349,6 +354,9 @@ def evaluate_run(workdir: str, splits=("val", "test"), inference: Inference | No
     inference unless `inference` is given)."""
     from jgraph.config import load
     progress = progress or Progress()
+    if not os.path.exists(os.path.join(workdir, "config.yaml")):
+        raise ConfigError(f"{workdir}: not a trained run (no config.yaml); train with "
+                          f"`jgraph train CONFIG --workdir {workdir}` first")
     config = load(Experiment, os.path.join(workdir, "config.yaml"))
     mesh = run_mesh(config)
     dg = open_graph(config, mesh, workdir, progress) if is_partition_dir(config.data.path) \

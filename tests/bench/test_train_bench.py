@@ -1,0 +1,87 @@
+"""`jgraph bench train` as a user runs it: one JSON line whose figures are consistent
+with each other (every training seed counted once per measured epoch), and a clear
+error, exit status 2, for a graph it cannot train on."""
+import json
+
+import numpy as np
+import pytest
+
+from jgraph.cli import main
+from jgraph.data import load_dataset
+from jgraph.partition import partition_graph
+
+TRAIN_FIELDS = ["bench", "graph", "devices", "method", "model", "layers", "hidden",
+                "fanouts", "batch_size", "epochs", "steps", "seeds_per_epoch", "seconds",
+                "seeds_per_s", "step_seconds", "compile_seconds", "final_loss", "backend"]
+CORA_TRAIN = 140            # Planetoid split
+EPOCHS = 2                  # measured epochs (one warm-up epoch runs before them)
+# A small model; a coarse exchange ladder (fewer compiled branches: compiles faster).
+SMALL = ["--devices", "2", "--fanouts", "5,5", "--batch-size", "64", "--hidden", "32",
+         "--growth", "16", "--json"]
+
+
+@pytest.fixture(scope="module")
+def cora_train_seeds_per_part(tmp_path_factory):
+    """Cora's train seeds on each of 2 METIS parts, partitioned as the bench does."""
+    meta = partition_graph(load_dataset("cora"), 2, "metis",
+                           str(tmp_path_factory.mktemp("cora2")), seed=0)
+    return [p["splits"]["_N"]["train"] for p in meta.parts]
+
+
+def test_bench_train_prints_one_json_line_counting_every_seed_once_per_epoch(
+        capsys, cora_train_seeds_per_part):
+    code = main(["bench", "train", "cora", "--epochs", str(EPOCHS), *SMALL])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1                                  # --json: nothing else on stdout
+    row = json.loads(lines[0])
+    assert set(TRAIN_FIELDS) <= set(row), sorted(row)
+    assert row["bench"] == "train" and row["graph"] == "cora"
+    assert row["devices"] == 2 and row["epochs"] == EPOCHS
+    assert row["layers"] == 2 and row["fanouts"] == [5, 5]
+    assert row["hidden"] == 32 and row["batch_size"] == 64
+    assert row["seeds_per_s"] > 0 and row["step_seconds"] > 0 and row["compile_seconds"] > 0
+    assert row["seeds_per_epoch"] == CORA_TRAIN
+    # The loader's steps per epoch: the busiest device's train seeds over the batch size.
+    steps_per_epoch = -(-max(cora_train_seeds_per_part) // 64)
+    assert row["steps"] == EPOCHS * steps_per_epoch
+    assert row["seeds_per_s"] * row["seconds"] == pytest.approx(EPOCHS * CORA_TRAIN)
+    assert row["step_seconds"] * row["steps"] == pytest.approx(row["seconds"])
+    assert np.isfinite(row["final_loss"]) and row["final_loss"] > 0
+
+
+def write_graph_without_train_split(path):
+    rng = np.random.default_rng(0)
+    np.savez(path, src=rng.integers(0, 200, 1000), dst=rng.integers(0, 200, 1000),
+             num_nodes=np.int64(200), feat=rng.standard_normal((200, 8)).astype(np.float32),
+             label=rng.integers(0, 3, 200))
+    return str(path)
+
+
+@pytest.mark.parametrize("graph, names", [
+    (lambda tmp: "synthetic:nodes=500,edges=3000,feat=0", "feat"),
+    (lambda tmp: write_graph_without_train_split(tmp / "nosplit.npz"), "train"),
+    (lambda tmp: "synthetic:nodes=500,edges=3000,feat=8,train=0", "train"),
+], ids=["no_features", "no_train_split", "empty_train_split"])
+def test_bench_train_on_a_graph_it_cannot_train_exits_2_naming_what_is_missing(
+        tmp_path, capsys, graph, names):
+    code = main(["bench", "train", graph(tmp_path), "--epochs", "1", *SMALL])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert names in err and "Traceback" not in err
+    assert not out.strip()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--fanouts", "5,0"], "fanouts must be positive"),
+    (["--hidden", "0"], "must be >= 1"),
+    (["--growth", "1"], "--growth must be > 1"),
+])
+def test_bad_bench_train_arguments_exit_2_naming_the_value(capsys, argv, message):
+    try:
+        code = main(["bench", "train", "cora", *argv])
+    except SystemExit as exit:          # argparse rejects before jgraph runs
+        code = exit.code
+    _, err = capsys.readouterr()
+    assert code == 2 and message in err

@@ -1,0 +1,95 @@
+"""What a run reports: accuracy and macro-F1 from a confusion matrix (as a per-class
+computation from the labels and predictions themselves), metrics.jsonl and the PNG of
+the curves."""
+import json
+
+import numpy as np
+import pytest
+
+from jgraph.train.report import MetricsLog, plot_curves, scores, write_json
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def confusion_of(y, p, classes):
+    """confusion[true, predicted]: what the evaluators sum over batches."""
+    m = np.zeros((classes, classes), np.int64)
+    np.add.at(m, (y, p), 1)
+    return m
+
+
+def macro_f1_by_hand(y, p):
+    """Mean over the classes in y or p of 2PR/(P+R) (0 without true positives), as
+    scikit-learn's f1_score(y, p, average="macro")."""
+    f1s = []
+    for c in np.union1d(y, p):
+        tp = np.sum((y == c) & (p == c))
+        fp = np.sum((y != c) & (p == c))
+        fn = np.sum((y == c) & (p != c))
+        if tp == 0:
+            f1s.append(0.0)
+            continue
+        precision, recall = tp / (tp + fp), tp / (tp + fn)
+        f1s.append(2 * precision * recall / (precision + recall))
+    return float(np.mean(f1s))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_scores_equal_a_per_class_computation_on_random_labels(seed):
+    rng = np.random.default_rng(seed)
+    classes = 8                      # class 7 never occurs; class 6 only as a prediction
+    y = rng.integers(0, 6, size=300)
+    p = np.where(rng.random(300) < 0.6, y, rng.integers(0, 7, size=300))
+    assert 7 not in y and 7 not in p and 6 not in y and 6 in p
+    got = scores(confusion_of(y, p, classes))
+    assert got["count"] == 300
+    assert got["acc"] == pytest.approx(np.mean(y == p), abs=1e-12)
+    assert got["macro_f1"] == pytest.approx(macro_f1_by_hand(y, p), abs=1e-12)
+
+
+def test_macro_f1_leaves_out_classes_that_never_occur_and_counts_predicted_only_ones():
+    # Class 0: 2 right of 3; class 1: 1 right, 1 wrongly predicted as 2; class 2: never
+    # true (F1 0 but counted); class 3: never true nor predicted (left out).
+    y = np.array([0, 0, 0, 1, 1])
+    p = np.array([0, 0, 1, 1, 2])
+    got = scores(confusion_of(y, p, 4))
+    f1_0 = 2 * 2 / (3 + 2)            # 2 tp / (3 true + 2 predicted)
+    f1_1 = 2 * 1 / (2 + 2)
+    assert got["acc"] == pytest.approx(3 / 5)
+    assert got["macro_f1"] == pytest.approx((f1_0 + f1_1 + 0.0) / 3)
+    assert got["macro_f1"] == pytest.approx(macro_f1_by_hand(y, p))
+
+
+def test_scores_of_a_perfect_and_of_an_empty_confusion():
+    perfect = scores(np.diag([3, 0, 5]))
+    assert perfect == {"acc": 1.0, "macro_f1": 1.0, "count": 8}
+    empty = scores(np.zeros((3, 3)))
+    assert empty["count"] == 0 and np.isnan(empty["acc"]) and np.isnan(empty["macro_f1"])
+
+
+def rows(val):
+    return [{"epoch": e, "loss": 2.0 / (e + 1), "train_acc": 0.1 * e, "val_acc": v}
+            for e, v in enumerate(val)]
+
+
+@pytest.mark.parametrize("val", [[0.2, 0.4, 0.5], [None, None, None], [None, 0.4, None]],
+                         ids=["with_val", "val_acc_none", "some_val_acc_none"])
+def test_plot_curves_writes_a_png(tmp_path, val):
+    path = tmp_path / "curves.png"
+    plot_curves(rows(val), str(path), "a title")
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 1000
+
+
+def test_metrics_log_appends_one_json_line_per_row_and_write_json_round_trips(tmp_path):
+    log = MetricsLog(str(tmp_path))
+    for row in rows([0.5, None]):
+        log.write(row)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == log.rows == rows([0.5, None])
+    silent = MetricsLog(str(tmp_path / "elsewhere"), enabled=False)  # a non-writer process
+    silent.write({"epoch": 0})
+    assert silent.rows == [{"epoch": 0}] and not (tmp_path / "elsewhere").exists()
+    write_json(str(tmp_path / "r.json"), {"a": 1.5, "b": None})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1.5, "b": None}
+    assert not (tmp_path / "r.json.tmp").exists()
