@@ -12,9 +12,10 @@ def add_commands(sub) -> None:
                     "directory) and train; writes WORKDIR/metrics.jsonl (one line per epoch), "
                     "WORKDIR/result.json, WORKDIR/curves.png and the trained model.")
     train.add_argument("config", help="experiment YAML, e.g. experiments/sage_cora.yaml")
-    train.add_argument("--set", dest="assignments", action="append", default=[],
+    train.add_argument("--set", dest="assignments", action="extend", nargs="+", default=[],
                        metavar="KEY=VALUE",
-                       help="override a config field, e.g. --set model.hidden=128 (repeatable)")
+                       help="override config fields, e.g. --set model.hidden=128 "
+                            "train.epochs=5 (repeatable)")
     train.add_argument("--workdir", help="where the run writes (default runs/<config name>)")
     train.add_argument("--devices", type=int,
                        help="simulate this many devices on CPU (on accelerators the mesh "

@@ -1,10 +1,12 @@
 """Flax NNX graph models over fixed-width neighbourhoods (sampled Blocks, or windows of
 the full graph in layer-wise inference)."""
 from jgraph.models.encoder import InputEncoder, NodeClassifier
-from jgraph.models.rgcn import RGCN, Decomposition, Norm, RelGraphConv
+from jgraph.models.rgcn import (RGCN, Decomposition, Norm, OneHotRelGraphConv, RelGraphConv,
+                                one_hot_width)
 from jgraph.models.sage import Aggregator, GraphSAGE, SAGEConv
 from jgraph.models.stack import LayerStack, MessagePassing, Neighbourhood, gather_neighbours
 
 __all__ = ["Aggregator", "Decomposition", "GraphSAGE", "InputEncoder", "LayerStack",
-           "MessagePassing", "Neighbourhood", "Norm", "NodeClassifier", "RGCN", "RelGraphConv",
+           "MessagePassing", "Neighbourhood", "Norm", "NodeClassifier", "OneHotRelGraphConv", "RGCN",
+           "RelGraphConv", "one_hot_width",
            "SAGEConv", "gather_neighbours"]

@@ -18,6 +18,13 @@ Weight decompositions (`Decomposition`):
     materialised. num_bases <= 0 or >= R gives one full weight per relation.
   block: W_r = blockdiag(Q_r1, ..., Q_rB), B blocks dividing in and out. Neighbours
     are summed per relation, then each relation's blocks applied.
+
+One-hot inputs (`OneHotRelGraphConv`, RGCN's `one_hot_inputs`): the paper's featureless
+first layer. On a one-hot input e_j, W_r e_j is row j of W_r, so the layer's weights
+are per-node rows: each node's input row holds one slice per relation (and one for the
+self-connection), learned as a sharded embedding, and relation r's slot reads slice r
+of its neighbour. Far more expressive than one shared embedding through a W_r, at
+(R+1) x hidden floats per node.
 """
 from __future__ import annotations
 
@@ -27,7 +34,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jgraph.models.stack import LayerStack, MessagePassing, layer_sizes, slot_count
+from jgraph.models.stack import (LayerStack, MessagePassing, gather_neighbours, layer_sizes,
+                                 slot_count)
 
 
 class Decomposition(enum.Enum):
@@ -110,18 +118,106 @@ class RelGraphConv(MessagePassing):
         return out
 
 
+class OneHotRelGraphConv(MessagePassing):
+    """The first R-GCN layer on one-hot inputs (see the module doc): no weights but the
+    bias; h_src rows are [slice_0 | ... | slice_{R-1} | self slice] of out_features each
+    (no self slice without self_loop). __call__ as RelGraphConv's."""
+
+    def __init__(self, out_features: int, num_relations: int, *, self_loop: bool = True,
+                 use_bias: bool = True, norm: Norm = Norm.RELATION):
+        if num_relations < 1:
+            raise ValueError(f"num_relations must be >= 1, got {num_relations}")
+        self.norm = Norm(norm)
+        self.num_relations = num_relations
+        self.out_features = out_features
+        self.self_loop = self_loop
+        self.bias = nnx.Param(jnp.zeros((out_features,))) if use_bias else None
+
+    @property
+    def slices(self) -> int:
+        return self.num_relations + int(self.self_loop)
+
+    @property
+    def in_features(self) -> int:
+        return self.slices * self.out_features
+
+    def _relation(self, mask, etype):
+        return jnp.zeros(mask.shape, jnp.int32) if etype is None else jnp.where(mask, etype, 0)
+
+    def _sums(self, m, mask, rel) -> dict:
+        """m [n, W, out]: each slot's own relation slice."""
+        live = mask[..., None].astype(m.dtype)
+        if self.norm is Norm.RELATION:
+            weight = jax.nn.one_hot(rel, self.num_relations, dtype=m.dtype) * live
+            return {"sum": jnp.einsum("iwr,iwf->irf", weight, m),
+                    "count": jnp.sum(weight, axis=1)}
+        return {"sum": jnp.sum(m * live, axis=1), "count": slot_count(mask, m.dtype)}
+
+    def reduce(self, m_nbr, mask, etype=None) -> dict:
+        rel = self._relation(mask, etype)
+        n, w, _ = m_nbr.shape
+        rows = m_nbr.reshape(n, w, self.slices, self.out_features)
+        m = jnp.take_along_axis(rows, rel[:, :, None, None], axis=2)[:, :, 0]
+        return self._sums(m, mask, rel)
+
+    def update(self, h_dst, partial) -> jax.Array:
+        count = jnp.maximum(partial["count"], 1)
+        if self.norm is Norm.RELATION:
+            out = jnp.sum(partial["sum"] / count[..., None], axis=1)
+        else:
+            out = partial["sum"] / count[:, None]
+        if self.self_loop:
+            r, f = self.num_relations, self.out_features
+            out = out + h_dst[:, r * f:(r + 1) * f]
+        if self.bias is not None:
+            out = out + self.bias[...]
+        return out
+
+    def __call__(self, h_src, nbr, mask, etype=None) -> jax.Array:
+        if h_src.shape[1] != self.in_features:
+            raise ValueError(f"one-hot R-GCN layer: input rows have {h_src.shape[1]} columns, "
+                             f"expected {self.slices} slices x {self.out_features} = "
+                             f"{self.in_features}")
+        rel = self._relation(mask, etype)
+        # Gather only each slot's own slice: row (node, relation) of the sliced table.
+        rows = h_src.reshape(-1, self.out_features)
+        m = gather_neighbours(rows, nbr * self.slices + rel, mask)
+        return self.update(h_src[:nbr.shape[0]], self._sums(m, mask, rel))
+
+
 class RGCN(LayerStack):
-    """Stacked RelGraphConv layers (see `LayerStack` for the call and what runs between)."""
+    """Stacked RelGraphConv layers (see `LayerStack` for the call and what runs between).
+    one_hot_inputs: the first layer is a `OneHotRelGraphConv`; in_features must then be
+    `one_hot_width(...)`."""
 
     def __init__(self, in_features: int, hidden: int, out_features: int, num_layers: int,
                  num_relations: int, *, decomposition: Decomposition = Decomposition.BASIS,
                  num_bases: int = 0, self_loop: bool = True,
                  normalization: Norm = Norm.RELATION, dropout: float = 0.0,
-                 input_dropout: float = 0.0, norm: bool = False, rngs: nnx.Rngs):
+                 input_dropout: float = 0.0, norm: bool = False,
+                 one_hot_inputs: bool = False, rngs: nnx.Rngs):
         sizes = layer_sizes(in_features, hidden, out_features, num_layers)
-        self.convs = nnx.List([
+        if one_hot_inputs:
+            first = OneHotRelGraphConv(sizes[1], num_relations, self_loop=self_loop,
+                                       norm=normalization)
+            if in_features != first.in_features:
+                raise ValueError(f"one-hot R-GCN inputs must be {first.slices} slices x "
+                                 f"{sizes[1]} = {first.in_features} wide, got {in_features}")
+        else:
+            first = RelGraphConv(sizes[0], sizes[1], num_relations, decomposition=decomposition,
+                                 num_bases=num_bases, self_loop=self_loop, norm=normalization,
+                                 rngs=rngs)
+        convs = [
             RelGraphConv(a, b, num_relations, decomposition=decomposition,
                          num_bases=num_bases, self_loop=self_loop, norm=normalization,
                          rngs=rngs)
-            for a, b in zip(sizes[:-1], sizes[1:])])
+            for a, b in zip(sizes[1:-1], sizes[2:])]
+        self.convs = nnx.List([first] + convs)
         self._between(hidden, num_layers, dropout, norm, rngs, input_dropout)
+
+
+def one_hot_width(hidden: int, out_features: int, num_layers: int, num_relations: int,
+                  self_loop: bool = True) -> int:
+    """Input width an RGCN with one_hot_inputs needs: a slice per relation (and self)."""
+    first_out = out_features if num_layers == 1 else hidden
+    return (num_relations + int(self_loop)) * first_out

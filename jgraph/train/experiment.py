@@ -73,6 +73,9 @@ class ModelConfig:
     embedding_dim: width of learnable embeddings for featureless node types (and of
       the projected inputs of graphs with several node types).
     learnable_inputs: give every node type an embedding, even where features exist.
+    one_hot_inputs: R-GCN's first layer as on one-hot inputs, the paper's featureless
+      model: each node learns one hidden-wide row per relation and one for itself
+      (embedding_dim is then (relations + 1) x hidden; see `OneHotRelGraphConv`).
     """
 
     kind: ModelKind = ModelKind.SAGE
@@ -88,6 +91,7 @@ class ModelConfig:
     norm: bool = False
     embedding_dim: int = 64
     learnable_inputs: bool = False
+    one_hot_inputs: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +147,9 @@ class Experiment:
                            ("model.embedding_dim", m.embedding_dim)):
             if value < 1:
                 raise ConfigError(f"{key} must be >= 1, got {value}")
+        if m.one_hot_inputs and m.kind is not ModelKind.RGCN:
+            raise ConfigError(f"model.one_hot_inputs is an R-GCN input layer; model.kind is "
+                              f"{m.kind.value!r}")
         if self.data.num_parts < 0:
             raise ConfigError(f"data.num_parts must be >= 0 (0 = every device), got "
                               f"{self.data.num_parts}")

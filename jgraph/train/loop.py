@@ -24,7 +24,7 @@ from jgraph.dist import DistGraph, make_mesh
 from jgraph.dist.exchange import ExchangeStats
 from jgraph.dist.mesh import first_devices
 from jgraph.dist.sparse_optim import SparseAdagrad, SparseAdam
-from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier
+from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier, one_hot_width
 from jgraph.partition import partition_graph
 from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
@@ -115,7 +115,8 @@ def build_model(config: Experiment, inputs: NodeInputs, num_classes: int,
                 num_relations: int) -> NodeClassifier:
     m = config.model
     rngs = nnx.Rngs(config.train.seed)
-    encoder = InputEncoder(inputs.widths(), tuple(inputs.features), m.embedding_dim, rngs=rngs)
+    encoder = InputEncoder(inputs.widths(), tuple(inputs.features),
+                           input_width(config, num_classes, num_relations), rngs=rngs)
     if m.kind is ModelKind.SAGE:
         gnn = GraphSAGE(encoder.width, m.hidden, num_classes, m.num_layers,
                         aggregator=m.aggregator, dropout=m.dropout,
@@ -124,9 +125,17 @@ def build_model(config: Experiment, inputs: NodeInputs, num_classes: int,
         gnn = RGCN(encoder.width, m.hidden, num_classes, m.num_layers, num_relations,
                    decomposition=m.decomposition, num_bases=m.num_bases,
                    self_loop=m.self_loop, normalization=m.normalization,
-                   dropout=m.dropout,
-                   input_dropout=m.input_dropout, norm=m.norm, rngs=rngs)
+                   dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm,
+                   one_hot_inputs=m.one_hot_inputs, rngs=rngs)
     return NodeClassifier(encoder, gnn)
+
+
+def input_width(config: Experiment, num_classes: int, num_relations: int) -> int:
+    """Width of embeddings (and of projected features with several node types)."""
+    m = config.model
+    if m.one_hot_inputs:
+        return one_hot_width(m.hidden, num_classes, m.num_layers, num_relations, m.self_loop)
+    return m.embedding_dim
 
 
 @dataclasses.dataclass
@@ -158,11 +167,12 @@ def build_run(config: Experiment, dg: DistGraph) -> Run:
                           f"(split 'train' is missing or empty); its splits: {sizes}")
     labels = dg.ndata(config.data.label, target)
     num_classes = int(labels.to_numpy().max(initial=0)) + 1
+    num_relations = dg.graph.num_relations
     inputs = NodeInputs.of(dg, feature=config.data.feature,
-                           embedding_dim=config.model.embedding_dim,
+                           embedding_dim=input_width(config, num_classes, num_relations),
                            optimizer=sparse_optimizer(config),
                            learnable=config.model.learnable_inputs)
-    model = build_model(config, inputs, num_classes, dg.graph.num_relations)
+    model = build_model(config, inputs, num_classes, num_relations)
     graphdef, params = nnx.split(model, nnx.Param)
     loader = NodeLoader.from_split(dg, "train", target, batch_size=t.batch_size,
                                    drop_last=t.drop_last, seed=t.seed)

@@ -36,6 +36,14 @@ def test_unknown_nested_set_key_lists_the_keys_of_its_section(tmp_path, capsys):
     assert "'epochs'" in err and "'fanouts'" in err
 
 
+def test_one_set_takes_several_assignments_and_checks_each(tmp_path, capsys):
+    code, _, err = run(capsys, "train", EXPERIMENT, "--set", "train.epochs=1", "train.epoch=3",
+                       "--workdir", str(tmp_path / "run"), "--quiet")
+    assert code == 2
+    assert "unknown config key train.epoch;" in err and "train.epochs" not in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_fanouts_not_matching_num_layers_exits_2_naming_train_fanouts(tmp_path, capsys):
     code, out, err = run(capsys, "train", EXPERIMENT, "--set", "train.fanouts=[5]",
                          "--workdir", str(tmp_path / "run"), "--quiet")

@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from jgraph.models import (RGCN, Aggregator, Decomposition, Neighbourhood, Norm,
-                           RelGraphConv, SAGEConv, gather_neighbours)
+                           OneHotRelGraphConv, RelGraphConv, SAGEConv, gather_neighbours,
+                           one_hot_width)
 
 IN, OUT, RELS, N_DST, N_SRC, WIDTH = 6, 4, 5, 12, 30, 4
 
@@ -166,3 +167,62 @@ def test_block_decomposition_whose_blocks_do_not_divide_the_features_raises(num_
     with pytest.raises(ValueError, match="blocks"):
         RelGraphConv(IN, OUT, RELS, decomposition=Decomposition.BLOCK, num_bases=num_bases,
                      rngs=nnx.Rngs(0))
+
+
+# -- one-hot inputs (the paper's featureless first layer) --------------------------------
+
+def one_hot_rows(conv: RelGraphConv) -> np.ndarray:
+    """Per source node j: [W_0[j] | ... | W_{R-1}[j] | W_self[j]], what a RelGraphConv on
+    one-hot inputs reads (its W_r has a row per node)."""
+    weights = relation_weights(conv)                # [R, n_src, out]
+    rows = [weights[r] for r in range(weights.shape[0])]
+    if conv.fc_self is not None:
+        rows.append(f64(conv.fc_self.kernel))
+    return np.concatenate(rows, axis=1).astype(np.float32)
+
+
+@pytest.mark.parametrize("norm", list(Norm))
+@pytest.mark.parametrize("self_loop", [True, False], ids=["self_loop", "no_self_loop"])
+def test_one_hot_layer_equals_a_per_relation_rgcn_layer_on_one_hot_inputs(self_loop, norm):
+    rng = np.random.default_rng(6)
+    dense = RelGraphConv(N_SRC, OUT, RELS, num_bases=0, self_loop=self_loop, norm=norm,
+                         rngs=nnx.Rngs(2))
+    dense.bias[...] = jnp.asarray(rng.standard_normal(OUT), jnp.float32)
+    sliced = OneHotRelGraphConv(OUT, RELS, self_loop=self_loop, norm=norm)
+    sliced.bias[...] = dense.bias[...]
+    assert sliced.in_features == (RELS + int(self_loop)) * OUT
+    nbr, mask, etype = (jnp.asarray(a) for a in
+                        random_neighbourhood(rng, N_SRC, N_DST, WIDTH, RELS))
+    want = dense(jnp.eye(N_SRC, dtype=jnp.float32), nbr, mask, etype)
+    rows = jnp.asarray(one_hot_rows(dense))
+    got = sliced(rows, nbr, mask, etype)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+    # reduce over full rows, in two windows, then merge and update: the same.
+    def partial(cols):
+        return sliced.reduce(gather_neighbours(sliced.message(rows), nbr[:, cols], mask[:, cols]),
+                             mask[:, cols], etype[:, cols])
+
+    merged = sliced.merge(partial(slice(0, 1)), partial(slice(1, WIDTH)))
+    np.testing.assert_allclose(np.asarray(sliced.update(rows[:N_DST], merged)),
+                               np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_one_hot_rgcn_takes_the_first_layer_width_and_rejects_any_other():
+    width = one_hot_width(8, 3, num_layers=2, num_relations=RELS)
+    assert width == (RELS + 1) * 8
+    assert one_hot_width(8, 3, num_layers=1, num_relations=RELS, self_loop=False) == RELS * 3
+    model = RGCN(width, 8, 3, num_layers=2, num_relations=RELS, one_hot_inputs=True,
+                 rngs=nnx.Rngs(0))
+    assert isinstance(model.convs[0], OneHotRelGraphConv)
+    assert isinstance(model.convs[1], RelGraphConv)
+    rng = np.random.default_rng(7)
+    nbr, mask, etype = (jnp.asarray(a) for a in random_neighbourhood(rng, 20, 6, 3, RELS))
+    h = jnp.asarray(rng.standard_normal((20, width)), jnp.float32)
+    assert model(h, [Neighbourhood(nbr, mask, etype),
+                     Neighbourhood(nbr[:2] % 6, mask[:2], etype[:2])]).shape == (2, 3)
+    with pytest.raises(ValueError, match=f"slices x 8 = {width} wide, got {width - 1}"):
+        RGCN(width - 1, 8, 3, num_layers=2, num_relations=RELS, one_hot_inputs=True,
+             rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=f"expected {RELS + 1} slices"):
+        model.convs[0](h[:, :-1], nbr, mask, etype)

@@ -20,7 +20,7 @@ from flax import nnx
 from jgraph.bench.exchange import global_csc
 from jgraph.data import add_reverse_relations, load_dataset, load_npz
 from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig
-from jgraph.models import Aggregator, Decomposition, Neighbourhood
+from jgraph.models import Aggregator, Decomposition, Neighbourhood, OneHotRelGraphConv
 from jgraph.partition import partition_graph
 from jgraph.train.experiment import (DataConfig, Experiment, Inference, ModelConfig,
                                      ModelKind, TrainConfig)
@@ -274,15 +274,17 @@ def aifb_dir(shared_data, tmp_path_factory):
     return str(root)
 
 
-@pytest.mark.parametrize("decomposition,num_bases", [(Decomposition.BASIS, 3),
-                                                     (Decomposition.BLOCK, 2)])
+@pytest.mark.parametrize("decomposition,num_bases,one_hot", [
+    (Decomposition.BASIS, 3, False), (Decomposition.BLOCK, 2, False),
+    (Decomposition.BASIS, 0, True)], ids=["basis", "block", "one_hot"])
 def test_rgcn_full_graph_logits_with_embeddings_equal_dense_single_device_model(
-        aifb_dir, decomposition, num_bases):
+        aifb_dir, decomposition, num_bases, one_hot):
     config = Experiment(
         name=f"rgcn-{decomposition.value}",
         data=DataConfig(path=aifb_dir, num_parts=AIFB_DEVICES),
         model=ModelConfig(kind=ModelKind.RGCN, hidden=8, num_layers=2, embedding_dim=8,
-                          decomposition=decomposition, num_bases=num_bases, dropout=0.0),
+                          decomposition=decomposition, num_bases=num_bases, dropout=0.0,
+                          one_hot_inputs=one_hot),
         train=TrainConfig(fanouts=(4, 4), eval_fanouts=(4, 4), batch_size=32, seed=2),
         exchange=EXCHANGE).check()
     mesh = run_mesh(config)
@@ -294,14 +296,17 @@ def test_rgcn_full_graph_logits_with_embeddings_equal_dense_single_device_model(
     assert list(run.job.inputs.embeddings) == ["_N"] and not run.job.inputs.features
     model = nnx.merge(run.job.graphdef, run.params)
     conv = model.gnn.convs[0]
-    if decomposition is Decomposition.BASIS:
+    width = 91 * 8 if one_hot else 8                # one-hot: a slice per relation + self
+    if one_hot:
+        assert isinstance(conv, OneHotRelGraphConv) and conv.in_features == width
+    elif decomposition is Decomposition.BASIS:
         assert not conv.per_relation and conv.bases.shape[0] == num_bases
     else:
         assert conv.blocks.shape[:2] == (90, num_bases)
 
     embeddings = run.job.inputs.init_embeddings(mesh, jax.random.key(5))
-    window_floats, smallest = 1024, 64              # 128-edge windows, >100 per layer
-    window = edge_window(graph.edges_per_part, 8, window_floats, smallest)
+    window_floats, smallest = 1024, 64              # windows of 128 edges (64 one-hot): many
+    window = edge_window(graph.edges_per_part, width, window_floats, smallest)
     assert graph.edges_per_part >= 8 * window and graph.max_in_degree > window
     got, lost = sharded_logits(run, run.params, embeddings, window_floats, smallest)
     assert lost == 0
@@ -310,7 +315,7 @@ def test_rgcn_full_graph_logits_with_embeddings_equal_dense_single_device_model(
     # the relation of every in-edge.
     table = run.job.inputs.embeddings["_N"].rows(embeddings["_N"],
                                                  np.arange(dg.meta.num_nodes))
-    assert table.shape == (dg.meta.num_nodes, 8) and np.all(np.any(table != 0, axis=1))
+    assert table.shape == (dg.meta.num_nodes, width) and np.all(np.any(table != 0, axis=1))
     indptr, indices = global_csc(dg)
     etype = global_etype(dg)
     assert etype.min() >= 0 and etype.max() < graph.num_relations

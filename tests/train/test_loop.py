@@ -134,6 +134,14 @@ def test_check_rejects_fanouts_whose_length_differs_from_num_layers(tmp_path, ke
     assert not (tmp_path / "run").exists()                   # rejected before any work
 
 
+def test_one_hot_inputs_on_a_graphsage_config_are_rejected_naming_the_field():
+    config = load(Experiment, EXPERIMENT, ["model.one_hot_inputs=true"])
+    assert config.model.kind.value == "sage"
+    with pytest.raises(ConfigError, match=r"model\.one_hot_inputs is an R-GCN input layer; "
+                                          r"model\.kind is 'sage'"):
+        config.check()
+
+
 def test_target_type_that_is_not_a_node_type_fails_naming_it(tmp_path):
     config = load(Experiment, EXPERIMENT, ["data.num_parts=2", "data.target_type=paper"])
     with pytest.raises(ConfigError, match=r"data\.target_type 'paper' is not a node type"):
