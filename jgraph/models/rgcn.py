@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jgraph.models.stack import (LayerStack, MessagePassing, gather_neighbours, layer_sizes,
+from jgraph.models.stack import (LayerStack, MessagePassing, aggregate_slots, layer_sizes,
                                  slot_count)
 
 
@@ -180,9 +180,10 @@ class OneHotRelGraphConv(MessagePassing):
                              f"{self.in_features}")
         rel = self._relation(mask, etype)
         # Gather only each slot's own slice: row (node, relation) of the sliced table.
-        rows = h_src.reshape(-1, self.out_features)
-        m = gather_neighbours(rows, nbr * self.slices + rel, mask)
-        return self.update(h_src[:nbr.shape[0]], self._sums(m, mask, rel))
+        partial = aggregate_slots(
+            lambda m, mask, rel: self._sums(m, mask, rel), self.merge,
+            h_src.reshape(-1, self.out_features), nbr * self.slices + rel, mask, rel)
+        return self.update(h_src[:nbr.shape[0]], partial)
 
 
 class RGCN(LayerStack):

@@ -71,15 +71,24 @@ class SAGEConv(MessagePassing):
             return {"max": jnp.max(m_nbr, axis=1), "count": count}
         return {"sum": jnp.sum(m_nbr, axis=1), "count": count}
 
+    def _self_and_neigh(self, h_dst, agg) -> jax.Array:
+        """fc_self(h_dst) + fc_neigh(agg) as one matmul of the concatenated rows."""
+        kernel = jnp.concatenate([self.fc_self.kernel[...], self.fc_neigh.kernel[...]])
+        out = jnp.concatenate([h_dst, agg], axis=1) @ kernel
+        bias = self.fc_neigh.bias
+        return out if bias is None else out + bias[...]
+
     def update(self, h_dst, partial) -> jax.Array:
         count = partial["count"][:, None]
         if self.aggregator is Aggregator.POOL:
-            return self.fc_self(h_dst) + self.fc_neigh(partial["max"])
+            return self._self_and_neigh(h_dst, partial["max"])
         if self.aggregator is Aggregator.GCN:
             own = self.message(h_dst)
             return self._neigh((partial["sum"] + own) / (count + 1), self.project_first)
-        return self.fc_self(h_dst) + self._neigh(partial["sum"] / jnp.maximum(count, 1),
-                                                 self.project_first)
+        mean = partial["sum"] / jnp.maximum(count, 1)
+        if self.project_first:
+            return self.fc_self(h_dst) + self._neigh(mean, projected=True)
+        return self._self_and_neigh(h_dst, mean)
 
 
 class GraphSAGE(LayerStack):
