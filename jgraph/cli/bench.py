@@ -97,28 +97,14 @@ def add_commands(sub) -> None:
                     "nodes (after one warm-up epoch). Prints one line.")
     sa.add_argument("graph", help="a homogeneous graph with a train split: an .npz, cora, "
                                   "or synthetic:...")
-    sa.add_argument("--devices", type=int, default=1,
-                    help="devices = partitions (simulated on CPU)")
-    sa.add_argument("--method", choices=["metis", "random"], default="metis")
-    sa.add_argument("--fanouts", type=sample_fanouts, default=(15, 10, 5),
-                    help="neighbours per hop, seeds outward (PyG's num_neighbors); -1 = all")
-    sa.add_argument("--batch-size", type=int, default=1024, help="seeds per device per step")
-    sa.add_argument("--epochs", type=int, default=1, help="measured epochs")
+    add_epoch_bench_args(sa, fanouts=sample_fanouts,
+                         fanouts_help="neighbours per hop, seeds outward (PyG's "
+                                      "num_neighbors); -1 = all")
     sa.add_argument("--replace", action="store_true", help="sample with replacement")
     sa.add_argument("--impl", choices=["auto", "xla", "pallas"], default="auto",
                     help="draw kernel: auto = Pallas on GPU, XLA elsewhere")
-    sa.add_argument("--strategy", choices=STRATEGIES, default="all_to_all",
-                    help="exchange strategy for remote frontier nodes")
-    sa.add_argument("--growth", type=float, default=2.0,
-                    help="ratio between the exchange's capacity rungs (each rung is a "
-                         "compiled branch holding the owner's sampling code: fewer rungs "
-                         "compile faster)")
     sa.add_argument("--relay", action="store_true",
                     help="relay the busiest pairs' excess (less padding, longer compile)")
-    sa.add_argument("--symmetrize", action="store_true",
-                    help="add every edge's reverse first (e.g. for facebook_musae)")
-    sa.add_argument("--seed", type=int, default=0)
-    sa.add_argument("--json", action="store_true", help="print JSON lines only")
     sa.set_defaults(run=run_sample)
 
     tr = kinds.add_parser(
@@ -130,23 +116,33 @@ def add_commands(sub) -> None:
                     "epoch. Prints one line.")
     tr.add_argument("graph", help="a homogeneous graph with feat, label and train_idx: an "
                                   ".npz, cora, or synthetic:...")
-    tr.add_argument("--devices", type=int, default=1,
-                    help="devices = partitions (simulated on CPU)")
-    tr.add_argument("--method", choices=["metis", "random"], default="metis")
-    tr.add_argument("--fanouts", type=fanouts, default=(15, 10, 5),
-                    help="neighbours per hop, seeds outward; one GraphSAGE layer per hop")
-    tr.add_argument("--batch-size", type=int, default=1024, help="seeds per device per step")
+    add_epoch_bench_args(tr, fanouts=fanouts,
+                         fanouts_help="neighbours per hop, seeds outward; one GraphSAGE "
+                                      "layer per hop")
     tr.add_argument("--hidden", type=int, default=256)
     tr.add_argument("--aggregator", choices=["mean", "gcn", "pool"], default="mean")
-    tr.add_argument("--epochs", type=int, default=1, help="measured epochs")
-    tr.add_argument("--strategy", choices=STRATEGIES, default="all_to_all")
-    tr.add_argument("--growth", type=float, default=2.0,
-                    help="ratio between the exchange's capacity rungs")
-    tr.add_argument("--symmetrize", action="store_true",
-                    help="add every edge's reverse first (e.g. for facebook_musae)")
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--json", action="store_true", help="print JSON lines only")
     tr.set_defaults(run=run_train)
+
+
+def add_epoch_bench_args(parser, *, fanouts, fanouts_help: str) -> None:
+    """The options `bench sample` and `bench train` share: the mesh, the sampling, the
+    exchange and the output."""
+    parser.add_argument("--devices", type=int, default=1,
+                        help="devices = partitions (simulated on CPU)")
+    parser.add_argument("--method", choices=["metis", "random"], default="metis")
+    parser.add_argument("--fanouts", type=fanouts, default=(15, 10, 5), help=fanouts_help)
+    parser.add_argument("--batch-size", type=int, default=1024,
+                        help="seeds per device per step")
+    parser.add_argument("--epochs", type=int, default=1, help="measured epochs")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="all_to_all",
+                        help="exchange strategy for remote rows and frontier nodes")
+    parser.add_argument("--growth", type=float, default=2.0,
+                        help="ratio between the exchange's capacity rungs (each rung is a "
+                             "compiled branch: fewer rungs compile faster)")
+    parser.add_argument("--symmetrize", action="store_true",
+                        help="add every edge's reverse first (e.g. for facebook_musae)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print JSON lines only")
 
 
 def run_exchange(args) -> int:
