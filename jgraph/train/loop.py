@@ -172,6 +172,11 @@ def build_run(config: Experiment, dg: DistGraph) -> Run:
                            embedding_dim=input_width(config, num_classes, num_relations),
                            optimizer=sparse_optimizer(config),
                            learnable=config.model.learnable_inputs)
+    if config.model.one_hot_inputs and inputs.features and len(inputs.node_types) == 1:
+        raise ConfigError(
+            f"model.one_hot_inputs: node type {inputs.node_types[0]!r} of {config.data.path} "
+            f"has {config.data.feature!r} features, which one-hot inputs would replace by "
+            f"learned rows; set model.learnable_inputs=true to train without them")
     model = build_model(config, inputs, num_classes, num_relations)
     graphdef, params = nnx.split(model, nnx.Param)
     loader = NodeLoader.from_split(dg, "train", target, batch_size=t.batch_size,

@@ -142,6 +142,14 @@ def test_one_hot_inputs_on_a_graphsage_config_are_rejected_naming_the_field():
         config.check()
 
 
+def test_one_hot_inputs_on_a_graph_with_features_fail_naming_the_way_out(tmp_path):
+    config = load(Experiment, EXPERIMENT, ["data.num_parts=2", "model.kind=rgcn",
+                                           "model.one_hot_inputs=true"])
+    with pytest.raises(ConfigError, match=r"model\.one_hot_inputs: node type '_N' of .*cora "
+                                          r"has 'feat' features.*model\.learnable_inputs=true"):
+        train_and_evaluate(config, str(tmp_path), Progress(enabled=False))
+
+
 def test_target_type_that_is_not_a_node_type_fails_naming_it(tmp_path):
     config = load(Experiment, EXPERIMENT, ["data.num_parts=2", "data.target_type=paper"])
     with pytest.raises(ConfigError, match=r"data\.target_type 'paper' is not a node type"):
