@@ -7,6 +7,5 @@ from jgraph.models.sage import Aggregator, GraphSAGE, SAGEConv
 from jgraph.models.stack import LayerStack, MessagePassing, Neighbourhood, gather_neighbours
 
 __all__ = ["Aggregator", "Decomposition", "GraphSAGE", "InputEncoder", "LayerStack",
-           "MessagePassing", "Neighbourhood", "Norm", "NodeClassifier", "OneHotRelGraphConv", "RGCN",
-           "RelGraphConv", "one_hot_width",
-           "SAGEConv", "gather_neighbours"]
+           "MessagePassing", "Neighbourhood", "Norm", "NodeClassifier", "OneHotRelGraphConv",
+           "RGCN", "RelGraphConv", "SAGEConv", "gather_neighbours", "one_hot_width"]

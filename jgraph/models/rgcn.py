@@ -48,6 +48,19 @@ class Norm(enum.Enum):
     NODE = "node"
 
 
+def slot_relations(mask, etype) -> jax.Array:
+    """int32[n, W]: each slot's relation, 0 where masked or where etype is None."""
+    return jnp.zeros(mask.shape, jnp.int32) if etype is None else jnp.where(mask, etype, 0)
+
+
+def relation_sums(m, mask, rel, num_relations: int) -> dict:
+    """Per dst node, the masked slots of m [n, W, F] summed per relation ("sum" [n, R, F])
+    and counted per relation ("count" [n, R])."""
+    weight = (jax.nn.one_hot(rel, num_relations, dtype=m.dtype)
+              * mask[..., None].astype(m.dtype))
+    return {"sum": jnp.einsum("iwr,iwf->irf", weight, m), "count": jnp.sum(weight, axis=1)}
+
+
 class RelGraphConv(MessagePassing):
     """One R-GCN layer. __call__(h_src [n_src, in], nbr, mask, etype [n_dst, W]) ->
     [n_dst, out]; etype None means every slot is relation 0."""
@@ -85,18 +98,16 @@ class RelGraphConv(MessagePassing):
         self.bias = nnx.Param(jnp.zeros((out_features,))) if use_bias else None
 
     def reduce(self, m_nbr, mask, etype=None) -> dict:
-        rel = jnp.zeros(mask.shape, jnp.int32) if etype is None else jnp.where(mask, etype, 0)
-        live = mask[..., None].astype(m_nbr.dtype)
+        rel = slot_relations(mask, etype)
         if self.per_relation or self.norm is Norm.RELATION:
-            weight = jax.nn.one_hot(rel, self.num_relations, dtype=m_nbr.dtype) * live
+            out = relation_sums(m_nbr, mask, rel, self.num_relations)
         else:
+            live = mask[..., None].astype(m_nbr.dtype)
             weight = jnp.take(self.coef[...], rel, axis=0).astype(m_nbr.dtype) * live
-        out = {"sum": jnp.einsum("iwk,iwf->ikf", weight, m_nbr)}
-        if self.norm is Norm.RELATION:
-            out["count"] = jnp.sum(weight, axis=1)                 # [n, R]
-        else:
+            out = {"sum": jnp.einsum("iwk,iwf->ikf", weight, m_nbr)}
+        if self.norm is Norm.NODE:
             out["count"] = slot_count(mask, m_nbr.dtype)           # [n]
-        return out
+        return out                                 # count [n, R] with relation norm
 
     def update(self, h_dst, partial) -> jax.Array:
         count = jnp.maximum(partial["count"], 1)
@@ -141,20 +152,15 @@ class OneHotRelGraphConv(MessagePassing):
     def in_features(self) -> int:
         return self.slices * self.out_features
 
-    def _relation(self, mask, etype):
-        return jnp.zeros(mask.shape, jnp.int32) if etype is None else jnp.where(mask, etype, 0)
-
     def _sums(self, m, mask, rel) -> dict:
         """m [n, W, out]: each slot's own relation slice."""
-        live = mask[..., None].astype(m.dtype)
         if self.norm is Norm.RELATION:
-            weight = jax.nn.one_hot(rel, self.num_relations, dtype=m.dtype) * live
-            return {"sum": jnp.einsum("iwr,iwf->irf", weight, m),
-                    "count": jnp.sum(weight, axis=1)}
+            return relation_sums(m, mask, rel, self.num_relations)
+        live = mask[..., None].astype(m.dtype)
         return {"sum": jnp.sum(m * live, axis=1), "count": slot_count(mask, m.dtype)}
 
     def reduce(self, m_nbr, mask, etype=None) -> dict:
-        rel = self._relation(mask, etype)
+        rel = slot_relations(mask, etype)
         n, w, _ = m_nbr.shape
         rows = m_nbr.reshape(n, w, self.slices, self.out_features)
         m = jnp.take_along_axis(rows, rel[:, :, None, None], axis=2)[:, :, 0]
@@ -178,11 +184,10 @@ class OneHotRelGraphConv(MessagePassing):
             raise ValueError(f"one-hot R-GCN layer: input rows have {h_src.shape[1]} columns, "
                              f"expected {self.slices} slices x {self.out_features} = "
                              f"{self.in_features}")
-        rel = self._relation(mask, etype)
+        rel = slot_relations(mask, etype)
         # Gather only each slot's own slice: row (node, relation) of the sliced table.
-        partial = aggregate_slots(
-            lambda m, mask, rel: self._sums(m, mask, rel), self.merge,
-            h_src.reshape(-1, self.out_features), nbr * self.slices + rel, mask, rel)
+        partial = aggregate_slots(self._sums, self.merge, h_src.reshape(-1, self.out_features),
+                                  nbr * self.slices + rel, mask, rel)
         return self.update(h_src[:nbr.shape[0]], partial)
 
 
