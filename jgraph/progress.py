@@ -33,7 +33,11 @@ class Progress:
         if self.enabled:
             print(f"  {message}", file=self.stream, flush=True)
 
-    def iterate(self, iterable, desc: str, total: int | None = None):
-        return tqdm(iterable, desc=f"  {desc}", total=total, disable=not self.enabled,
-                    file=self.stream, leave=False, dynamic_ncols=True)
+    def iterate(self, iterable, desc: str, total: int | None = None, initial: int = 0):
+        """A progress bar over `iterable`, drawn only on a terminal (redraws would flood
+        a log file or the launcher's rank-prefixed output)."""
+        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        return tqdm(iterable, desc=f"  {desc}", total=total, initial=initial,
+                    disable=not (self.enabled and tty), file=self.stream, leave=False,
+                    dynamic_ncols=True)
 

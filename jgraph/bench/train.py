@@ -22,7 +22,7 @@ from jgraph.dist import ExchangeConfig, Strategy
 from jgraph.models import Aggregator
 from jgraph.progress import Progress
 from jgraph.train.experiment import DataConfig, Experiment, ModelConfig, TrainConfig
-from jgraph.train.loop import build_run
+from jgraph.train.run import build_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,14 +67,15 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
 
     with progress.phase("compiling"):
         start = time.perf_counter()
-        step = step.lower(state, data, loader.epoch_order(0), jnp.int32(0)).compile()
+        step = step.lower(state, data, loader.epoch_order(0), jnp.int32(0),
+                          job.stop_votes()).compile()
         compile_s = time.perf_counter() - start
 
     def epoch(e, state):
         order = loader.epoch_order(e)
         outs = []
         for i in progress.iterate(range(steps), f"epoch {e}"):
-            state, metrics = step(state, data, order, jnp.int32(i))
+            state, metrics = step(state, data, order, jnp.int32(i), job.stop_votes())
             outs.append(metrics)
         jax.block_until_ready((state, outs))
         return state, outs
@@ -89,7 +90,7 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
             outs += got
         seconds = time.perf_counter() - start
     outs = jax.device_get(outs)
-    from jgraph.train.loop import check_stats
+    from jgraph.train.run import check_stats
     for m in outs:
         check_stats(m["stats"])
     seeds = sum(int(m["count"]) for m in outs)

@@ -1,4 +1,10 @@
-"""Device setup for entry points: must run before JAX initialises its backends."""
+"""Device and process setup for entry points: must run before JAX initialises its backends.
+
+`use_devices` is what every jgraph command calls first. It joins a multi-process job
+when one was started (by `python -m jgraph.launch`, SLURM's `srun` or Open MPI's
+`mpirun`), then makes the asked-for number of devices available to this process.
+Library code never does either: importing jgraph configures nothing.
+"""
 from __future__ import annotations
 
 import os
@@ -8,12 +14,24 @@ class UsageError(ValueError):
     """A command-line value jgraph cannot use; reported in one line with exit status 2."""
 
 
+# What `python -m jgraph.launch` sets for each process it starts (with the standard
+# JAX_COORDINATOR_ADDRESS, which jax.distributed reads itself).
+NUM_PROCESSES_ENV = "JGRAPH_NUM_PROCESSES"
+PROCESS_ID_ENV = "JGRAPH_PROCESS_ID"
+
+# A peer that stops answering is declared dead after this many seconds, and every
+# other process then fails instead of waiting in a collective forever.
+HEARTBEAT_TIMEOUT_S = 30
+
+
 def use_devices(count: int | None) -> None:
-    """Make `count` devices available to the command.
+    """Join the multi-process job if there is one, then make `count` devices available
+    to this process.
 
     On CPU (no accelerator, or JAX_PLATFORMS=cpu) jgraph simulates them as host
     devices; on accelerators the mesh uses the devices that are there, and the
-    partition/mesh check reports a mismatch.
+    partition/mesh check reports a mismatch. In a multi-process job `count` is per
+    process (the launcher's --devices-per-process).
     """
     # XLA:CPU's concurrency-optimised scheduler can order the collectives inside the
     # exchange's lax.switch differently on different simulated devices, which deadlocks.
@@ -23,15 +41,46 @@ def use_devices(count: int | None) -> None:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
     import jax
     from jax._src import xla_bridge
-    if count is None:
+    started = xla_bridge.backends_are_initialized()
+    if count is not None:
+        if count < 1:
+            raise UsageError(f"--devices must be >= 1, got {count}")
+        if not started and jax.config.jax_num_cpu_devices < count:
+            jax.config.update("jax_num_cpu_devices", count)
+    start_distributed()
+    # Called again in one process (tests, notebooks): never shrink what an earlier call
+    # set up; meshes take the first `count` devices, so enough is all it needs.
+    if count is not None and started and jax.local_device_count() < count:
+        raise UsageError(f"{count} devices asked for, but JAX already started with "
+                         f"{jax.local_device_count()}; run the command in a new process")
+
+
+def distributed_env() -> dict | None:
+    """How this process was started, if as one of several: {"launcher": name, ...} with
+    the arguments jax.distributed.initialize needs (None where JAX detects them)."""
+    env = os.environ
+    if NUM_PROCESSES_ENV in env:
+        return {"launcher": "jgraph.launch",
+                "coordinator_address": env.get("JAX_COORDINATOR_ADDRESS"),
+                "num_processes": int(env[NUM_PROCESSES_ENV]),
+                "process_id": int(env[PROCESS_ID_ENV])}
+    if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
+        return {"launcher": "slurm"}
+    if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
+        return {"launcher": "mpirun"}
+    return None
+
+
+def start_distributed() -> None:
+    """`jax.distributed.initialize` when this process is one of a multi-process job
+    (once; a single process does nothing)."""
+    import jax
+    from jax._src import distributed
+    found = distributed_env()
+    if found is None or distributed.global_state.client is not None:
         return
-    if count < 1:
-        raise UsageError(f"--devices must be >= 1, got {count}")
-    if xla_bridge.backends_are_initialized() or jax.config.jax_num_cpu_devices >= count:
-        # Called again in one process (tests, notebooks): never shrink what an earlier
-        # call set up; meshes take the first `count` devices, so enough is all it needs.
-        if jax.device_count() < count:
-            raise UsageError(f"{count} devices asked for, but JAX already started with "
-                             f"{jax.device_count()}; run the command in a new process")
-        return
-    jax.config.update("jax_num_cpu_devices", count)
+    launcher = found.pop("launcher")
+    if launcher == "jgraph.launch" and not found["coordinator_address"]:
+        raise UsageError(f"{NUM_PROCESSES_ENV} is set but JAX_COORDINATOR_ADDRESS is not; "
+                         f"start processes with `python -m jgraph.launch`")
+    jax.distributed.initialize(**found, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)

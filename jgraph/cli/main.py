@@ -20,7 +20,9 @@ USER_ERRORS = (DatasetError, GraphError, PartitionError, PartitionFormatError, I
 def user_errors() -> tuple[type[Exception], ...]:
     """USER_ERRORS plus those of modules that import JAX, if the command loaded them."""
     dist = sys.modules.get("jgraph.dist")
-    return USER_ERRORS + ((dist.MeshError, dist.ExchangeOverflowError) if dist else ())
+    checkpoint = sys.modules.get("jgraph.train.checkpoint")
+    return (USER_ERRORS + ((dist.MeshError, dist.ExchangeOverflowError) if dist else ())
+            + ((checkpoint.CheckpointError,) if checkpoint else ()))
 
 
 def build_parser() -> argparse.ArgumentParser:

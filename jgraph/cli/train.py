@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 
 def add_commands(sub) -> None:
@@ -20,6 +21,13 @@ def add_commands(sub) -> None:
     train.add_argument("--devices", type=int,
                        help="simulate this many devices on CPU (on accelerators the mesh "
                             "uses the devices there)")
+    start = train.add_mutually_exclusive_group()
+    start.add_argument("--resume", action="store_true",
+                       help="continue from the newest checkpoint in WORKDIR, and fail if "
+                            "there is none (without this flag a run resumes when WORKDIR "
+                            "has a checkpoint, and starts afresh when it has none)")
+    start.add_argument("--fresh", action="store_true",
+                       help="delete WORKDIR's checkpoints and start over")
     train.add_argument("--quiet", action="store_true", help="no progress output")
     train.set_defaults(run=run_train)
 
@@ -39,18 +47,28 @@ def add_commands(sub) -> None:
 def run_train(args) -> int:
     from jgraph.cli.devices import use_devices
     use_devices(args.devices)
+    import jax
+
     from jgraph.config import load
     from jgraph.progress import Progress
     from jgraph.train.experiment import Experiment
-    from jgraph.train.loop import train_and_evaluate
+    from jgraph.train.loop import Resume, RunStopped, train_and_evaluate
 
     config = load(Experiment, args.config, args.assignments)
     workdir = args.workdir or os.path.join(
         "runs", os.path.splitext(os.path.basename(args.config))[0])
-    result = train_and_evaluate(config, workdir, Progress(enabled=not args.quiet))
+    resume = Resume.REQUIRE if args.resume else Resume.FRESH if args.fresh else Resume.AUTO
+    first = jax.process_index() == 0          # one process speaks for a multi-process job
+    try:
+        result = train_and_evaluate(config, workdir,
+                                    Progress(enabled=first and not args.quiet), resume)
+    except RunStopped as stopped:
+        print(f"jgraph train: {stopped}", file=sys.stderr)
+        return 128 + stopped.signum
     summary = {k: result[k] for k in ("val_acc", "test_acc", "val_macro_f1", "test_macro_f1",
                                       "best_epoch", "final_loss", "compiles", "seconds")}
-    print(json.dumps({"workdir": workdir, **summary}))
+    if first:
+        print(json.dumps({"workdir": workdir, **summary}))
     return 0
 
 
@@ -59,7 +77,7 @@ def run_eval(args) -> int:
     use_devices(args.devices)
     from jgraph.progress import Progress
     from jgraph.train.experiment import Inference
-    from jgraph.train.loop import evaluate_run
+    from jgraph.train.evaluate import evaluate_run
 
     splits = tuple(args.splits or ("val", "test"))
     inference = Inference(args.inference) if args.inference else None

@@ -121,15 +121,31 @@ class TrainConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """every_steps: save a checkpoint every this many training steps; 0 = at the end of
+      every epoch. One is also saved at the end of training, and when SIGINT or SIGTERM
+      stops the run.
+    keep: how many of the newest checkpoints stay on disk.
+    asynchronous: write them in the background while training goes on.
+    """
+
+    every_steps: int = 0
+    keep: int = 3
+    asynchronous: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
 class Experiment:
     """name: for logs. data, model, train: as above. exchange: how rows travel between
-    devices (a coarse ladder without relay compiles fastest)."""
+    devices (a coarse ladder without relay compiles fastest). checkpoint: when the run
+    saves itself (WORKDIR/checkpoints)."""
 
     name: str = "experiment"
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
     exchange: ExchangeConfig = ExchangeConfig(growth=2.0, relay=False)
+    checkpoint: CheckpointConfig = CheckpointConfig()
 
     def check(self) -> "Experiment":
         """Raise ConfigError naming the field for values no run can use."""
@@ -150,6 +166,11 @@ class Experiment:
         if m.one_hot_inputs and m.kind is not ModelKind.RGCN:
             raise ConfigError(f"model.one_hot_inputs is an R-GCN input layer; model.kind is "
                               f"{m.kind.value!r}")
+        if self.checkpoint.keep < 1:
+            raise ConfigError(f"checkpoint.keep must be >= 1, got {self.checkpoint.keep}")
+        if self.checkpoint.every_steps < 0:
+            raise ConfigError(f"checkpoint.every_steps must be >= 0 (0 = every epoch), got "
+                              f"{self.checkpoint.every_steps}")
         if self.data.num_parts < 0:
             raise ConfigError(f"data.num_parts must be >= 0 (0 = every device), got "
                               f"{self.data.num_parts}")

@@ -1,256 +1,154 @@
 """`train_and_evaluate(config, workdir)`: the whole run behind `jgraph train`.
 
-Sections: Mesh / Data / Model / Step / Evals / Loop / Report. The host only loads,
-partitions, logs and evaluates; every training step is one compiled SPMD program
+Sections: Mesh and data / Model and step / Resume / Loop / Report. The host only loads,
+logs, evaluates and checkpoints; every training step is one compiled SPMD program
 (`NodeClassification.train_step`) and the run counts how many times it was compiled.
+
+A run checkpoints itself (see `jgraph.train.checkpoint`) and, started again on the
+same workdir, continues from its newest checkpoint exactly: the same batches, the same
+random draws (all keyed by the seed and the step), the same per-step losses and final
+metrics as if it had never stopped. SIGINT or SIGTERM makes it save and stop
+(`RunStopped`).
 """
 from __future__ import annotations
 
 import dataclasses
+import enum
+import hashlib
 import os
 import time
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import yaml
-from flax import nnx
 
-from jgraph.config import ConfigError, to_dict
-from jgraph.data import (add_reverse_relations, load_dataset, normalize_features,
-                         symmetrize)
-from jgraph.dist import DistGraph, make_mesh
-from jgraph.dist.exchange import ExchangeStats
-from jgraph.dist.mesh import first_devices
-from jgraph.dist.sparse_optim import SparseAdagrad, SparseAdam
-from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier, one_hot_width
-from jgraph.partition import partition_graph
-from jgraph.partition.store import read_meta
+from jgraph.config import to_dict
+from jgraph.dist import DistGraph
 from jgraph.progress import Progress
-from jgraph.sampling import NeighborSampler, NodeLoader
-from jgraph.sampling.sampler import SampleStats
-from jgraph.train.experiment import (Experiment, Inference, ModelKind, Optimizer,
-                                     SparseOptimizerKind)
-from jgraph.train.inputs import NodeInputs
-from jgraph.train.report import MetricsLog, plot_curves, scores, write_json
-from jgraph.train.step import NodeClassification
+from jgraph.sampling.loader import LoaderState
+from jgraph.train.checkpoint import (CheckpointError, Checkpoints, Restored, StopRequest,
+                                     abstract, sync)
+from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
+from jgraph.train.experiment import Experiment
+from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
+from jgraph.train.run import Run, build_run, check_stats, open_graph, run_mesh
+from jgraph.train.step import TrainState
 
-PARTITION_DIR = "partition"
-
-
-# -- Mesh and data ---------------------------------------------------------------------
-
-def run_mesh(config: Experiment):
-    """A mesh of data.num_parts devices; 0 means as many as a partition directory has
-    partitions, or else every device."""
-    count = config.data.num_parts
-    if not count and is_partition_dir(config.data.path):
-        count = read_meta(config.data.path).num_parts
-    return make_mesh(None, first_devices(count or jax.device_count()))
+# Fields a resumed run may change: how long it trains and how it checkpoints.
+RESUMABLE_CHANGES = ("name", "train.epochs", "checkpoint.")
 
 
-def is_partition_dir(path: str) -> bool:
-    return os.path.isdir(path) and os.path.exists(os.path.join(path, "meta.json"))
+class Resume(enum.Enum):
+    """auto: continue from the workdir's newest checkpoint if it has one; require: the
+    same, but fail without one (`--resume`); fresh: delete its checkpoints and start
+    over (`--fresh`)."""
+
+    AUTO = "auto"
+    REQUIRE = "require"
+    FRESH = "fresh"
 
 
-def open_graph(config: Experiment, mesh, workdir: str, progress: Progress) -> DistGraph:
-    """The graph on the mesh: data.path itself when it is a partition directory, else
-    the dataset loaded, transformed and partitioned into WORKDIR/partition (by the
-    first process; the others wait for it)."""
-    data = config.data
-    if is_partition_dir(data.path):
-        return DistGraph(data.path, mesh)
-    root = os.path.join(workdir, PARTITION_DIR)
-    if jax.process_index() == 0:
-        with progress.phase(f"loading {data.path}"):
-            graph = load_dataset(data.path)
-            if data.symmetrize:
-                graph = symmetrize(graph)
-            if data.reverse_relations:
-                graph = add_reverse_relations(graph)
-            if data.normalize_features:
-                graph = normalize_features(graph, data.feature)
-        partition_graph(graph, mesh.size, data.method, root, seed=config.train.seed,
-                        overwrite=True, progress=progress)
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices("jgraph partition written")
-    return DistGraph(root, mesh)
+class RunStopped(Exception):
+    """SIGINT or SIGTERM stopped training after a checkpoint was saved."""
 
-
-def target_type(config: Experiment, dg: DistGraph) -> str:
-    """The labelled node type: data.target_type, the only type, or the one with labels."""
-    if config.data.target_type is not None:
-        if config.data.target_type not in dg.node_types:
-            raise ConfigError(f"data.target_type {config.data.target_type!r} is not a node "
-                              f"type of the graph; it has {list(dg.node_types)}")
-        return config.data.target_type
-    labelled = [t for t in dg.node_types if config.data.label in dg.meta.node_data.get(t, {})]
-    if len(labelled) != 1:
-        raise ConfigError(f"data.label {config.data.label!r} is held by node types "
-                          f"{labelled}; name one with data.target_type")
-    return labelled[0]
-
-
-# -- Model and step --------------------------------------------------------------------
-
-def dense_optimizer(config: Experiment) -> optax.GradientTransformation:
-    t = config.train
-    if t.optimizer is Optimizer.ADAMW:
-        return optax.adamw(t.lr, weight_decay=t.weight_decay)
-    base = optax.adam(t.lr) if t.optimizer is Optimizer.ADAM else optax.sgd(t.lr)
-    # Adam/SGD with weight decay as PyTorch: an L2 term added to the gradient.
-    return optax.chain(optax.add_decayed_weights(t.weight_decay), base) if t.weight_decay else base
-
-
-def sparse_optimizer(config: Experiment):
-    t = config.train
-    if t.embedding_optimizer is SparseOptimizerKind.ADAGRAD:
-        return SparseAdagrad(learning_rate=t.embedding_lr)
-    return SparseAdam(learning_rate=t.embedding_lr)
-
-
-def build_model(config: Experiment, inputs: NodeInputs, num_classes: int,
-                num_relations: int) -> NodeClassifier:
-    m = config.model
-    rngs = nnx.Rngs(config.train.seed)
-    encoder = InputEncoder(inputs.widths(), tuple(inputs.features),
-                           input_width(config, num_classes, num_relations), rngs=rngs)
-    if m.kind is ModelKind.SAGE:
-        gnn = GraphSAGE(encoder.width, m.hidden, num_classes, m.num_layers,
-                        aggregator=m.aggregator, dropout=m.dropout,
-                        input_dropout=m.input_dropout, norm=m.norm, rngs=rngs)
-    else:
-        gnn = RGCN(encoder.width, m.hidden, num_classes, m.num_layers, num_relations,
-                   decomposition=m.decomposition, num_bases=m.num_bases,
-                   self_loop=m.self_loop, normalization=m.normalization,
-                   dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm,
-                   one_hot_inputs=m.one_hot_inputs, rngs=rngs)
-    return NodeClassifier(encoder, gnn)
-
-
-def input_width(config: Experiment, num_classes: int, num_relations: int) -> int:
-    """Width of embeddings (and of projected features with several node types)."""
-    m = config.model
-    if m.one_hot_inputs:
-        return one_hot_width(m.hidden, num_classes, m.num_layers, num_relations, m.self_loop)
-    return m.embedding_dim
+    def __init__(self, signal_name: str, signum: int, step: int, path: str):
+        super().__init__(f"{signal_name} stopped training after step {step}; checkpoint "
+                         f"saved to {path}. Run the same command again to resume.")
+        self.signum = signum
 
 
 @dataclasses.dataclass
-class Run:
-    """Everything a run holds on the host between steps."""
+class EpochSums:
+    """The running totals of an epoch's steps (checkpointed mid-epoch, so a resumed
+    epoch reports what the uninterrupted one would have)."""
 
-    config: Experiment
-    dg: DistGraph
-    target: str
-    num_classes: int
-    job: NodeClassification
-    params: object
+    loss: float = 0.0          # sum over steps of mean loss x seeds
+    correct: int = 0
+    count: int = 0
+    seconds: float = 0.0
 
-    def loader(self, split: str, batch_size: int, shuffle_seed: int = 0) -> NodeLoader:
-        return NodeLoader.from_split(self.dg, split, self.target, batch_size=batch_size,
-                                     seed=shuffle_seed)
-
-    def has_split(self, split: str) -> bool:
-        return split in self.dg.meta.splits.get(self.target, [])
+    def add(self, m: dict) -> None:
+        self.loss += float(m["loss"]) * int(m["count"])
+        self.correct += int(m["correct"])
+        self.count += int(m["count"])
 
 
-def build_run(config: Experiment, dg: DistGraph) -> Run:
-    t = config.train
-    target = target_type(config, dg)
-    sizes = {s: sum(p["splits"][target].get(s, 0) for p in dg.meta.parts)
-             for s in dg.meta.splits.get(target, [])}
-    if not sizes.get("train"):
-        raise ConfigError(f"{config.data.path}: node type {target!r} has no training nodes "
-                          f"(split 'train' is missing or empty); its splits: {sizes}")
-    labels = dg.ndata(config.data.label, target)
-    num_classes = int(labels.to_numpy().max(initial=0)) + 1
-    num_relations = dg.graph.num_relations
-    inputs = NodeInputs.of(dg, feature=config.data.feature,
-                           embedding_dim=input_width(config, num_classes, num_relations),
-                           optimizer=sparse_optimizer(config),
-                           learnable=config.model.learnable_inputs)
-    if config.model.one_hot_inputs and inputs.features and len(inputs.node_types) == 1:
-        raise ConfigError(
-            f"model.one_hot_inputs: node type {inputs.node_types[0]!r} of {config.data.path} "
-            f"has {config.data.feature!r} features, which one-hot inputs would replace by "
-            f"learned rows; set model.learnable_inputs=true to train without them")
-    model = build_model(config, inputs, num_classes, num_relations)
-    graphdef, params = nnx.split(model, nnx.Param)
-    loader = NodeLoader.from_split(dg, "train", target, batch_size=t.batch_size,
-                                   drop_last=t.drop_last, seed=t.seed)
-    job = NodeClassification(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
-                             loader, dg.exchange(config.exchange), inputs, labels, seed=t.seed)
-    return Run(config, dg, target, num_classes, job, params)
+def state_dict(state: TrainState) -> dict:
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
 
 
-# -- Evals -----------------------------------------------------------------------------
-
-def check_stats(stats) -> None:
-    """Raise if any exchange in a step lost ids (capacity overflow, ids out of range)."""
-    for leaf in jax.tree.leaves(stats, is_leaf=lambda x: isinstance(x, (ExchangeStats,
-                                                                        SampleStats))):
-        if isinstance(leaf, (ExchangeStats, SampleStats)):
-            leaf.check()
+def restore_targets(run: Run, mesh) -> tuple[dict, dict]:
+    """Abstract (state, best) trees placed on this run's mesh, for orbax to restore into."""
+    job = run.job
+    state = abstract(state_dict(jax.eval_shape(job.init, run.params)),
+                     state_dict(job.state_specs()), mesh)
+    return state, {"params": state["params"], "embeddings": state["embeddings"]}
 
 
-class SampledEvaluator:
-    """Evaluates a split with the evaluation fanouts, batch by batch (one compilation
-    per split)."""
-
-    def __init__(self, run: Run, split: str, on_trace=None):
-        t = run.config.train
-        self.job = dataclasses.replace(run.job, loader=run.loader(split, t.eval_batch_size),
-                                       sampler=NeighborSampler(t.eval_fanouts))
-        self.step = self.job.compile_eval(run.dg.graph, on_trace)
-        self.data = self.job.data(run.dg.graph)
-        self.order = self.job.loader.epoch_order(0)
-
-    def __call__(self, params, embeddings) -> dict:
-        outs = [self.step(params, embeddings, self.data, self.order, jnp.int32(i))
-                for i in range(self.job.loader.steps_per_epoch)]
-        confusion = sum(np.asarray(o["confusion"]) for o in outs)
-        loss = sum(float(o["loss"]) for o in outs)
-        result = scores(confusion)
-        result["loss"] = loss / max(result["count"], 1)
-        return result
+def run_identity(config: Experiment, dg: DistGraph) -> dict:
+    """What a checkpoint must agree with to continue this run: the resolved config and
+    the partitioning (a hash of its node map: the same ids on the same devices)."""
+    resolved = dataclasses.replace(config, data=dataclasses.replace(
+        config.data, num_parts=dg.mesh.size))
+    node_map = np.load(os.path.join(dg.parts.root, "node_map.npy"), mmap_mode="r")
+    return {"config": to_dict(resolved),
+            "partition": {"graph": dg.meta.graph_name, "num_parts": dg.meta.num_parts,
+                          "node_map_sha1": hashlib.sha1(np.ascontiguousarray(node_map))
+                          .hexdigest()}}
 
 
-def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
-                    evaluators=None, on_trace=None) -> dict:
-    """{split: scores or None (the graph has no such split)}, sampled or full-graph.
-    evaluators: already compiled `SampledEvaluator`s to reuse, by split."""
-    present = [s for s in splits if run.has_split(s)]
-    out = {s: None for s in splits}
-    if inference is Inference.FULL:
-        from jgraph.train.inference import full_graph_scores
-        if present:
-            out.update(full_graph_scores(run, params, embeddings, present))
+def check_resumable(saved: dict, now: dict, path: str) -> None:
+    """Raise `CheckpointError` naming the fields where checkpoint `path` was written by
+    a different run than `now` describes."""
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
         return out
-    for split in present:
-        evaluator = (evaluators or {}).get(split) or SampledEvaluator(run, split, on_trace)
-        out[split] = evaluator(params, embeddings)
-    return out
+    before, after = flat(saved), flat(now)
+    diffs = [f"{k}: {before.get(k)!r} there, {after.get(k)!r} now"
+             for k in sorted(set(before) | set(after))
+             if (k.startswith("config.") or k.startswith("partition."))
+             and before.get(k) != after.get(k)
+             and not k.removeprefix("config.").startswith(RESUMABLE_CHANGES)]
+    if diffs:
+        raise CheckpointError(
+            f"checkpoint {path} belongs to another run: " + "; ".join(diffs[:6]) +
+            ". Resume with the same config (only train.epochs and checkpoint.* may "
+            "change), or start over with --fresh or another --workdir")
 
 
-# -- Loop ------------------------------------------------------------------------------
+def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | None = None,
+                       resume: Resume = Resume.AUTO,
+                       on_step: Callable[[int], None] | None = None) -> dict:
+    """Train `config` (continuing from WORKDIR's newest checkpoint, per `resume`), write
+    metrics.jsonl, steps.jsonl, result.json and curves.png to `workdir`, and return the
+    result. on_step(step): called after each training step is dispatched.
 
-def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | None = None
-                       ) -> dict:
-    """Train `config`, write metrics.jsonl, result.json and curves.png to `workdir`, and
-    return the result."""
+    Raises `RunStopped` when SIGINT/SIGTERM stopped it (after saving a checkpoint)."""
     progress = progress or Progress()
     config.check()
     start = time.perf_counter()
     writer = jax.process_index() == 0
     os.makedirs(workdir, exist_ok=True)
+    t, c = config.train, config.checkpoint
 
+    # -- Mesh and data ------------------------------------------------------------------
     mesh = run_mesh(config)
-    dg = open_graph(config, mesh, workdir, progress)
+    ckpts = Checkpoints(workdir, c.keep, c.asynchronous, say=progress.note)
+    if resume is Resume.FRESH:
+        ckpts.clear()
+    if resume is Resume.REQUIRE and not ckpts.steps():
+        raise CheckpointError(f"{workdir}: no checkpoint to resume from (no "
+                              f"{os.path.relpath(ckpts.directory, workdir)}/<step>/); "
+                              f"run without --resume to start")
+    dg = open_graph(config, mesh, workdir, progress, reuse=bool(ckpts.steps()))
     run = build_run(config, dg)
-    job, t = run.job, config.train
+    job = run.job
+
+    # -- Model and step -----------------------------------------------------------------
     traces = {"train_step": 0, "eval_step": 0}
 
     def counter(name):
@@ -260,51 +158,128 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
 
     train = job.compile_train(dg.graph, on_trace=counter("train_step"))
     data = job.data(dg.graph)
-    state = job.init(run.params)
     val_eval = (SampledEvaluator(run, "val", counter("eval_step"))
                 if run.has_split("val") else None)
     progress.note(f"{config.name}: {dg.meta.num_nodes:,} nodes on {mesh.size} device(s), "
                   f"{job.loader.num_seeds:,} training seeds, {job.loader.steps_per_epoch} "
                   f"steps per epoch, {run.num_classes} classes")
 
-    log = MetricsLog(workdir, enabled=writer)
+    # -- Resume -------------------------------------------------------------------------
+    identity = run_identity(config, dg)
+    restored: Restored | None = None
+    if ckpts.steps():
+        restored = ckpts.restore_latest(
+            *restore_targets(run, mesh), check=lambda meta, path: check_resumable(
+                {k: meta.get(k) for k in identity}, identity, path))
+        if restored is None and resume is Resume.REQUIRE:
+            raise CheckpointError(f"{workdir}: none of its checkpoints could be read")
+    if restored is not None:
+        meta = restored.meta
+        state = TrainState(**restored.state)
+        best = {**meta["best"], "state": None if meta["best"]["epoch"] is None else
+                (restored.best["params"], restored.best["embeddings"])}
+        position, sums = LoaderState(*meta["position"]), EpochSums(**meta["sums"])
+        rows, step = meta["rows"], meta["step"]
+        progress.note(f"resuming from {ckpts.directory}/{restored.step}: step {step}, "
+                      f"epoch {position.epoch} batch {position.step}")
+    else:
+        state = job.init(run.params)
+        best = {"val_acc": -1.0, "epoch": None, "state": None}
+        position, sums, rows, step = LoaderState(0, 0), EpochSums(), [], 0
     if writer:
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
             yaml.safe_dump(to_dict(config), f, sort_keys=False)
-    best = {"val_acc": -1.0, "epoch": None, "state": None}
-    steps = job.loader.steps_per_epoch
-    for epoch in range(t.epochs):
-        order = job.loader.epoch_order(epoch)
-        tick = time.perf_counter()
-        step_metrics = []
-        bar = progress.iterate(range(steps), f"epoch {epoch}", total=steps)
-        for index in bar:
-            state, metrics = train(state, data, order, jnp.int32(index))
-            step_metrics.append(metrics)
-            if index % max(steps // 10, 1) == 0:
-                bar.set_postfix(loss=f"{float(metrics['loss']):.4f}")
-        step_metrics = jax.device_get(step_metrics)
-        epoch_seconds = time.perf_counter() - tick
-        for m in step_metrics:
-            check_stats(m["stats"])
-        count = sum(int(m["count"]) for m in step_metrics)
-        loss = sum(float(m["loss"]) * int(m["count"]) for m in step_metrics) / max(count, 1)
-        row = {"epoch": epoch, "step": int(state.step), "loss": loss,
-               "train_acc": sum(int(m["correct"]) for m in step_metrics) / max(count, 1),
-               "val_acc": None, "epoch_seconds": epoch_seconds,
-               "seeds_per_s": count / epoch_seconds}
-        if val_eval is not None:
-            val = val_eval(state.params, state.embeddings)
-            row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"], val_loss=val["loss"])
-            if val["acc"] > best["val_acc"]:
-                best = {"val_acc": val["acc"], "epoch": epoch,
-                        "state": jax.tree.map(jnp.copy, (state.params, state.embeddings))}
-        log.write(row)
-        progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                               for k, v in row.items()))
+    log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, rows)
+    step_log = JsonLog(os.path.join(workdir, "steps.jsonl"), writer,
+                       [r for r in read_json_lines(os.path.join(workdir, "steps.jsonl"))
+                        if r["step"] <= step] if restored is not None else [])
 
-    # -- final evaluation: the best epoch by validation accuracy (the last without a val
-    # split), on val and test, sampled or full-graph.
+    # -- Loop ---------------------------------------------------------------------------
+    steps = job.loader.steps_per_epoch
+    pending: list = []            # (step, epoch, batch, metrics) not yet on the host
+    tick = time.perf_counter()
+
+    def flush():
+        """Bring the pending steps' metrics to the host: check, log and sum them."""
+        nonlocal tick
+        for s, e, i, m in jax.device_get(pending):
+            check_stats(m["stats"])
+            sums.add(m)
+            step_log.write({"step": s, "epoch": e, "batch": i, "loss": float(m["loss"]),
+                            "count": int(m["count"]), "correct": int(m["correct"])})
+        pending.clear()
+        now = time.perf_counter()
+        sums.seconds += now - tick
+        tick = now
+
+    def save(position: LoaderState, wait: bool = False):
+        flush()
+        best_state = best["state"] or (state.params, state.embeddings)
+        ckpts.save(step, state_dict(state),
+                   {"params": best_state[0], "embeddings": best_state[1]},
+                   {"step": step, "position": list(position),
+                    "sums": dataclasses.asdict(sums), "rows": log.rows,
+                    "best": {"val_acc": best["val_acc"], "epoch": best["epoch"]},
+                    "rng": {"seed": t.seed, "step": step}, **identity}, wait=wait)
+
+    def due(s: int) -> bool:
+        return c.every_steps > 0 and s % c.every_steps == 0
+
+    stop, vote = StopRequest(), None
+    with stop:
+        epoch, first = position
+        while epoch < t.epochs:
+            order = job.loader.epoch_order(epoch)
+            tick = time.perf_counter()
+            bar = progress.iterate(range(first, steps), f"epoch {epoch}", total=steps,
+                                   initial=first)
+            stopping = False
+            for index in bar:
+                state, metrics = train(state, data, order, jnp.int32(index),
+                                       job.stop_votes(stop.requested is not None))
+                step += 1
+                pending.append((step, epoch, index, metrics))
+                if on_step is not None:
+                    on_step(step)
+                # The previous step's vote (this one is still running): every process
+                # reads the same value, so all stop after the same step.
+                vote, previous = metrics["stop"], vote
+                if previous is not None and int(previous):
+                    stopping = True
+                    break
+                if index % max(steps // 10, 1) == 0:
+                    bar.set_postfix(loss=f"{float(metrics['loss']):.4f}")
+                if due(step) and index + 1 < steps:
+                    save(LoaderState(epoch, index + 1))
+            if stopping:
+                save(LoaderState(epoch, index + 1), wait=True)
+                ckpts.close()
+                sync("jgraph stopped")
+                raise RunStopped(stop.requested.name, int(stop.requested), step,
+                                 f"{ckpts.directory}/{step}")
+            flush()
+            count = max(sums.count, 1)
+            row = {"epoch": epoch, "step": step, "loss": sums.loss / count,
+                   "train_acc": sums.correct / count, "val_acc": None,
+                   "epoch_seconds": sums.seconds, "seeds_per_s": sums.count / sums.seconds}
+            if val_eval is not None:
+                val = val_eval(state.params, state.embeddings)
+                row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],
+                           val_loss=val["loss"])
+                if val["acc"] > best["val_acc"]:
+                    best = {"val_acc": val["acc"], "epoch": epoch,
+                            "state": jax.tree.map(jnp.copy, (state.params, state.embeddings))}
+            log.write(row)
+            progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                   for k, v in row.items()))
+            epoch, first, sums = epoch + 1, 0, EpochSums()
+            if c.every_steps == 0 or due(step) or epoch == t.epochs:
+                save(LoaderState(epoch, 0))
+    ckpts.close()
+
+    # -- Report -------------------------------------------------------------------------
+    # The final evaluation scores the best epoch by validation accuracy (the last
+    # without a val split), on val and test, sampled or full-graph.
     if best["state"] is None:
         best = {"epoch": t.epochs - 1, "state": (state.params, state.embeddings)}
     params, embeddings = best["state"]
@@ -323,6 +298,7 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
         "seconds": time.perf_counter() - start,
         "seeds_per_s": float(np.median([r["seeds_per_s"] for r in rows])) if rows else None,
         "devices": mesh.size, "graph": dg.meta.graph_name, "inference": t.inference.value,
+        "steps": step, "resumed_from_step": None if restored is None else restored.step,
         "config": to_dict(config),
     }
     save_model(workdir, params, embeddings)
@@ -332,55 +308,3 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
             plot_curves(rows, os.path.join(workdir, "curves.png"),
                         f"{config.name}: {dg.meta.graph_name} on {mesh.size} device(s)")
     return result
-
-
-# -- The trained model on disk (what `jgraph eval` reads) ------------------------------
-
-MODEL_DIR = "model"
-
-
-def save_model(workdir: str, params, embeddings) -> str:
-    """Write the model's parameters and embedding tables to WORKDIR/model (orbax)."""
-    import orbax.checkpoint as ocp
-    path = os.path.abspath(os.path.join(workdir, MODEL_DIR))
-    with ocp.StandardCheckpointer() as ckpt:
-        ckpt.save(path, {"params": params, "embeddings": embeddings}, force=True)
-    return path
-
-
-def load_model(workdir: str, run: Run):
-    """(params, embeddings) saved by `save_model`, placed like a fresh run's."""
-    import orbax.checkpoint as ocp
-    path = os.path.abspath(os.path.join(workdir, MODEL_DIR))
-    if not os.path.isdir(path):
-        raise ConfigError(f"{workdir}: no trained model ({MODEL_DIR}/ is missing); "
-                          f"train with `jgraph train CONFIG --workdir {workdir}` first")
-    fresh = run.job.init(run.params)
-    target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
-                          {"params": fresh.params, "embeddings": fresh.embeddings})
-    with ocp.StandardCheckpointer() as ckpt:
-        got = ckpt.restore(path, target)
-    return got["params"], got["embeddings"]
-
-
-def evaluate_run(workdir: str, splits=("val", "test"), inference: Inference | None = None,
-                 progress: Progress | None = None) -> dict:
-    """Scores of the model a run saved, on `splits`, with the run's config (its
-    inference unless `inference` is given)."""
-    from jgraph.config import load
-    progress = progress or Progress()
-    if not os.path.exists(os.path.join(workdir, "config.yaml")):
-        raise ConfigError(f"{workdir}: not a trained run (no config.yaml); train with "
-                          f"`jgraph train CONFIG --workdir {workdir}` first")
-    config = load(Experiment, os.path.join(workdir, "config.yaml"))
-    mesh = run_mesh(config)
-    dg = open_graph(config, mesh, workdir, progress) if is_partition_dir(config.data.path) \
-        else DistGraph(os.path.join(workdir, PARTITION_DIR), mesh)
-    run = build_run(config, dg)
-    params, embeddings = load_model(workdir, run)
-    for split in splits:
-        if not run.has_split(split):
-            raise ConfigError(f"split {split!r} is not in the graph; it has "
-                              f"{sorted(dg.meta.splits.get(run.target, []))}")
-    return evaluate_splits(run, params, embeddings, splits,
-                           inference or config.train.inference)

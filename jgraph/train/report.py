@@ -23,22 +23,38 @@ def scores(confusion: np.ndarray) -> dict[str, float]:
             "count": int(total)}
 
 
-class MetricsLog:
-    """Appends one JSON object per line to DIR/metrics.jsonl (written as it goes, so a
-    run that stops keeps its epochs)."""
+class JsonLog:
+    """One JSON object per line in a file, written as it goes (a run that stops keeps
+    what it logged). It starts from `rows`: those of a resumed run, written again."""
 
-    def __init__(self, workdir: str, enabled: bool = True):
-        self.path = os.path.join(workdir, "metrics.jsonl")
-        self.rows: list[dict] = []
+    def __init__(self, path: str, enabled: bool = True, rows=()):
+        self.path = path
+        self.rows: list[dict] = list(rows)
         self.enabled = enabled
         if enabled:
-            open(self.path, "w").close()
+            with open(self.path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self.rows)
 
     def write(self, row: dict) -> None:
         self.rows.append(row)
         if self.enabled:
             with open(self.path, "a") as f:
                 f.write(json.dumps(row) + "\n")
+
+
+def read_json_lines(path: str) -> list[dict]:
+    """The complete lines of a JSON-lines file (a line cut off by a crash is left out);
+    [] if there is no file."""
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
 
 
 def write_json(path: str, value: dict) -> None:

@@ -15,17 +15,19 @@ rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax import lax
 
 from jgraph.dist.exchange import Exchange
 from jgraph.dist.graph import ShardedGraph
-from jgraph.dist.mesh import REPLICATED, ROWS, replicated
+from jgraph.dist.mesh import REPLICATED, ROWS, replicated, shard_rows
 from jgraph.dist.tensor import DistTensor
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.train.inputs import NodeInputs
@@ -126,18 +128,27 @@ class NodeClassification:
         return TrainState(REPLICATED, REPLICATED, self.inputs.embedding_specs(), REPLICATED)
 
     def compile_train(self, graph: ShardedGraph, on_trace=None):
-        """jit(shard_map(train_step)): (state, data, order, index) -> (state, metrics);
-        the state is donated. on_trace: called each time the step is traced (compile
-        counting)."""
-        def step(state, data, order, index):
+        """jit(shard_map(train_step)): (state, data, order, index, stop) -> (state,
+        metrics); the state is donated. `stop` is `stop_votes(...)`; metrics["stop"]
+        is 1 when any process voted to stop. on_trace: called each time the step is
+        traced (compile counting)."""
+        def step(state, data, order, index, stop):
             if on_trace is not None:
                 on_trace()
-            return self.train_step(state, data, order, index)
+            return self.train_step(state, data, order, index, stop)
         sharded = jax.shard_map(
             step, mesh=self.mesh,
-            in_specs=(self.state_specs(), self.data_specs(graph), ROWS, REPLICATED),
+            in_specs=(self.state_specs(), self.data_specs(graph), ROWS, REPLICATED, ROWS),
             out_specs=(self.state_specs(), REPLICATED))
         return jax.jit(sharded, donate_argnums=0)
+
+    def stop_votes(self, stop: bool = False) -> jax.Array:
+        """int32[P] row-sharded, this process's vote on its devices: 1 to stop the run.
+
+        A signal reaches the processes of a job at different steps; voting through the
+        step's own collectives makes every process see the same step's result, so they
+        all stop (and checkpoint) after the same step."""
+        return _stop_votes(self.mesh, int(stop))
 
     def compile_eval(self, graph: ShardedGraph, on_trace=None):
         """jit(shard_map(eval_step)): (params, embeddings, data, order, index) ->
@@ -180,9 +191,10 @@ class NodeClassification:
         return jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), step),
                                   lax.axis_index(self.exchange.axis))
 
-    def train_step(self, state: TrainState, data: StepData, order, index):
+    def train_step(self, state: TrainState, data: StepData, order, index, stop=None):
         """Per device (under shard_map): one optimizer step on batch `index` of the
-        epoch whose shuffled seeds are `order`. Returns (state, metrics)."""
+        epoch whose shuffled seeds are `order`. Returns (state, metrics); `stop` is this
+        device's block of `stop_votes`."""
         axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
         batch = self.fetch(data, state.embeddings, seeds, mask, state.step)
@@ -205,6 +217,8 @@ class NodeClassification:
         metrics = {"loss": lax.psum(loss, axis) / total,
                    "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
                    "stats": (*batch.stats, tuple(emb_stats))}
+        if stop is not None:
+            metrics["stop"] = lax.pmax(stop[0], axis)
         return TrainState(params, opt_state, embeddings, state.step + 1), metrics
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
@@ -219,3 +233,8 @@ class NodeClassification:
         out = {"loss": loss, "correct": correct, "count": count,
                "confusion": confusion_matrix(logits, batch.labels, batch.label_mask)}
         return jax.tree.map(lambda x: lax.psum(x, axis), out)
+
+
+@functools.cache
+def _stop_votes(mesh, vote: int) -> jax.Array:
+    return shard_rows(mesh, 1, (), np.int32, lambda k: np.array([vote]))

@@ -25,7 +25,8 @@ from jgraph.partition import partition_graph
 from jgraph.train.experiment import (DataConfig, Experiment, Inference, ModelConfig,
                                      ModelKind, TrainConfig)
 from jgraph.train.inference import edge_window, full_graph_logits
-from jgraph.train.loop import SampledEvaluator, build_run, evaluate_splits, run_mesh
+from jgraph.train.evaluate import SampledEvaluator, evaluate_splits
+from jgraph.train.run import build_run, run_mesh
 
 # Small windows: many per layer, and a hub's in-edges span several of them.
 WINDOW_FLOATS, SMALLEST_WINDOW = 64, 16

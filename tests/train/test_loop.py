@@ -11,7 +11,8 @@ import pytest
 from jgraph.config import ConfigError, load, to_dict
 from jgraph.progress import Progress
 from jgraph.train.experiment import Experiment, Inference
-from jgraph.train.loop import evaluate_run, train_and_evaluate
+from jgraph.train.evaluate import evaluate_run
+from jgraph.train.loop import train_and_evaluate
 
 EXPERIMENT = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")
 TRAIN_SEEDS = 140                 # Cora's Planetoid split

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from jgraph.train.report import MetricsLog, plot_curves, scores, write_json
+from jgraph.train.report import JsonLog, plot_curves, read_json_lines, scores, write_json
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -81,15 +81,26 @@ def test_plot_curves_writes_a_png(tmp_path, val):
     assert data[:8] == PNG_MAGIC and len(data) > 1000
 
 
-def test_metrics_log_appends_one_json_line_per_row_and_write_json_round_trips(tmp_path):
-    log = MetricsLog(str(tmp_path))
+def test_json_log_appends_one_json_line_per_row_and_write_json_round_trips(tmp_path):
+    log = JsonLog(str(tmp_path / "metrics.jsonl"))
     for row in rows([0.5, None]):
         log.write(row)
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == log.rows == rows([0.5, None])
-    silent = MetricsLog(str(tmp_path / "elsewhere"), enabled=False)  # a non-writer process
+    silent = JsonLog(str(tmp_path / "elsewhere.jsonl"), enabled=False)  # a non-writer process
     silent.write({"epoch": 0})
-    assert silent.rows == [{"epoch": 0}] and not (tmp_path / "elsewhere").exists()
+    assert silent.rows == [{"epoch": 0}] and not (tmp_path / "elsewhere.jsonl").exists()
     write_json(str(tmp_path / "r.json"), {"a": 1.5, "b": None})
     assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1.5, "b": None}
     assert not (tmp_path / "r.json.tmp").exists()
+
+
+def test_a_resumed_json_log_rewrites_its_rows_and_reading_skips_a_cut_off_line(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"ste')    # a crash mid-line
+    assert read_json_lines(str(path)) == [{"step": 1}, {"step": 2}, {"step": 3}]
+    log = JsonLog(str(path), rows=[r for r in read_json_lines(str(path)) if r["step"] <= 2])
+    log.write({"step": 3})
+    assert read_json_lines(str(path)) == [{"step": 1}, {"step": 2}, {"step": 3}]
+    assert path.read_text().count("\n") == 3
+    assert read_json_lines(str(tmp_path / "none.jsonl")) == []

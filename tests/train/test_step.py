@@ -88,7 +88,7 @@ def test_train_step_compiles_once_and_lowers_the_loss_on_a_fixed_batch(task):
     for epoch in range(2):
         order = job.loader.epoch_order(epoch)
         for index in range(job.loader.steps_per_epoch):
-            state, metrics = run(state, data, order, jnp.int32(index))
+            state, metrics = run(state, data, order, jnp.int32(index), job.stop_votes())
             losses.append(float(metrics["loss"]))
             assert int(metrics["count"]) > 0
     assert len(traces) == 1                    # one compilation for two epochs

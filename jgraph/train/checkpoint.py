@@ -1,0 +1,243 @@
+"""Checkpoints of a training run, and the signals that ask a run to save and stop.
+
+A checkpoint is WORKDIR/checkpoints/<step>/, written by orbax's `CheckpointManager`
+(asynchronously: the arrays are copied to host memory, then written in the background
+while training goes on) with three items:
+
+- `state`: the whole `TrainState` — dense parameters, optimizer state, every embedding
+  table and its sparse-optimizer state (row-sharded: each process writes the rows of
+  its own devices) and the step, which with the run's seed is all its randomness;
+- `best`: the parameters and embeddings of the best epoch by validation accuracy so
+  far (what the final evaluation scores);
+- `meta`: JSON — the loader's position (epoch, batch), the epoch's running sums, the
+  metrics rows so far, the best epoch, the RNG seed and step, the resolved config and
+  the partitioning it was trained on.
+
+Orbax writes a checkpoint into a temporary folder and renames it when complete, so a
+half-written checkpoint is never listed. `meta` also holds a checksum of every array
+(a sum of position-keyed hashes of its bits: exact, and the same on any mesh layout),
+checked after restoring, so a damaged file is caught even where orbax reads it without
+complaint. A checkpoint that cannot be read or fails its checksums is reported, moved
+to WORKDIR/checkpoints-corrupt/ and the one before it is used; every process of a job
+agrees on which.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import threading
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jgraph.kernels.sample import fmix32, hash32
+
+CHECKPOINT_DIR = "checkpoints"
+CORRUPT_DIR = "checkpoints-corrupt"
+FORMAT = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot continue this run (another config or partitioning), or none
+    can be read; the message says which and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """What a checkpoint gives back: `state` and `best` as saved (placed on this run's
+    mesh), `meta` the JSON item, `step` its step."""
+
+    step: int
+    state: Any
+    best: Any
+    meta: dict
+
+
+def abstract(tree, specs, mesh):
+    """ShapeDtypeStructs of `tree` placed by `specs` (a prefix tree of PartitionSpecs)
+    on `mesh`: the target orbax restores into, on any mesh layout."""
+    def place(spec, sub):
+        sharding = NamedSharding(mesh, spec)
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                            sub)
+    return jax.tree.map(place, specs, tree, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+@jax.jit
+def _checksums(leaves):
+    def one(x):
+        x = jnp.asarray(x)
+        width = {4: jnp.uint32, 2: jnp.uint16, 1: jnp.uint8}[x.dtype.itemsize]
+        bits = lax.bitcast_convert_type(x, width).astype(jnp.uint32)
+        index = lax.iota(jnp.uint32, x.size).reshape(x.shape)
+        return jnp.sum(fmix32(hash32(bits, index)), dtype=jnp.uint32)
+    return [one(x) for x in leaves]
+
+
+def checksums(tree) -> dict[str, int]:
+    """{leaf path: uint32 checksum of its values} (host ints; device-side hashing)."""
+    paths, leaves = zip(*jax.tree_util.tree_flatten_with_path(tree)[0]) or ((), ())
+    sums = jax.device_get(_checksums(list(leaves)))
+    return {jax.tree_util.keystr(p): int(v) for p, v in zip(paths, sums)}
+
+
+def mismatched(saved: dict, tree) -> list[str]:
+    got = checksums(tree)
+    return [k for k in sorted(set(saved) | set(got)) if saved.get(k) != got.get(k)]
+
+
+def process_agrees(ok: bool) -> bool:
+    """True only if `ok` on every process of the job (host-side, all must call it)."""
+    if jax.process_count() == 1:
+        return ok
+    from jax.experimental import multihost_utils
+    return bool(np.all(multihost_utils.process_allgather(np.array([ok]))))
+
+
+def sync(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
+class Checkpoints:
+    """The checkpoints of one workdir: `save` (asynchronous), `restore_latest` (with
+    fallback past unreadable ones), `steps`, `clear`.
+
+    keep: how many of the newest checkpoints to keep (older ones are deleted).
+    """
+
+    def __init__(self, workdir: str, keep: int = 3, asynchronous: bool = True, say=print):
+        import orbax.checkpoint as ocp
+        self.ocp = ocp
+        self.workdir = os.path.abspath(workdir)
+        self.directory = os.path.join(self.workdir, CHECKPOINT_DIR)
+        self.say = say
+        self.manager = ocp.CheckpointManager(self.directory, options=ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=asynchronous,
+            cleanup_tmp_directories=True, create=True))
+
+    def steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(self, step: int, state, best, meta: dict, wait: bool = False) -> None:
+        """Start writing checkpoint `step` (returns once the arrays are on the host, or
+        once it is on disk with `wait`)."""
+        ocp = self.ocp
+        meta = {"format": FORMAT, **meta,
+                "checksums": {"state": checksums(state), "best": checksums(best)}}
+        self.manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), best=ocp.args.StandardSave(best),
+            meta=ocp.args.JsonSave(meta)), force=True)
+        if wait:
+            self.manager.wait_until_finished()
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def restore_latest(self, state_target, best_target,
+                       check: Callable[[dict, str], None] | None = None) -> Restored | None:
+        """The newest readable checkpoint restored into the targets (abstract trees
+        from `abstract`), or None when there is none.
+
+        `check(meta, path)` may raise `CheckpointError` for a checkpoint that belongs to
+        another run; that stops the restore. An unreadable checkpoint is reported and
+        moved aside, and the previous one tried.
+        """
+        ocp = self.ocp
+        for step in reversed(self.steps()):
+            path = os.path.join(self.directory, str(step))
+            meta, error = None, None
+            try:
+                meta = self.manager.restore(step, args=ocp.args.Composite(
+                    meta=ocp.args.JsonRestore()))["meta"]
+                if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                    raise ValueError(f"meta is not a jgraph checkpoint of format {FORMAT}")
+            except Exception as e:      # noqa: BLE001 -- any failure to read is corruption
+                error = e
+            if process_agrees(error is None):
+                if check is not None:
+                    check(meta, path)
+                try:
+                    got = self.manager.restore(step, args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(state_target),
+                        best=ocp.args.StandardRestore(best_target)))
+                    bad = [f"{item}{leaf}" for item in ("state", "best")
+                           for leaf in mismatched(meta["checksums"][item], got[item])]
+                    if bad:
+                        raise ValueError(f"restored values differ from the saved ones "
+                                         f"(checksums) in {', '.join(bad[:4])}")
+                except Exception as e:  # noqa: BLE001
+                    error, got = e, None
+                if process_agrees(error is None):
+                    return Restored(step, got["state"], got["best"], meta)
+            self.set_aside(step, error)
+        return None
+
+    def set_aside(self, step: int, error: Exception | None) -> None:
+        path = os.path.join(self.directory, str(step))
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}" if error else \
+            "another process could not read it"
+        aside = os.path.join(self.workdir, CORRUPT_DIR, str(step))
+        self.say(f"checkpoint {path} is unreadable ({reason}); moved to {aside}, "
+                 f"trying the one before it")
+        sync(f"jgraph checkpoint {step} read")
+        if jax.process_index() == 0:
+            if os.path.exists(aside):
+                shutil.rmtree(aside)
+            os.makedirs(os.path.dirname(aside), exist_ok=True)
+            shutil.move(path, aside)
+        sync(f"jgraph checkpoint {step} set aside")
+        self.manager.reload()
+
+    def clear(self) -> None:
+        """Delete every checkpoint (a fresh start in the same workdir)."""
+        self.manager.wait_until_finished()
+        sync("jgraph checkpoints clear")
+        if jax.process_index() == 0:
+            for step in self.steps():
+                self.manager.delete(step)
+        sync("jgraph checkpoints cleared")
+        self.manager.reload()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+class StopRequest:
+    """SIGINT and SIGTERM, while active, only set `requested` (the run then saves a
+    checkpoint and exits); a second SIGINT interrupts at once. Outside the main
+    thread signals cannot be caught and nothing is installed."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.requested: signal.Signals | None = None
+        self.previous: dict = {}
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self.previous[signum] = signal.signal(signum, self.handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous.clear()
+
+    def handle(self, signum, frame) -> None:
+        if self.requested is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self.requested is None:
+            self.requested = signal.Signals(signum)
+            print(f"  {self.requested.name}: saving a checkpoint after this step, then "
+                  f"stopping (SIGINT again to stop at once)", file=sys.stderr, flush=True)

@@ -1,0 +1,188 @@
+"""What a run is built from: the mesh, the graph on it, the model, the optimizers and
+the compiled step's job (`build_run`). Shared by training, evaluation and benchmarks."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import optax
+from flax import nnx
+
+from jgraph.config import ConfigError
+from jgraph.data import (add_reverse_relations, load_dataset, normalize_features,
+                         symmetrize)
+from jgraph.dist import DistGraph, make_mesh
+from jgraph.dist.exchange import ExchangeStats
+from jgraph.dist.mesh import first_devices
+from jgraph.dist.sparse_optim import SparseAdagrad, SparseAdam
+from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier, one_hot_width
+from jgraph.partition import partition_graph
+from jgraph.partition.store import read_meta
+from jgraph.progress import Progress
+from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sampling.sampler import SampleStats
+from jgraph.train.experiment import Experiment, ModelKind, Optimizer, SparseOptimizerKind
+from jgraph.train.inputs import NodeInputs
+from jgraph.train.step import NodeClassification
+
+PARTITION_DIR = "partition"
+
+
+# -- Mesh and data ---------------------------------------------------------------------
+
+def run_mesh(config: Experiment):
+    """A mesh of data.num_parts devices; 0 means as many as a partition directory has
+    partitions, or else every device."""
+    count = config.data.num_parts
+    if not count and is_partition_dir(config.data.path):
+        count = read_meta(config.data.path).num_parts
+    return make_mesh(None, first_devices(count or jax.device_count()))
+
+
+def is_partition_dir(path: str) -> bool:
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, "meta.json"))
+
+
+def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
+               reuse: bool = False) -> DistGraph:
+    """The graph on the mesh: data.path itself when it is a partition directory, else
+    the dataset loaded, transformed and partitioned into WORKDIR/partition (by the
+    first process; the others wait for it). reuse: open WORKDIR/partition as it is when
+    it exists (a resumed run must train on the partitioning it started with)."""
+    data = config.data
+    if is_partition_dir(data.path):
+        return DistGraph(data.path, mesh)
+    root = os.path.join(workdir, PARTITION_DIR)
+    if reuse and is_partition_dir(root):
+        return DistGraph(root, mesh)
+    if jax.process_index() == 0:
+        with progress.phase(f"loading {data.path}"):
+            graph = load_dataset(data.path)
+            if data.symmetrize:
+                graph = symmetrize(graph)
+            if data.reverse_relations:
+                graph = add_reverse_relations(graph)
+            if data.normalize_features:
+                graph = normalize_features(graph, data.feature)
+        partition_graph(graph, mesh.size, data.method, root, seed=config.train.seed,
+                        overwrite=True, progress=progress)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices("jgraph partition written")
+    return DistGraph(root, mesh)
+
+
+def target_type(config: Experiment, dg: DistGraph) -> str:
+    """The labelled node type: data.target_type, the only type, or the one with labels."""
+    if config.data.target_type is not None:
+        if config.data.target_type not in dg.node_types:
+            raise ConfigError(f"data.target_type {config.data.target_type!r} is not a node "
+                              f"type of the graph; it has {list(dg.node_types)}")
+        return config.data.target_type
+    labelled = [t for t in dg.node_types if config.data.label in dg.meta.node_data.get(t, {})]
+    if len(labelled) != 1:
+        raise ConfigError(f"data.label {config.data.label!r} is held by node types "
+                          f"{labelled}; name one with data.target_type")
+    return labelled[0]
+
+
+# -- Model and step --------------------------------------------------------------------
+
+def dense_optimizer(config: Experiment) -> optax.GradientTransformation:
+    t = config.train
+    if t.optimizer is Optimizer.ADAMW:
+        return optax.adamw(t.lr, weight_decay=t.weight_decay)
+    base = optax.adam(t.lr) if t.optimizer is Optimizer.ADAM else optax.sgd(t.lr)
+    # Adam/SGD with weight decay as PyTorch: an L2 term added to the gradient.
+    return optax.chain(optax.add_decayed_weights(t.weight_decay), base) if t.weight_decay else base
+
+
+def sparse_optimizer(config: Experiment):
+    t = config.train
+    if t.embedding_optimizer is SparseOptimizerKind.ADAGRAD:
+        return SparseAdagrad(learning_rate=t.embedding_lr)
+    return SparseAdam(learning_rate=t.embedding_lr)
+
+
+def build_model(config: Experiment, inputs: NodeInputs, num_classes: int,
+                num_relations: int) -> NodeClassifier:
+    m = config.model
+    rngs = nnx.Rngs(config.train.seed)
+    encoder = InputEncoder(inputs.widths(), tuple(inputs.features),
+                           input_width(config, num_classes, num_relations), rngs=rngs)
+    if m.kind is ModelKind.SAGE:
+        gnn = GraphSAGE(encoder.width, m.hidden, num_classes, m.num_layers,
+                        aggregator=m.aggregator, dropout=m.dropout,
+                        input_dropout=m.input_dropout, norm=m.norm, rngs=rngs)
+    else:
+        gnn = RGCN(encoder.width, m.hidden, num_classes, m.num_layers, num_relations,
+                   decomposition=m.decomposition, num_bases=m.num_bases,
+                   self_loop=m.self_loop, normalization=m.normalization,
+                   dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm,
+                   one_hot_inputs=m.one_hot_inputs, rngs=rngs)
+    return NodeClassifier(encoder, gnn)
+
+
+def input_width(config: Experiment, num_classes: int, num_relations: int) -> int:
+    """Width of embeddings (and of projected features with several node types)."""
+    m = config.model
+    if m.one_hot_inputs:
+        return one_hot_width(m.hidden, num_classes, m.num_layers, num_relations, m.self_loop)
+    return m.embedding_dim
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a run holds on the host between steps."""
+
+    config: Experiment
+    dg: DistGraph
+    target: str
+    num_classes: int
+    job: NodeClassification
+    params: object
+
+    def loader(self, split: str, batch_size: int, shuffle_seed: int = 0) -> NodeLoader:
+        return NodeLoader.from_split(self.dg, split, self.target, batch_size=batch_size,
+                                     seed=shuffle_seed)
+
+    def has_split(self, split: str) -> bool:
+        return split in self.dg.meta.splits.get(self.target, [])
+
+
+def build_run(config: Experiment, dg: DistGraph) -> Run:
+    t = config.train
+    target = target_type(config, dg)
+    sizes = {s: sum(p["splits"][target].get(s, 0) for p in dg.meta.parts)
+             for s in dg.meta.splits.get(target, [])}
+    if not sizes.get("train"):
+        raise ConfigError(f"{config.data.path}: node type {target!r} has no training nodes "
+                          f"(split 'train' is missing or empty); its splits: {sizes}")
+    labels = dg.ndata(config.data.label, target)
+    num_classes = int(labels.to_numpy().max(initial=0)) + 1
+    num_relations = dg.graph.num_relations
+    inputs = NodeInputs.of(dg, feature=config.data.feature,
+                           embedding_dim=input_width(config, num_classes, num_relations),
+                           optimizer=sparse_optimizer(config),
+                           learnable=config.model.learnable_inputs)
+    if config.model.one_hot_inputs and inputs.features and len(inputs.node_types) == 1:
+        raise ConfigError(
+            f"model.one_hot_inputs: node type {inputs.node_types[0]!r} of {config.data.path} "
+            f"has {config.data.feature!r} features, which one-hot inputs would replace by "
+            f"learned rows; set model.learnable_inputs=true to train without them")
+    model = build_model(config, inputs, num_classes, num_relations)
+    graphdef, params = nnx.split(model, nnx.Param)
+    loader = NodeLoader.from_split(dg, "train", target, batch_size=t.batch_size,
+                                   drop_last=t.drop_last, seed=t.seed)
+    job = NodeClassification(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
+                             loader, dg.exchange(config.exchange), inputs, labels, seed=t.seed)
+    return Run(config, dg, target, num_classes, job, params)
+
+
+def check_stats(stats) -> None:
+    """Raise if any exchange in a step lost ids (capacity overflow, ids out of range)."""
+    for leaf in jax.tree.leaves(stats, is_leaf=lambda x: isinstance(x, (ExchangeStats,
+                                                                        SampleStats))):
+        if isinstance(leaf, (ExchangeStats, SampleStats)):
+            leaf.check()
