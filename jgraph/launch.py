@@ -32,6 +32,8 @@ import time
 from jgraph.cli.devices import NUM_PROCESSES_ENV, PROCESS_ID_ENV
 
 POLL_S = 0.05
+# Exit statuses of a jgraph command that stopped on SIGINT / SIGTERM after saving.
+STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -165,6 +167,13 @@ class Launcher:
                     self.say(f"processes still running {self.stop_timeout:.0f}s after "
                              f"{signal.Signals(self.stopping).name}: killing them")
                     return exit_status(-self.stopping)
+            elif any(c in STOPPED for c in codes):
+                # A process was signalled directly, saved with the others (they vote on
+                # when to stop) and exited: wait for the rest as after our own signal.
+                rank = self.ranks[[c in STOPPED for c in codes].index(True)]
+                self.say(f"rank {rank.rank} stopped after a checkpoint (status "
+                         f"{rank.proc.returncode}); waiting for the others")
+                self.stopping = rank.proc.returncode - 128
             elif failed:
                 rank, code = failed[0]
                 self.say(f"rank {rank.rank} (pid {rank.proc.pid}) {describe(code)}; "

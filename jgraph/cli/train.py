@@ -20,7 +20,7 @@ def add_commands(sub) -> None:
     train.add_argument("--workdir", help="where the run writes (default runs/<config name>)")
     train.add_argument("--devices", type=int,
                        help="simulate this many devices on CPU (on accelerators the mesh "
-                            "uses the devices there)")
+                            "uses the devices there); per process in a multi-process job")
     start = train.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true",
                        help="continue from the newest checkpoint in WORKDIR, and fail if "
@@ -63,7 +63,8 @@ def run_train(args) -> int:
         result = train_and_evaluate(config, workdir,
                                     Progress(enabled=first and not args.quiet), resume)
     except RunStopped as stopped:
-        print(f"jgraph train: {stopped}", file=sys.stderr)
+        if first:
+            print(f"jgraph train: {stopped}", file=sys.stderr)
         return 128 + stopped.signum
     summary = {k: result[k] for k in ("val_acc", "test_acc", "val_macro_f1", "test_macro_f1",
                                       "best_epoch", "final_loss", "compiles", "seconds")}
@@ -75,13 +76,19 @@ def run_train(args) -> int:
 def run_eval(args) -> int:
     from jgraph.cli.devices import use_devices
     use_devices(args.devices)
+    import jax
+
     from jgraph.progress import Progress
-    from jgraph.train.experiment import Inference
     from jgraph.train.evaluate import evaluate_run
+    from jgraph.train.experiment import Inference
 
     splits = tuple(args.splits or ("val", "test"))
     inference = Inference(args.inference) if args.inference else None
-    scores = evaluate_run(args.workdir, splits, inference, Progress(enabled=not args.quiet))
+    first = jax.process_index() == 0          # one process speaks for a multi-process job
+    scores = evaluate_run(args.workdir, splits, inference,
+                          Progress(enabled=first and not args.quiet))
+    if not first:
+        return 0
     print(json.dumps({"workdir": args.workdir, **{
         f"{split}_{k}": v for split, s in scores.items() for k, v in s.items()}}))
     return 0

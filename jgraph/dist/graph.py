@@ -15,7 +15,7 @@ from jax.sharding import Mesh
 
 from jgraph.dist.exchange import Exchange, ExchangeConfig
 from jgraph.dist.layout import RowLayout
-from jgraph.dist.mesh import REPLICATED, ROWS, check_parts, replicate, shard_rows
+from jgraph.dist.mesh import REPLICATED, ROWS, check_parts, local_parts, replicate, shard_rows
 from jgraph.partition import PartitionBook, PartitionedGraph, open_partitions
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -92,8 +92,17 @@ def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
         offsets=replicate(mesh, book.offsets.astype(np.int32)),
         num_nodes=meta.num_nodes, nodes_per_part=n, edges_per_part=e,
         num_relations=len(meta.relations),
-        max_in_degree=max((int(degree(k).max(initial=0)) for k in range(meta.num_parts)),
-                          default=0))
+        max_in_degree=global_max(mesh, max((int(degree(k).max(initial=0))
+                                            for k in local_parts(mesh)), default=0)))
+
+
+def global_max(mesh: Mesh, value: int) -> int:
+    """The largest of every process's `value` (each process reads only its own
+    partitions, so a statistic over all of them is combined here)."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+    return int(np.max(multihost_utils.process_allgather(np.array([value], np.int32))))
 
 
 class DistGraph:

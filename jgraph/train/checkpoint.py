@@ -240,4 +240,4 @@ class StopRequest:
         if self.requested is None:
             self.requested = signal.Signals(signum)
             print(f"  {self.requested.name}: saving a checkpoint after this step, then "
-                  f"stopping (SIGINT again to stop at once)", file=sys.stderr, flush=True)
+                  f"stopping (SIGINT to stop at once)", file=sys.stderr, flush=True)

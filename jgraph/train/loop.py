@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import hashlib
 import os
+import signal
 import time
 from typing import Callable
 
@@ -53,10 +54,10 @@ class Resume(enum.Enum):
 class RunStopped(Exception):
     """SIGINT or SIGTERM stopped training after a checkpoint was saved."""
 
-    def __init__(self, signal_name: str, signum: int, step: int, path: str):
-        super().__init__(f"{signal_name} stopped training after step {step}; checkpoint "
+    def __init__(self, signum: signal.Signals, step: int, path: str):
+        super().__init__(f"{signum.name} stopped training after step {step}; checkpoint "
                          f"saved to {path}. Run the same command again to resume.")
-        self.signum = signum
+        self.signum = int(signum)
 
 
 @dataclasses.dataclass
@@ -200,8 +201,11 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
     tick = time.perf_counter()
 
     def flush():
-        """Bring the pending steps' metrics to the host: check, log and sum them."""
+        """Bring the pending steps' metrics to the host: check, log and sum them (and
+        the seconds since the last flush, which the epoch's steps took)."""
         nonlocal tick
+        if not pending:
+            return
         for s, e, i, m in jax.device_get(pending):
             check_stats(m["stats"])
             sums.add(m)
@@ -212,8 +216,16 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
         sums.seconds += now - tick
         tick = now
 
+    saved = None if restored is None else restored.step
+
     def save(position: LoaderState, wait: bool = False):
+        nonlocal saved
         flush()
+        if step == saved:
+            # Stopped after an epoch's last batch and resumed there: the epoch's end
+            # runs again, at a step whose checkpoint already exists (and holds it).
+            return
+        saved = step
         best_state = best["state"] or (state.params, state.embeddings)
         ckpts.save(step, state_dict(state),
                    {"params": best_state[0], "embeddings": best_state[1]},
@@ -233,10 +245,10 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
             tick = time.perf_counter()
             bar = progress.iterate(range(first, steps), f"epoch {epoch}", total=steps,
                                    initial=first)
-            stopping = False
+            stopping: signal.Signals | None = None
             for index in bar:
                 state, metrics = train(state, data, order, jnp.int32(index),
-                                       job.stop_votes(stop.requested is not None))
+                                       job.stop_votes(stop.requested or 0))
                 step += 1
                 pending.append((step, epoch, index, metrics))
                 if on_step is not None:
@@ -245,23 +257,24 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
                 # reads the same value, so all stop after the same step.
                 vote, previous = metrics["stop"], vote
                 if previous is not None and int(previous):
-                    stopping = True
+                    stopping = signal.Signals(int(previous))
                     break
                 if index % max(steps // 10, 1) == 0:
                     bar.set_postfix(loss=f"{float(metrics['loss']):.4f}")
                 if due(step) and index + 1 < steps:
                     save(LoaderState(epoch, index + 1))
-            if stopping:
+            if stopping is not None:
                 save(LoaderState(epoch, index + 1), wait=True)
                 ckpts.close()
                 sync("jgraph stopped")
-                raise RunStopped(stop.requested.name, int(stop.requested), step,
+                raise RunStopped(stopping, step,
                                  f"{ckpts.directory}/{step}")
             flush()
             count = max(sums.count, 1)
             row = {"epoch": epoch, "step": step, "loss": sums.loss / count,
                    "train_acc": sums.correct / count, "val_acc": None,
-                   "epoch_seconds": sums.seconds, "seeds_per_s": sums.count / sums.seconds}
+                   "epoch_seconds": sums.seconds,
+                   "seeds_per_s": sums.count / max(sums.seconds, 1e-9)}
             if val_eval is not None:
                 val = val_eval(state.params, state.embeddings)
                 row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],

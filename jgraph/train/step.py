@@ -142,13 +142,14 @@ class NodeClassification:
             out_specs=(self.state_specs(), REPLICATED))
         return jax.jit(sharded, donate_argnums=0)
 
-    def stop_votes(self, stop: bool = False) -> jax.Array:
-        """int32[P] row-sharded, this process's vote on its devices: 1 to stop the run.
+    def stop_votes(self, signum: int = 0) -> jax.Array:
+        """int32[P] row-sharded, this process's vote on its devices: the number of the
+        signal that asks the run to stop, or 0.
 
-        A signal reaches the processes of a job at different steps; voting through the
-        step's own collectives makes every process see the same step's result, so they
-        all stop (and checkpoint) after the same step."""
-        return _stop_votes(self.mesh, int(stop))
+        A signal reaches the processes of a job at different steps (or only one of
+        them); voting through the step's own collectives makes every process see the
+        same step's result, so they all stop (and checkpoint) after the same step."""
+        return _stop_votes(self.mesh, int(signum))
 
     def compile_eval(self, graph: ShardedGraph, on_trace=None):
         """jit(shard_map(eval_step)): (params, embeddings, data, order, index) ->

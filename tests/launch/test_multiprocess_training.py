@@ -1,0 +1,103 @@
+"""`jgraph train` as 2 processes x 2 devices (the local launcher, gloo collectives)
+trains exactly as 1 process x 4 devices on the same partitioning, and a checkpoint
+written by either layout resumes in the other.
+
+Losses are compared to 1e-5: the layouts sum the same numbers, but the cross-process
+all-reduce (gloo) adds them in another order than the in-process one. Seed counts and
+correct predictions per step must be equal."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jgraph.config import load
+from jgraph.data import load_dataset
+from jgraph.partition import partition_graph
+from jgraph.progress import Progress
+from jgraph.train.experiment import Experiment
+from jgraph.train.loop import train_and_evaluate
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENT = str(ROOT / "experiments" / "sage_cora.yaml")
+EPOCHS = 4
+# 4 partitions, every device of the job (data.num_parts=0), 2 steps per epoch.
+SMALL = ["data.num_parts=0", "data.normalize_features=false", "train.batch_size=32",
+         "model.hidden=16", "train.fanouts=[5,5]", "train.eval_fanouts=[5,5]",
+         "exchange.max_rungs=1"]
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cora4") / "parts"
+    partition_graph(load_dataset("cora"), 4, "metis", out)
+    return str(out)
+
+
+def settings(parts, epochs):
+    return SMALL + [f"data.path={parts}", f"train.epochs={epochs}"]
+
+
+def in_process(parts, workdir, epochs):
+    config = load(Experiment, EXPERIMENT, settings(parts, epochs))
+    return train_and_evaluate(config, str(workdir), Progress(enabled=False))
+
+
+def launched(parts, workdir, epochs):
+    """`jgraph train` under the launcher, 2 processes x 2 devices; its result.json."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "jgraph.launch", "--num-processes", "2",
+         "--devices-per-process", "2", "--", sys.executable, "-m", "jgraph.cli.main", "train",
+         EXPERIMENT, "--workdir", str(workdir), "--quiet", "--set",
+         *settings(parts, epochs)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    summary = [line for line in proc.stdout.splitlines() if line.startswith("[rank 0] {")]
+    assert len(summary) == 1 and not any(line.startswith("[rank 1] {")
+                                         for line in proc.stdout.splitlines())
+    return json.loads((Path(workdir) / "result.json").read_text())
+
+
+def steps(workdir):
+    return [json.loads(line) for line in (Path(workdir) / "steps.jsonl").read_text().splitlines()]
+
+
+def assert_same_steps(got, want):
+    assert [(s["step"], s["epoch"], s["batch"], s["count"], s["correct"]) for s in got] == \
+        [(s["step"], s["epoch"], s["batch"], s["count"], s["correct"]) for s in want]
+    np.testing.assert_allclose([s["loss"] for s in got], [s["loss"] for s in want], rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def reference(parts, tmp_path_factory):
+    """1 process x 4 devices, never stopped."""
+    workdir = tmp_path_factory.mktemp("one_by_four")
+    return workdir, in_process(parts, workdir, EPOCHS)
+
+
+def test_2x2_processes_train_as_1x4_and_their_checkpoint_resumes_in_1x4(parts, reference,
+                                                                        tmp_path):
+    ref_dir, ref = reference
+    result = launched(parts, tmp_path, EPOCHS // 2)
+    assert result["devices"] == 4 and result["compiles"] == 1
+    assert_same_steps(steps(tmp_path), steps(ref_dir)[:len(steps(tmp_path))])
+    assert len(steps(tmp_path)) == ref["steps"] // 2
+    # The same workdir, continued by one process with 4 devices.
+    resumed = in_process(parts, tmp_path, EPOCHS)
+    assert resumed["resumed_from_step"] == ref["steps"] // 2
+    assert_same_steps(steps(tmp_path), steps(ref_dir))
+    assert resumed["test_acc"] == pytest.approx(ref["test_acc"], abs=2 / 1000)
+    assert resumed["best_epoch"] == ref["best_epoch"]
+
+
+def test_a_1x4_checkpoint_resumes_in_2x2_processes_with_the_same_losses(parts, reference,
+                                                                          tmp_path):
+    ref_dir, ref = reference
+    in_process(parts, tmp_path, EPOCHS // 2)
+    resumed = launched(parts, tmp_path, EPOCHS)
+    assert resumed["resumed_from_step"] == ref["steps"] // 2
+    assert_same_steps(steps(tmp_path), steps(ref_dir))
+    assert resumed["test_acc"] == pytest.approx(ref["test_acc"], abs=2 / 1000)
+    assert resumed["best_epoch"] == ref["best_epoch"]
