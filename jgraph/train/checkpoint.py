@@ -29,6 +29,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 import jax
@@ -120,6 +121,9 @@ class Checkpoints:
         self.workdir = os.path.abspath(workdir)
         self.directory = os.path.join(self.workdir, CHECKPOINT_DIR)
         self.say = say
+        # Seconds spent: saving (until save() returns: the whole write when synchronous,
+        # the copy to host memory when asynchronous), and restoring.
+        self.timings = {"saves": 0, "save_seconds": 0.0, "restore_seconds": None}
         self.manager = ocp.CheckpointManager(self.directory, options=ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=asynchronous,
             cleanup_tmp_directories=True, create=True))
@@ -131,6 +135,7 @@ class Checkpoints:
         """Start writing checkpoint `step` (returns once the arrays are on the host, or
         once it is on disk with `wait`)."""
         ocp = self.ocp
+        start = time.perf_counter()
         meta = {"format": FORMAT, **meta,
                 "checksums": {"state": checksums(state), "best": checksums(best)}}
         self.manager.save(step, args=ocp.args.Composite(
@@ -138,6 +143,8 @@ class Checkpoints:
             meta=ocp.args.JsonSave(meta)), force=True)
         if wait:
             self.manager.wait_until_finished()
+        self.timings["saves"] += 1
+        self.timings["save_seconds"] += time.perf_counter() - start
 
     def wait(self) -> None:
         self.manager.wait_until_finished()
@@ -152,6 +159,7 @@ class Checkpoints:
         moved aside, and the previous one tried.
         """
         ocp = self.ocp
+        start = time.perf_counter()
         for step in reversed(self.steps()):
             path = os.path.join(self.directory, str(step))
             meta, error = None, None
@@ -177,6 +185,7 @@ class Checkpoints:
                 except Exception as e:  # noqa: BLE001
                     error, got = e, None
                 if process_agrees(error is None):
+                    self.timings["restore_seconds"] = time.perf_counter() - start
                     return Restored(step, got["state"], got["best"], meta)
             self.set_aside(step, error)
         return None

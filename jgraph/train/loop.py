@@ -182,7 +182,8 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
         position, sums = LoaderState(*meta["position"]), EpochSums(**meta["sums"])
         rows, step = meta["rows"], meta["step"]
         progress.note(f"resuming from {ckpts.directory}/{restored.step}: step {step}, "
-                      f"epoch {position.epoch} batch {position.step}")
+                      f"epoch {position.epoch} batch {position.step} (restored in "
+                      f"{ckpts.timings['restore_seconds']:.1f}s)")
     else:
         state = job.init(run.params)
         best = {"val_acc": -1.0, "epoch": None, "state": None}
@@ -312,6 +313,7 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
         "seeds_per_s": float(np.median([r["seeds_per_s"] for r in rows])) if rows else None,
         "devices": mesh.size, "graph": dg.meta.graph_name, "inference": t.inference.value,
         "steps": step, "resumed_from_step": None if restored is None else restored.step,
+        "checkpoints": dict(ckpts.timings),
         "config": to_dict(config),
     }
     save_model(workdir, params, embeddings)
