@@ -15,7 +15,8 @@ from jax.sharding import Mesh
 
 from jgraph.dist.exchange import Exchange, ExchangeConfig
 from jgraph.dist.layout import RowLayout
-from jgraph.dist.mesh import REPLICATED, ROWS, check_parts, local_parts, replicate, shard_rows
+from jgraph.dist.mesh import (REPLICATED, ROWS, check_parts, local_parts, max_over_processes,
+                              replicate, shard_rows)
 from jgraph.partition import PartitionBook, PartitionedGraph, open_partitions
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -92,17 +93,9 @@ def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
         offsets=replicate(mesh, book.offsets.astype(np.int32)),
         num_nodes=meta.num_nodes, nodes_per_part=n, edges_per_part=e,
         num_relations=len(meta.relations),
-        max_in_degree=global_max(mesh, max((int(degree(k).max(initial=0))
-                                            for k in local_parts(mesh)), default=0)))
-
-
-def global_max(mesh: Mesh, value: int) -> int:
-    """The largest of every process's `value` (each process reads only its own
-    partitions, so a statistic over all of them is combined here)."""
-    if jax.process_count() == 1:
-        return value
-    from jax.experimental import multihost_utils
-    return int(np.max(multihost_utils.process_allgather(np.array([value], np.int32))))
+        # Each process reads only its own partitions.
+        max_in_degree=max_over_processes(max((int(degree(k).max(initial=0))
+                                              for k in local_parts(mesh)), default=0)))
 
 
 class DistGraph:

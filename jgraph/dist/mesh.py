@@ -81,6 +81,33 @@ def local_parts(mesh: Mesh) -> list[int]:
     return [k for k, d in enumerate(mesh.devices.flat) if d.id in mine]
 
 
+# -- host-side agreement between the processes of a job (each a no-op in one process) --
+
+def host_sync(name: str) -> None:
+    """Wait until every process of the job reaches the barrier `name`."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
+def _gathered(value) -> np.ndarray:
+    """Every process's `value` (a host scalar), one row per process."""
+    if jax.process_count() == 1:
+        return np.array([value])
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(np.array([value])))
+
+
+def all_processes(ok: bool) -> bool:
+    """True only if `ok` on every process (every process must call it)."""
+    return bool(np.all(_gathered(bool(ok))))
+
+
+def max_over_processes(value: int) -> int:
+    """The largest of every process's `value` (every process must call it)."""
+    return int(np.max(_gathered(np.int32(value))))
+
+
 def shard_rows(mesh: Mesh, rows_per_part: int, row_shape: tuple[int, ...], dtype,
                load: Callable[[int], np.ndarray], fill=0) -> jax.Array:
     """A row-sharded array built from per-partition blocks.

@@ -34,10 +34,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jgraph.dist.mesh import all_processes, host_sync
 from jgraph.kernels.sample import fmix32, hash32
 
 CHECKPOINT_DIR = "checkpoints"
@@ -92,20 +92,6 @@ def checksums(tree) -> dict[str, int]:
 def mismatched(saved: dict, tree) -> list[str]:
     got = checksums(tree)
     return [k for k in sorted(set(saved) | set(got)) if saved.get(k) != got.get(k)]
-
-
-def process_agrees(ok: bool) -> bool:
-    """True only if `ok` on every process of the job (host-side, all must call it)."""
-    if jax.process_count() == 1:
-        return ok
-    from jax.experimental import multihost_utils
-    return bool(np.all(multihost_utils.process_allgather(np.array([ok]))))
-
-
-def sync(name: str) -> None:
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices(name)
 
 
 class Checkpoints:
@@ -170,7 +156,7 @@ class Checkpoints:
                     raise ValueError(f"meta is not a jgraph checkpoint of format {FORMAT}")
             except Exception as e:      # noqa: BLE001 -- any failure to read is corruption
                 error = e
-            if process_agrees(error is None):
+            if all_processes(error is None):
                 if check is not None:
                     check(meta, path)
                 try:
@@ -184,7 +170,7 @@ class Checkpoints:
                                          f"(checksums) in {', '.join(bad[:4])}")
                 except Exception as e:  # noqa: BLE001
                     error, got = e, None
-                if process_agrees(error is None):
+                if all_processes(error is None):
                     self.timings["restore_seconds"] = time.perf_counter() - start
                     return Restored(step, got["state"], got["best"], meta)
             self.set_aside(step, error)
@@ -197,23 +183,23 @@ class Checkpoints:
         aside = os.path.join(self.workdir, CORRUPT_DIR, str(step))
         self.say(f"checkpoint {path} is unreadable ({reason}); moved to {aside}, "
                  f"trying the one before it")
-        sync(f"jgraph checkpoint {step} read")
+        host_sync(f"jgraph checkpoint {step} read")
         if jax.process_index() == 0:
             if os.path.exists(aside):
                 shutil.rmtree(aside)
             os.makedirs(os.path.dirname(aside), exist_ok=True)
             shutil.move(path, aside)
-        sync(f"jgraph checkpoint {step} set aside")
+        host_sync(f"jgraph checkpoint {step} set aside")
         self.manager.reload()
 
     def clear(self) -> None:
         """Delete every checkpoint (a fresh start in the same workdir)."""
         self.manager.wait_until_finished()
-        sync("jgraph checkpoints clear")
+        host_sync("jgraph checkpoints clear")
         if jax.process_index() == 0:
             for step in self.steps():
                 self.manager.delete(step)
-        sync("jgraph checkpoints cleared")
+        host_sync("jgraph checkpoints cleared")
         self.manager.reload()
 
     def close(self) -> None:

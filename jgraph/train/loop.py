@@ -29,8 +29,9 @@ from jgraph.config import to_dict
 from jgraph.dist import DistGraph
 from jgraph.progress import Progress
 from jgraph.sampling.loader import LoaderState
+from jgraph.dist.mesh import host_sync
 from jgraph.train.checkpoint import (CheckpointError, Checkpoints, Restored, StopRequest,
-                                     abstract, sync)
+                                     abstract)
 from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
 from jgraph.train.experiment import Experiment
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
@@ -267,7 +268,7 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
             if stopping is not None:
                 save(LoaderState(epoch, index + 1), wait=True)
                 ckpts.close()
-                sync("jgraph stopped")
+                host_sync("jgraph stopped")
                 raise RunStopped(stopping, step,
                                  f"{ckpts.directory}/{step}")
             flush()

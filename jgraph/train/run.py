@@ -14,7 +14,7 @@ from jgraph.data import (add_reverse_relations, load_dataset, normalize_features
                          symmetrize)
 from jgraph.dist import DistGraph, make_mesh
 from jgraph.dist.exchange import ExchangeStats
-from jgraph.dist.mesh import first_devices
+from jgraph.dist.mesh import first_devices, host_sync
 from jgraph.dist.sparse_optim import SparseAdagrad, SparseAdam
 from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier, one_hot_width
 from jgraph.partition import partition_graph
@@ -67,9 +67,7 @@ def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
                 graph = normalize_features(graph, data.feature)
         partition_graph(graph, mesh.size, data.method, root, seed=config.train.seed,
                         overwrite=True, progress=progress)
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices("jgraph partition written")
+    host_sync("jgraph partition written")
     return DistGraph(root, mesh)
 
 
