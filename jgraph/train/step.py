@@ -130,8 +130,8 @@ class NodeClassification:
     def compile_train(self, graph: ShardedGraph, on_trace=None):
         """jit(shard_map(train_step)): (state, data, order, index, stop) -> (state,
         metrics); the state is donated. `stop` is `stop_votes(...)`; metrics["stop"]
-        is 1 when any process voted to stop. on_trace: called each time the step is
-        traced (compile counting)."""
+        is the largest vote (a signal number), 0 when no process asked to stop.
+        on_trace: called each time the step is traced (compile counting)."""
         def step(state, data, order, index, stop):
             if on_trace is not None:
                 on_trace()
@@ -192,7 +192,7 @@ class NodeClassification:
         return jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), step),
                                   lax.axis_index(self.exchange.axis))
 
-    def train_step(self, state: TrainState, data: StepData, order, index, stop=None):
+    def train_step(self, state: TrainState, data: StepData, order, index, stop):
         """Per device (under shard_map): one optimizer step on batch `index` of the
         epoch whose shuffled seeds are `order`. Returns (state, metrics); `stop` is this
         device's block of `stop_votes`."""
@@ -217,9 +217,8 @@ class NodeClassification:
             emb_stats.append(st)
         metrics = {"loss": lax.psum(loss, axis) / total,
                    "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
-                   "stats": (*batch.stats, tuple(emb_stats))}
-        if stop is not None:
-            metrics["stop"] = lax.pmax(stop[0], axis)
+                   "stats": (*batch.stats, tuple(emb_stats)),
+                   "stop": lax.pmax(stop[0], axis)}
         return TrainState(params, opt_state, embeddings, state.step + 1), metrics
 
     def eval_step(self, params, embeddings, data: StepData, order, index):

@@ -13,8 +13,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jgraph.dist import make_mesh
 from jgraph.dist.mesh import REPLICATED, ROWS
-from jgraph.train.checkpoint import (CORRUPT_DIR, CheckpointError, Checkpoints, StopRequest,
-                                     abstract, checksums)
+from jgraph.train.checkpoint import (CORRUPT_DIR, FORMAT, CheckpointError, Checkpoints,
+                                     StopRequest, abstract, checksums)
 from jgraph.train.loop import check_resumable
 
 
@@ -108,9 +108,8 @@ def test_a_checkpoint_whose_values_differ_from_its_checksums_is_not_used(tmp_pat
     ckpts = Checkpoints(str(tmp_path), say=lambda m: None)
     ckpts.manager.delete(2)
     tree = tree_on(mesh, seed=1)
-    meta_of_2 = {"format": 1, "step": 2, "checksums": {
-        "state": checksums(tree_on(mesh, seed=2)), "best": checksums(
-            {"weight": tree_on(mesh, seed=2)["weight"]})}}
+    meta_of_2 = {"format": FORMAT, "step": 2, "checksums": checksums(
+        {"state": tree_on(mesh, seed=2), "best": {"weight": tree_on(mesh, seed=2)["weight"]}})}
     import orbax.checkpoint as ocp
     ckpts.manager.save(2, args=ocp.args.Composite(
         state=ocp.args.StandardSave(tree), best=ocp.args.StandardSave({"weight": tree["weight"]}),
