@@ -14,8 +14,11 @@ node id), never on where in the batch, or on which device, the node is drawn.
 
 Two implementations with one signature: `draw_positions_reference` (plain jnp, what
 XLA runs on CPU) and `draw_positions_pallas` (a Pallas kernel over tiles of nodes; on
-CPU it runs with `interpret=True`). `impl="auto"` picks Pallas on GPU, XLA elsewhere.
-Both call `_draw_tile`, so they agree bit for bit; the kernel adds the tiling.
+CPU it runs with `interpret=True`). `impl="auto"` picks Pallas in a program lowered
+for a GPU and XLA in one lowered for anything else (by `lax.platform_dependent`, not by
+the host's backend, so a CPU host builds exactly the GPU program).
+Both draw each column with `_draw_column` (the kernel unrolled, the reference as a loop),
+so they agree bit for bit; the kernel adds the tiling.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
 
 Impl = Literal["auto", "xla", "pallas"]
 
@@ -63,35 +67,61 @@ def uniform_below(u: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:
     return mulhi32(u, jnp.maximum(m, 1).astype(jnp.uint32)).astype(jnp.int32)
 
 
+def _draw_column(i, lo, deg, key, fanout: int, replace: bool, seen_before):
+    """Draw i of every node (relative position, -1 for none); `seen_before(t)`: bool[m],
+    was t already drawn (by draws 0 .. i-1)."""
+    u = hash32(key, i)
+    if replace:
+        return jnp.where(deg > 0, uniform_below(u, deg), -1)
+    # Floyd: at step i pick t uniform in [0, j], j = deg - fanout + i; if t was already
+    # chosen take j itself. Each fanout-subset is equally likely. A node with
+    # deg <= fanout takes its edges in order.
+    many = deg > fanout
+    j = deg - fanout + i
+    t = uniform_below(u, j + 1)
+    pick = jnp.where(many, jnp.where(seen_before(t), j, t), i)
+    return jnp.where(many | (i < deg), pick, -1)
+
+
 def _draw_tile(lo, deg, key, fanout: int, width: int, replace: bool):
-    """Positions int32[m, width] (columns >= fanout and unused draws are -1).
+    """Positions int32[m, width] (columns >= fanout and unused draws are -1), unrolled:
+    the Pallas kernel's form.
 
     Columns are kept as separate [m] vectors and compared elementwise (no reductions,
-    no odd-sized slices), which XLA and GPU Pallas both handle well.
+    no odd-sized slices), which GPU Pallas handles well.
     """
     columns = []
-    many = deg > fanout
     for i in range(fanout):
-        u = hash32(key, i)
-        if replace:
-            pick = uniform_below(u, deg)
-            ok = deg > 0
-        else:
-            # Floyd: at step i pick t uniform in [0, j], j = deg - fanout + i; if t was
-            # already chosen take j itself. Each fanout-subset is equally likely.
-            j = deg - fanout + i
-            t = uniform_below(u, j + 1)
+        def seen_before(t, earlier=tuple(columns)):
             seen = jnp.zeros(t.shape, bool)
-            for earlier in columns:
-                seen = seen | (earlier == t)
-            pick = jnp.where(many, jnp.where(seen, j, t), i)
-            ok = many | (i < deg)
-        columns.append(jnp.where(ok, pick, -1))
+            for column in earlier:
+                seen = seen | (column == t)
+            return seen
+        columns.append(_draw_column(i, lo, deg, key, fanout, replace, seen_before))
     cols = jax.lax.broadcasted_iota(jnp.int32, (lo.shape[0], width), 1)
     chosen = jnp.full((lo.shape[0], width), -1, jnp.int32)
     for i, column in enumerate(columns):
         chosen = jnp.where(cols == i, column[:, None], chosen)
     return jnp.where(chosen >= 0, lo[:, None] + chosen, -1)
+
+
+def _draw_looped(lo, deg, key, fanout: int, replace: bool):
+    """The same draws as `_draw_tile`, as a loop over the draws: XLA compiles one step
+    instead of `fanout` unrolled ones whose Floyd checks grow with the draw index
+    (unrolled, XLA:CPU duplicated every earlier draw into each later column's fusion:
+    a fanout-10 hop was about 10 fusions of 600 instructions, measured)."""
+    m = lo.shape[0]
+    rows = jnp.arange(fanout, dtype=jnp.int32)[:, None]
+
+    def step(i, drawn):                        # drawn: int32[fanout, m], -1 = not yet
+        def seen_before(t):
+            return jnp.any((drawn == t[None, :]) & (rows < i), axis=0)
+        column = _draw_column(i, lo, deg, key, fanout, replace, seen_before)
+        return jax.lax.dynamic_update_slice_in_dim(drawn, column[None, :], i, axis=0)
+    # The carry is built from lo so that inside shard_map it varies over the mesh as lo.
+    none = jnp.full((fanout, m), -1, jnp.int32) + jnp.zeros_like(lo)[None, :]
+    drawn = jax.lax.fori_loop(0, fanout, step, none)
+    return jnp.where(drawn >= 0, lo[None, :] + drawn, -1).T
 
 
 def draw_positions_reference(lo, deg, key, fanout: int, replace: bool = False):
@@ -100,8 +130,8 @@ def draw_positions_reference(lo, deg, key, fanout: int, replace: bool = False):
     lo: int32[m] first in-edge of each node; deg: int32[m] its in-degree (0 for padding);
     key: uint32[m] each node's random key.
     """
-    return _draw_tile(lo.astype(jnp.int32), deg.astype(jnp.int32), key.astype(jnp.uint32),
-                      fanout, fanout, replace)
+    return _draw_looped(lo.astype(jnp.int32), deg.astype(jnp.int32), key.astype(jnp.uint32),
+                        fanout, replace)
 
 
 def _kernel(lo_ref, deg_ref, key_ref, out_ref, *, fanout: int, replace: bool):
@@ -123,7 +153,7 @@ def _out_struct(like, shape, dtype) -> jax.ShapeDtypeStruct:
 
 
 def _varying(x) -> bool:
-    """Does x vary over manual mesh axes (are we inside shard_map)?"""
+    """Does x vary over manual mesh axes (are we inside a vma-checked shard_map)?"""
     aval = jax.typeof(x)
     for attr in ("mat", "vma"):
         value = getattr(aval, attr, None)
@@ -136,55 +166,104 @@ def _next_pow2(x: int) -> int:
     return 1 << max(x - 1, 0).bit_length()
 
 
+class _Block:
+    """A tile of an array standing in for a Pallas ref: `ref[...]` reads it, `ref[...] =`
+    writes it (what `_kernel` does with its refs)."""
+
+    def __init__(self, value=None, shape=None):
+        self.value = value
+        self.shape = value.shape if value is not None else shape
+
+    def __getitem__(self, index):
+        return self.value[index]
+
+    def __setitem__(self, index, value):
+        self.value = value
+
+
+def _on_grid(kernel, inputs, tile: int, width: int):
+    """The kernel over its grid as XLA code: tile i of every input in, tile i of the
+    output out, the tiles in sequence (`lax.map`), as Pallas's interpreter runs it.
+
+    Used in interpret mode inside a vma-checked `shard_map`, where JAX's own Pallas
+    interpreter fails (it re-evaluates the kernel with mesh-varying refs next to
+    unvarying constants: "Primitive gt requires varying manual axes to match").
+    """
+    tiles = [x.reshape(-1, tile) for x in inputs]
+
+    def one(blocks):
+        out = _Block(shape=(tile, width))
+        kernel(*(_Block(b) for b in blocks), out)
+        return out.value
+    return jax.lax.map(one, tiles).reshape(-1, width)
+
+
 @functools.partial(jax.jit, static_argnames=("fanout", "replace", "tile", "interpret"))
+def _draw_kernel(lo, deg, key, fanout: int, replace: bool, tile: int, interpret: bool):
+    m = lo.shape[0]
+    padded = max(-(-m // tile), 1) * tile
+    width = _next_pow2(max(fanout, 1))
+    pad = lambda x, dtype: jnp.pad(x.astype(dtype), (0, padded - m))   # noqa: E731
+    lo, deg, key = pad(lo, jnp.int32), pad(deg, jnp.int32), pad(key, jnp.uint32)
+    kernel = functools.partial(_kernel, fanout=fanout, replace=replace)
+    if interpret and _varying(lo):
+        out = _on_grid(kernel, (lo, deg, key), tile, width)
+    else:
+        spec = pl.BlockSpec((tile,), lambda i: (i,))
+        out = pl.pallas_call(
+            kernel,
+            out_shape=_out_struct(lo, (padded, width), jnp.int32),
+            grid=(padded // tile,),
+            in_specs=[spec, spec, spec],
+            out_specs=pl.BlockSpec((tile, width), lambda i: (i, 0)),
+            interpret=interpret,
+            # Triton, chosen explicitly: JAX 0.10's default Pallas GPU backend (Mosaic
+            # GPU) cannot lay out the kernel's iota, and Triton also serves ROCm.
+            compiler_params=None if interpret else plt.CompilerParams(num_warps=4,
+                                                                      num_stages=1),
+        )(lo, deg, key)
+    return out[:m, :fanout]
+
+
 def draw_positions_pallas(lo, deg, key, fanout: int, replace: bool = False, *,
                           tile: int = 256, interpret: bool | None = None):
     """Pallas version of `draw_positions_reference`: a grid over tiles of `tile` nodes.
 
     Tile shapes are powers of two (as GPU Pallas requires): nodes are padded up to a
     multiple of `tile` (with degree 0) and the output's width up to a power of two,
-    then both are cut back. `interpret` defaults to True off GPU.
+    then both are cut back. interpret: True runs the kernel as XLA code (any platform),
+    False compiles it (GPU); None chooses by the platform the program is lowered for
+    (compiled on CUDA and ROCm, interpreted elsewhere), so a CPU host builds the GPU
+    program exactly when it lowers for a GPU.
     """
-    if interpret is None:
-        interpret = jax.default_backend() != "gpu"
-    m = lo.shape[0]
-    padded = max(-(-m // tile), 1) * tile
-    width = _next_pow2(max(fanout, 1))
-    pad = lambda x, dtype: jnp.pad(x.astype(dtype), (0, padded - m))   # noqa: E731
-    spec = pl.BlockSpec((tile,), lambda i: (i,))
-    lo, deg, key = pad(lo, jnp.int32), pad(deg, jnp.int32), pad(key, jnp.uint32)
-    call = pl.pallas_call(
-        functools.partial(_kernel, fanout=fanout, replace=replace),
-        out_shape=_out_struct(lo, (padded, width), jnp.int32),
-        grid=(padded // tile,),
-        in_specs=[spec, spec, spec],
-        out_specs=pl.BlockSpec((tile, width), lambda i: (i, 0)),
-        interpret=interpret,
-    )
-    try:
-        out = call(lo, deg, key)
-    except ValueError as err:
-        if not (interpret and _varying(lo)):
-            raise
-        # JAX's Pallas interpreter mixes axis-varying refs with plain constants, which
-        # shard_map's type check rejects. The compiled GPU kernel is not affected.
-        raise ValueError(
-            "the Pallas draw kernel in interpret mode cannot run inside jax.shard_map "
-            "with check_vma=True (a JAX limitation): pass check_vma=False to shard_map, "
-            "or use impl='xla' on CPU") from err
-    return out[:m, :fanout]
+    run = functools.partial(_draw_kernel, fanout=fanout, replace=replace, tile=tile)
+    if interpret is not None:
+        return run(lo, deg, key, interpret=interpret)
+    compiled = functools.partial(run, interpret=False)
+    return jax.lax.platform_dependent(lo, deg, key, cuda=compiled, rocm=compiled,
+                                      default=functools.partial(run, interpret=True))
 
 
-def resolve_impl(impl: Impl) -> Literal["xla", "pallas"]:
-    if impl == "auto":
-        return "pallas" if jax.default_backend() == "gpu" else "xla"
-    if impl not in ("xla", "pallas"):
+IMPLS = ("auto", "xla", "pallas")
+
+
+def check_impl(impl: Impl) -> Impl:
+    if impl not in IMPLS:
         raise ValueError(f"impl must be 'auto', 'xla' or 'pallas', got {impl!r}")
     return impl
 
 
 def draw_positions(lo, deg, key, fanout: int, replace: bool = False, impl: Impl = "auto"):
-    """`draw_positions_reference` or `draw_positions_pallas`, by `impl`."""
-    if resolve_impl(impl) == "pallas":
+    """`draw_positions_reference` or `draw_positions_pallas`, by `impl`: "xla" the
+    reference, "pallas" the kernel (interpreted off GPU), "auto" the kernel in a program
+    lowered for a GPU and the reference in one lowered for anything else."""
+    check_impl(impl)
+    if impl == "xla":
+        return draw_positions_reference(lo, deg, key, fanout, replace)
+    if impl == "pallas":
         return draw_positions_pallas(lo, deg, key, fanout, replace)
-    return draw_positions_reference(lo, deg, key, fanout, replace)
+    kernel = functools.partial(draw_positions_pallas, fanout=fanout, replace=replace,
+                               interpret=False)
+    return jax.lax.platform_dependent(
+        lo, deg, key, cuda=kernel, rocm=kernel,
+        default=functools.partial(draw_positions_reference, fanout=fanout, replace=replace))

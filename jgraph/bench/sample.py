@@ -34,7 +34,7 @@ class SampleBench:
     epochs: int = 1
     replace: bool = False
     impl: str = "auto"
-    strategy: Strategy = Strategy.ALL_TO_ALL
+    strategy: Strategy = Strategy.AUTO
     growth: float = 2.0             # the exchange's rungs: each compiles the owner's sampler
     relay: bool = False
     symmetrize: bool = False
@@ -53,7 +53,8 @@ def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
 
     def step(graph, order, i, global_step):
         seeds, mask = loader.batch(order, i)
-        sample = sampler.sample(graph, exchange, seeds, mask, seed=cfg.seed, step=global_step)
+        sample = sampler.sample(graph, exchange, seeds, mask, seed=cfg.seed, step=global_step,
+                                local_seeds=True)
         inputs = jax.lax.psum(jnp.sum(sample.input_nodes >= 0, dtype=jnp.int32), exchange.axis)
         seeds_real = jax.lax.psum(jnp.sum(mask, dtype=jnp.int32), exchange.axis)
         return sample.stats, seeds_real, inputs
@@ -70,9 +71,9 @@ def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
         return outs
 
     steps = loader.steps_per_epoch
-    with progress.phase("compiling"):
+    with progress.phase(f"compiling the sampling step for {mesh.size} device(s)"):
         start = time.perf_counter()
-        jax.block_until_ready(fn(dg.graph, loader.epoch_order(0), 0, 0))
+        fn = fn.lower(dg.graph, loader.epoch_order(0), 0, 0).compile()
         compile_s = time.perf_counter() - start
     with progress.phase("warm-up epoch"):
         epoch(0, 0)
@@ -88,7 +89,7 @@ def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
     return {
         "bench": "sample", "graph": meta.graph_name, "devices": mesh.size,
         "method": meta.method, "fanouts": list(cfg.fanouts), "batch_size": cfg.batch_size,
-        "replace": cfg.replace, "impl": cfg.impl, "strategy": cfg.strategy.value,
+        "replace": cfg.replace, "impl": cfg.impl, "strategy": exchange.config.strategy.value,
         "growth": cfg.growth, "relay": cfg.relay,
         "epochs": cfg.epochs, "steps_per_epoch": steps, "seeds_per_epoch": loader.num_seeds,
         "seconds": seconds, "seeds_per_s": seeds / seconds,

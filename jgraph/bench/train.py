@@ -36,7 +36,7 @@ class TrainBench:
     aggregator: Aggregator = Aggregator.MEAN
     lr: float = 0.003
     epochs: int = 1
-    strategy: Strategy = Strategy.ALL_TO_ALL
+    strategy: Strategy = Strategy.AUTO
     growth: float = 2.0
     symmetrize: bool = False
     seed: int = 0
@@ -65,7 +65,7 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
     state = job.init(run.params)
     steps = loader.steps_per_epoch
 
-    with progress.phase("compiling"):
+    with progress.phase(f"compiling the training step for {dg.mesh.size} device(s)"):
         start = time.perf_counter()
         step = step.lower(state, data, loader.epoch_order(0), jnp.int32(0),
                           job.stop_votes()).compile()
@@ -102,5 +102,6 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         "steps": len(outs), "seeds_per_epoch": loader.num_seeds,
         "seconds": seconds, "seeds_per_s": seeds / seconds, "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "final_loss": float(outs[-1]["loss"]),
+        "strategy": job.exchange.config.strategy.value,
         "backend": jax.default_backend(),
     }

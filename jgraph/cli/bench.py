@@ -8,7 +8,7 @@ import re
 from jgraph.cli.devices import UsageError, use_devices
 
 # jgraph.dist.Strategy's values, listed here so that building the parser imports no JAX.
-STRATEGIES = ["all_to_all", "all_gather", "ppermute", "ragged_all_to_all"]
+STRATEGIES = ["auto", "all_to_all", "all_gather", "ppermute", "ragged_all_to_all"]
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
 
@@ -134,8 +134,9 @@ def add_epoch_bench_args(parser, *, fanouts, fanouts_help: str) -> None:
     parser.add_argument("--batch-size", type=int, default=1024,
                         help="seeds per device per step")
     parser.add_argument("--epochs", type=int, default=1, help="measured epochs")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="all_to_all",
-                        help="exchange strategy for remote rows and frontier nodes")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                        help="exchange strategy for remote rows and frontier nodes (auto: "
+                             "ragged_all_to_all on GPU, all_to_all elsewhere)")
     parser.add_argument("--growth", type=float, default=2.0,
                         help="ratio between the exchange's capacity rungs (each rung is a "
                              "compiled branch: fewer rungs compile faster)")

@@ -7,7 +7,11 @@ Library code never does either: importing jgraph configures nothing.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import sys
+import tempfile
 
 
 class UsageError(ValueError):
@@ -39,15 +43,16 @@ def use_devices(count: int | None) -> None:
     flag = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
     if flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
-    import jax
-    from jax._src import xla_bridge
-    started = xla_bridge.backends_are_initialized()
-    if count is not None:
-        if count < 1:
-            raise UsageError(f"--devices must be >= 1, got {count}")
-        if not started and jax.config.jax_num_cpu_devices < count:
+    if count is not None and count < 1:
+        raise UsageError(f"--devices must be >= 1, got {count}")
+    with quiet_cuda_plugin():
+        import jax
+        from jax._src import xla_bridge
+        started = xla_bridge.backends_are_initialized()
+        if count is not None and not started and jax.config.jax_num_cpu_devices < count:
             jax.config.update("jax_num_cpu_devices", count)
-    start_distributed()
+        start_distributed()
+        jax.devices()       # start the backends here, where their noise is filtered
     # Called again in one process (tests, notebooks): never shrink what an earlier call
     # set up; meshes take the first `count` devices, so enough is all it needs.
     if count is not None and started and jax.local_device_count() < count:
@@ -84,3 +89,59 @@ def start_distributed() -> None:
         raise UsageError(f"{NUM_PROCESSES_ENV} is set but JAX_COORDINATOR_ADDRESS is not; "
                          f"start processes with `python -m jgraph.launch`")
     jax.distributed.initialize(**found, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+
+
+# What the CUDA plugin (installed by the gpu-compile extra, to build GPU programs on any
+# machine) prints on a machine without CUDA: C++ log lines when JAX is imported, and a
+# traceback when JAX looks for a GPU. Neither says anything a CPU user can act on.
+_PLUGIN_NOISE = ("All log messages before absl::InitializeLog() is called",
+                 "cudart_stub.cc", "Could not find cuda drivers on your machine")
+
+
+def _has_nvidia_gpu() -> bool:
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
+
+
+class _NoCudaHere(logging.Filter):
+    """Drops JAX's "Jax plugin configuration error ... Unable to load CUDA" on machines
+    without an NVIDIA GPU (where it is expected); kept where a GPU is present."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Jax plugin configuration error"):
+            return True
+        text = repr(record.exc_info[1]) if record.exc_info else ""
+        cause = record.exc_info[1].__cause__ if record.exc_info else None
+        text += repr(cause)
+        return not ("CUDA" in text and not _has_nvidia_gpu())
+
+
+@contextlib.contextmanager
+def quiet_cuda_plugin():
+    """Start JAX without the CUDA plugin's start-up noise on machines without CUDA.
+
+    Its C++ lines go straight to file descriptor 2, so fd 2 is sent to a file while JAX
+    starts and everything else written there is passed on afterwards; its Python log
+    record is filtered. On a machine with an NVIDIA GPU nothing is hidden.
+    """
+    if _has_nvidia_gpu() or "jax" in sys.modules:
+        yield
+        return
+    log_filter = _NoCudaHere()
+    logger = logging.getLogger("jax._src.xla_bridge")
+    logger.addFilter(log_filter)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            logger.removeFilter(log_filter)
+            captured.seek(0)
+            for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+                if not any(noise in line for noise in _PLUGIN_NOISE):
+                    sys.stderr.write(line)
+            sys.stderr.flush()

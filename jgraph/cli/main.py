@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from jgraph.cli import bench as bench_cmd
+from jgraph.cli import compile as compile_cmd
 from jgraph.cli import partition as partition_cmd
 from jgraph.cli import train as train_cmd
 from jgraph.cli.devices import UsageError
@@ -21,8 +22,10 @@ def user_errors() -> tuple[type[Exception], ...]:
     """USER_ERRORS plus those of modules that import JAX, if the command loaded them."""
     dist = sys.modules.get("jgraph.dist")
     checkpoint = sys.modules.get("jgraph.train.checkpoint")
+    target = sys.modules.get("jgraph.target")
     return (USER_ERRORS + ((dist.MeshError, dist.ExchangeOverflowError) if dist else ())
-            + ((checkpoint.CheckpointError,) if checkpoint else ()))
+            + ((checkpoint.CheckpointError,) if checkpoint else ())
+            + ((target.TargetError,) if target else ()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     partition_cmd.add_commands(sub)
     train_cmd.add_commands(sub)
     bench_cmd.add_commands(sub)
+    compile_cmd.add_commands(sub)
     return parser
 
 

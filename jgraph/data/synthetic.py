@@ -1,7 +1,7 @@
 """Synthetic graphs with a learnable signal, deterministic by seed, up to 10^7+ edges.
 
 A spec string names one: `synthetic:nodes=200k,edges=4M,kind=powerlaw,feat=100,classes=47`
-(keys in any order, all optional; sizes accept `k`, `M`, `G` and `1e6` forms).
+(keys in any order, all optional; sizes accept `k`, `M`, `G` (or `B`) and `1e6` forms).
 
 Kinds:
 - `powerlaw`: a degree-corrected stochastic block model. Node weights follow a Zipf
@@ -83,11 +83,11 @@ class SyntheticSpec:
         return f"synthetic-{self.kind.value}-n{self.nodes}-e{self.edges}-s{self.seed}"
 
 
-_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9}
+_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}
 
 
 def _parse_number(key: str, text: str, kind: type):
-    m = re.fullmatch(r"([0-9.eE+-]+)([kKmMgG]?)", text.strip())
+    m = re.fullmatch(r"([0-9.eE+-]+)([kKmMgGbB]?)", text.strip())
     try:
         value = float(m[1]) * _SUFFIX.get(m[2].lower(), 1) if m else None
     except ValueError:

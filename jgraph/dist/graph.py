@@ -160,8 +160,12 @@ class DistGraph:
             return mask
         return DistTensor.load(self.mesh, layout, f"{split}_mask", load, (), np.dtype(bool))
 
-    def exchange(self, config: ExchangeConfig = ExchangeConfig()) -> Exchange:
-        return Exchange(self.book.offsets, config)
+    def exchange(self, config: ExchangeConfig = ExchangeConfig(),
+                 platform: str | None = None) -> Exchange:
+        """The exchange for this graph's partition book, on the mesh's platform (or
+        `platform`: the one a program is built for, see `jgraph.target`)."""
+        return Exchange(self.book.offsets, config,
+                        platform=platform or self.mesh.devices.flat[0].platform)
 
     def degrees(self) -> tuple[np.ndarray, np.ndarray]:
         """(in_degree, out_degree) int64[N] over all partitions (reads every partition)."""

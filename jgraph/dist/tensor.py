@@ -151,11 +151,16 @@ class DistTensor:
     def owner_fn(self, shard: jnp.ndarray) -> OwnerFn:
         return owner_gather(self.layout, shard)
 
-    def lookup(self, exchange: Exchange, shard, ids, valid, cache=None, distinct=False
-               ) -> tuple[jnp.ndarray, ExchangeStats]:
+    def lookup(self, exchange: Exchange, shard, ids, valid, cache=None, distinct=False,
+               local=False) -> tuple[jnp.ndarray, ExchangeStats]:
         """Rows of global ids `ids` (zeros where not `valid`); `shard` is this device's
         block of `array`; cache: `HotCache.device_args(self)` or None; distinct: the
-        valid ids do not repeat (a Block's src), see `Exchange.gather`."""
+        valid ids do not repeat (a Block's src), see `Exchange.gather`; local: the ids
+        are this device's own (a loader's seeds), read without the exchange (see
+        `Exchange.local`)."""
+        if local:
+            return exchange.local(ids, valid, self.owner_fn(shard),
+                                  contains=self.layout.contains)
         return exchange.gather(ids, valid, self.owner_fn(shard), cache=cache,
                                contains=self.layout.contains, distinct=distinct)
 

@@ -24,7 +24,7 @@ from jax import lax
 
 from jgraph.dist.exchange import Exchange
 from jgraph.dist.graph import ShardedGraph
-from jgraph.kernels.sample import Impl, draw_positions, fmix32, hash32, resolve_impl
+from jgraph.kernels.sample import Impl, check_impl, draw_positions, fmix32, hash32
 from jgraph.sampling.blocks import build_block, compact_front, src_capacity
 from jgraph.sampling.weighted import bisect, bisect_steps, weighted_edges, weighted_positions
 
@@ -93,7 +93,8 @@ class NeighborSampler:
     neighbour is drawn from the rest in proportion to weight. Edges of weight 0 are
     never drawn.
     max_fanout: the cap of a -1 fanout; None = the graph's largest in-degree.
-    impl: the draw kernel, "auto" (Pallas on GPU, XLA elsewhere), "xla" or "pallas";
+    impl: the draw kernel, "auto" (Pallas in a program lowered for a GPU, XLA
+    elsewhere), "xla" or "pallas" (interpreted off GPU);
     weighted draws always run in XLA.
     """
 
@@ -117,7 +118,7 @@ class NeighborSampler:
                         f"neighbours (not with replace=True)")
         if self.max_fanout is not None and self.max_fanout < 1:
             raise ValueError(f"max_fanout must be >= 1, got {self.max_fanout}")
-        resolve_impl(self.impl)
+        check_impl(self.impl)
 
     # -- shapes --------------------------------------------------------------------------
 
@@ -149,7 +150,7 @@ class NeighborSampler:
     # -- the step ------------------------------------------------------------------------
 
     def sample(self, graph: ShardedGraph, exchange: Exchange, seeds, seed_mask, *,
-               seed, step, edge_weights=None) -> Sample:
+               seed, step, edge_weights=None, local_seeds: bool = False) -> Sample:
         """Sample the blocks of `seeds` (int32[B] global ids, distinct where `seed_mask`).
 
         The real seeds are moved to the front (a loader's batches already are), so
@@ -158,7 +159,10 @@ class NeighborSampler:
         Runs inside `shard_map` over `exchange.axis`; `graph` is this device's shard.
         seed, step: ints or traced uint32 scalars that, with hop and node id, key every
         draw. edge_weights: per-node cumulative edge weights from `edge_weight_cumsum`
-        (needed when `weighted`).
+        (needed when `weighted`). local_seeds: the seeds are this device's own nodes
+        (a `NodeLoader`'s always are), so the first hop is sampled here without the
+        exchange; a seed owned elsewhere is then counted in the hop's `out_of_range`
+        (and `SampleStats.check` raises), never sampled silently wrong.
         """
         if self.weighted and edge_weights is None:
             raise ValueError("a weighted sampler needs edge_weights (see edge_weight_cumsum)")
@@ -169,7 +173,10 @@ class NeighborSampler:
         for hop, (fanout, given, (_, _, n_src)) in enumerate(hops):
             owner_fn = self._owner_fn(graph, fanout, [x == -1 for x in given],
                                       stream_key(seed, step, hop), edge_weights, exchange.axis)
-            got, hop_stats = exchange.gather(dst, dst >= 0, owner_fn, distinct=True)
+            if hop == 0 and local_seeds:
+                got, hop_stats = exchange.local(dst, dst >= 0, owner_fn)
+            else:
+                got, hop_stats = exchange.gather(dst, dst >= 0, owner_fn, distinct=True)
             block = build_block(dst, got["nbr"] - 1,
                                 got["rel"] - 1 if "rel" in got else None,
                                 n_src, graph.num_nodes)

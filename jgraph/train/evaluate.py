@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -21,18 +22,29 @@ from jgraph.train.run import PARTITION_DIR, Run, build_run, is_partition_dir, op
 
 class SampledEvaluator:
     """Evaluates a split with the evaluation fanouts, batch by batch (one compilation
-    per split)."""
+    per split, at the first call: `compile_seconds`)."""
 
-    def __init__(self, run: Run, split: str, on_trace=None):
+    def __init__(self, run: Run, split: str, on_trace=None, progress: Progress | None = None):
         t = run.config.train
         self.job = dataclasses.replace(run.job, loader=run.loader(split, t.eval_batch_size),
                                        sampler=NeighborSampler(t.eval_fanouts))
         self.step = self.job.compile_eval(run.dg.graph, on_trace)
         self.data = self.job.data(run.dg.graph)
         self.order = self.job.loader.epoch_order(0)
+        self.progress = progress or Progress(enabled=False)
+        self.split = split
+        self.compiled = None
+        self.compile_seconds: float | None = None
 
     def __call__(self, params, embeddings) -> dict:
-        outs = [self.step(params, embeddings, self.data, self.order, jnp.int32(i))
+        if self.compiled is None:
+            start = time.perf_counter()
+            with self.progress.phase(f"compiling the {self.split} evaluation step for "
+                                     f"{self.job.mesh.size} device(s)"):
+                self.compiled = self.step.lower(params, embeddings, self.data, self.order,
+                                                jnp.int32(0)).compile()
+            self.compile_seconds = time.perf_counter() - start
+        outs = [self.compiled(params, embeddings, self.data, self.order, jnp.int32(i))
                 for i in range(self.job.loader.steps_per_epoch)]
         confusion = sum(np.asarray(o["confusion"]) for o in outs)
         loss = sum(float(o["loss"]) for o in outs)
@@ -42,7 +54,7 @@ class SampledEvaluator:
 
 
 def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
-                    evaluators=None, on_trace=None) -> dict:
+                    evaluators=None, on_trace=None, progress: Progress | None = None) -> dict:
     """{split: scores or None (the graph has no such split)}, sampled or full-graph.
     evaluators: already compiled `SampledEvaluator`s to reuse, by split."""
     present = [s for s in splits if run.has_split(s)]
@@ -53,7 +65,8 @@ def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
             out.update(full_graph_scores(run, params, embeddings, present))
         return out
     for split in present:
-        evaluator = (evaluators or {}).get(split) or SampledEvaluator(run, split, on_trace)
+        evaluator = (evaluators or {}).get(split) or SampledEvaluator(run, split, on_trace,
+                                                                       progress)
         out[split] = evaluator(params, embeddings)
     return out
 

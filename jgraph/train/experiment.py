@@ -137,14 +137,14 @@ class CheckpointConfig:
 @dataclasses.dataclass(frozen=True)
 class Experiment:
     """name: for logs. data, model, train: as above. exchange: how rows travel between
-    devices (a coarse ladder without relay compiles fastest). checkpoint: when the run
+    devices (its defaults compile fastest). checkpoint: when the run
     saves itself (WORKDIR/checkpoints)."""
 
     name: str = "experiment"
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
-    exchange: ExchangeConfig = ExchangeConfig(growth=2.0, relay=False)
+    exchange: ExchangeConfig = ExchangeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
 
     def check(self) -> "Experiment":

@@ -108,9 +108,11 @@ def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
     return h, lost
 
 
-def full_graph_scores(run, params, embeddings, splits) -> dict:
-    """{split: scores (acc, macro_f1, count, loss)} of the target type's nodes in each
-    split, from layer-wise full-graph inference over the whole mesh."""
+def full_graph_program(run, splits, mesh=None):
+    """(jit(shard_map(...)), masks): the program that scores `splits` by full-graph
+    inference, `(params, embeddings, data, masks) -> ({split: {"confusion", "loss"}},
+    ids lost)`, on the run's mesh or on `mesh` (to build it for other hardware, see
+    `jgraph.target`); masks: {split: bool row-sharded array} of the target type."""
     job, dg = run.job, run.dg
     layout = job.inputs.layouts[run.target]
     masks = {s: dg.split_mask(s, run.target).array for s in splits}
@@ -136,12 +138,19 @@ def full_graph_scores(run, params, embeddings, splits) -> dict:
         # lost is already a total over devices (exchange stats are); out is per device.
         return jax.tree.map(lambda x: lax.psum(x, exchange.axis), out), lost
 
-    run_fn = jax.jit(jax.shard_map(
-        per_device, mesh=job.mesh,
+    program = jax.jit(jax.shard_map(
+        per_device, mesh=mesh or job.mesh,
         in_specs=(REPLICATED, inputs.embedding_specs(), job.data_specs(dg.graph),
                   {s: ROWS for s in masks}),
         out_specs=REPLICATED))
-    out, lost = run_fn(params, embeddings, job.data(dg.graph), masks)
+    return program, masks
+
+
+def full_graph_scores(run, params, embeddings, splits) -> dict:
+    """{split: scores (acc, macro_f1, count, loss)} of the target type's nodes in each
+    split, from layer-wise full-graph inference over the whole mesh."""
+    program, masks = full_graph_program(run, splits)
+    out, lost = program(params, embeddings, run.job.data(run.dg.graph), masks)
     if int(lost):
         from jgraph.dist.exchange import ExchangeOverflowError
         raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost by "

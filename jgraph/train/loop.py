@@ -158,9 +158,8 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
             traces[name] += 1
         return bump
 
-    train = job.compile_train(dg.graph, on_trace=counter("train_step"))
     data = job.data(dg.graph)
-    val_eval = (SampledEvaluator(run, "val", counter("eval_step"))
+    val_eval = (SampledEvaluator(run, "val", counter("eval_step"), progress)
                 if run.has_split("val") else None)
     progress.note(f"{config.name}: {dg.meta.num_nodes:,} nodes on {mesh.size} device(s), "
                   f"{job.loader.num_seeds:,} training seeds, {job.loader.steps_per_epoch} "
@@ -192,6 +191,14 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
     if writer:
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
             yaml.safe_dump(to_dict(config), f, sort_keys=False)
+    # Compiled here, before the first step, so that users see it and epoch 0's seconds
+    # are the steps' own.
+    with progress.phase(f"compiling the training step for {mesh.size} device(s)"):
+        compile_start = time.perf_counter()
+        train = job.compile_train(dg.graph, on_trace=counter("train_step")).lower(
+            state, data, job.loader.epoch_order(position.epoch), jnp.int32(position.step),
+            job.stop_votes()).compile()
+        compile_seconds = time.perf_counter() - compile_start
     log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, rows)
     step_log = JsonLog(os.path.join(workdir, "steps.jsonl"), writer,
                        [r for r in read_json_lines(os.path.join(workdir, "steps.jsonl"))
@@ -276,7 +283,8 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
             row = {"epoch": epoch, "step": step, "loss": sums.loss / count,
                    "train_acc": sums.correct / count, "val_acc": None,
                    "epoch_seconds": sums.seconds,
-                   "seeds_per_s": sums.count / max(sums.seconds, 1e-9)}
+                   "seeds_per_s": sums.count / max(sums.seconds, 1e-9),
+                   "compile_seconds": compile_seconds}
             if val_eval is not None:
                 val = val_eval(state.params, state.embeddings)
                 row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],
@@ -300,7 +308,7 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
     params, embeddings = best["state"]
     with progress.phase(f"evaluating ({t.inference.value})"):
         final = evaluate_splits(run, params, embeddings, ("val", "test"), t.inference,
-                                {"val": val_eval}, counter("eval_step"))
+                                {"val": val_eval}, counter("eval_step"), progress)
 
     def pick(split, key):
         return None if final[split] is None else final[split][key]
@@ -310,6 +318,8 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
         "val_macro_f1": pick("val", "macro_f1"), "test_macro_f1": pick("test", "macro_f1"),
         "best_epoch": best["epoch"], "final_loss": rows[-1]["loss"] if rows else None,
         "compiles": traces["train_step"], "compiles_by_step": dict(traces),
+        "compile_seconds": compile_seconds,
+        "eval_compile_seconds": val_eval.compile_seconds if val_eval is not None else None,
         "seconds": time.perf_counter() - start,
         "seeds_per_s": float(np.median([r["seeds_per_s"] for r in rows])) if rows else None,
         "devices": mesh.size, "graph": dg.meta.graph_name, "inference": t.inference.value,

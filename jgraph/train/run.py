@@ -149,7 +149,9 @@ class Run:
         return split in self.dg.meta.splits.get(self.target, [])
 
 
-def build_run(config: Experiment, dg: DistGraph) -> Run:
+def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
+    """The run of `config` on `dg`; platform: the one its program is built for (default:
+    the mesh's), which chooses the exchange's AUTO strategy."""
     t = config.train
     target = target_type(config, dg)
     sizes = {s: sum(p["splits"][target].get(s, 0) for p in dg.meta.parts)
@@ -174,7 +176,8 @@ def build_run(config: Experiment, dg: DistGraph) -> Run:
     loader = NodeLoader.from_split(dg, "train", target, batch_size=t.batch_size,
                                    drop_last=t.drop_last, seed=t.seed)
     job = NodeClassification(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
-                             loader, dg.exchange(config.exchange), inputs, labels, seed=t.seed)
+                             loader, dg.exchange(config.exchange, platform), inputs, labels,
+                             seed=t.seed)
     return Run(config, dg, target, num_classes, job, params)
 
 

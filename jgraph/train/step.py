@@ -127,17 +127,19 @@ class NodeClassification:
     def state_specs(self) -> TrainState:
         return TrainState(REPLICATED, REPLICATED, self.inputs.embedding_specs(), REPLICATED)
 
-    def compile_train(self, graph: ShardedGraph, on_trace=None):
+    def compile_train(self, graph: ShardedGraph, on_trace=None, mesh=None):
         """jit(shard_map(train_step)): (state, data, order, index, stop) -> (state,
         metrics); the state is donated. `stop` is `stop_votes(...)`; metrics["stop"]
         is the largest vote (a signal number), 0 when no process asked to stop.
-        on_trace: called each time the step is traced (compile counting)."""
+        on_trace: called each time the step is traced (compile counting). mesh: where
+        it runs, the job's own by default (another one, e.g. of GPU devices described
+        by `jgraph.target`, to build the program for other hardware)."""
         def step(state, data, order, index, stop):
             if on_trace is not None:
                 on_trace()
             return self.train_step(state, data, order, index, stop)
         sharded = jax.shard_map(
-            step, mesh=self.mesh,
+            step, mesh=mesh or self.mesh,
             in_specs=(self.state_specs(), self.data_specs(graph), ROWS, REPLICATED, ROWS),
             out_specs=(self.state_specs(), REPLICATED))
         return jax.jit(sharded, donate_argnums=0)
@@ -151,15 +153,16 @@ class NodeClassification:
         same step's result, so they all stop (and checkpoint) after the same step."""
         return _stop_votes(self.mesh, int(signum))
 
-    def compile_eval(self, graph: ShardedGraph, on_trace=None):
+    def compile_eval(self, graph: ShardedGraph, on_trace=None, mesh=None):
         """jit(shard_map(eval_step)): (params, embeddings, data, order, index) ->
-        the batch's metrics summed over devices (see `eval_step`)."""
+        the batch's metrics summed over devices (see `eval_step`); mesh: as for
+        `compile_train`."""
         def step(params, embeddings, data, order, index):
             if on_trace is not None:
                 on_trace()
             return self.eval_step(params, embeddings, data, order, index)
         return jax.jit(jax.shard_map(
-            step, mesh=self.mesh,
+            step, mesh=mesh or self.mesh,
             in_specs=(REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
                       REPLICATED),
             out_specs=REPLICATED))
@@ -168,13 +171,15 @@ class NodeClassification:
 
     def fetch(self, data: StepData, embeddings, seeds, mask, step) -> Batch:
         """Sample the blocks of this device's seeds and fetch what the model reads."""
+        # A loader deals each device its own seeds: their first hop and their labels
+        # are read here, without the exchange.
         sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
-                                     step=step)
+                                     step=step, local_seeds=True)
         rows, valid, input_stats = self.inputs.fetch(self.exchange, data.features, embeddings,
                                                      sample.input_nodes)
         dst = sample.seeds
         y, label_stats = self.labels.lookup(self.exchange, data.labels, dst, dst >= 0,
-                                            distinct=True)
+                                            local=True)
         return Batch(sample.blocks, rows, valid, y, (dst >= 0) & (y >= 0),
                      (sample.stats, input_stats, label_stats))
 

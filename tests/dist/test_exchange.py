@@ -26,12 +26,14 @@ n = 32                                    # ids per device; ladder(32) has >= 3 
 DIM = 3
 ROW_BYTES = DIM * 4 + 4                   # an answer: float32[DIM] row + int32 (id * 2)
 TABLE = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
-# Every strategy, by test id. all_to_all relays the busiest pairs' excess through
-# intermediate devices by default; "direct" is the plain per-peer-capacity all_to_all.
-CONFIGS = {"all_to_all": ExchangeConfig(),
-           "all_to_all-direct": ExchangeConfig(relay=False),
-           "ppermute": ExchangeConfig(strategy="ppermute"),
-           "all_gather": ExchangeConfig(strategy="all_gather")}
+# Every strategy, by test id, on ladders of many rungs (choosing rungs is tested here).
+# "all_to_all-relay" relays the busiest pairs' excess through intermediate devices;
+# "all_to_all" is the plain per-peer-capacity all_to_all (the default).
+LADDER = dict(growth=1.25, max_rungs=24)
+CONFIGS = {"all_to_all-relay": ExchangeConfig(strategy="all_to_all", relay=True, **LADDER),
+           "all_to_all": ExchangeConfig(strategy="all_to_all", **LADDER),
+           "ppermute": ExchangeConfig(strategy="ppermute", **LADDER),
+           "all_gather": ExchangeConfig(strategy="all_gather", **LADDER)}
 
 
 def owner_of(ids):
@@ -288,7 +290,7 @@ def test_scatter_add_sums_at_the_owner_equal_numpy_add_at(strategy, case):
 def test_all_to_all_capacity_climbs_the_ladder_to_the_smallest_sufficient_rung():
     """Requests whose largest per-(device, peer) count is 0, lowest rung + 1 and n pick
     the lowest, the second and the top rung."""
-    config = CONFIGS["all_to_all-direct"]
+    config = CONFIGS["all_to_all"]
     ladder = config.ladder(n)
     assert len(ladder) >= 3 and ladder[-1] == n
     caps = [int(run(config, make_case(c))["gstats"].capacity)
@@ -367,11 +369,16 @@ def test_overflow_beyond_max_capacity_is_counted_and_check_raises(strategy):
 
 
 def test_ragged_strategy_on_cpu_raises_not_implemented_naming_all_to_all():
-    ex = Exchange(OFFSETS, ExchangeConfig(strategy="ragged_all_to_all"))
-    step = jax.jit(jax.shard_map(lambda ids: ex.gather(ids, ids >= 0, lambda q, m: q)[0],
-                                 mesh=make_mesh(8), in_specs=ROWS, out_specs=ROWS))
     with pytest.raises(NotImplementedError, match="all_to_all"):
-        step(np.zeros(P * n, np.int32))
+        Exchange(OFFSETS, ExchangeConfig(strategy="ragged_all_to_all"), platform="cpu")
+
+
+@pytest.mark.parametrize("platform,strategy", [("cpu", "all_to_all"), (None, "all_to_all"),
+                                               ("gpu", "ragged_all_to_all")])
+def test_the_auto_strategy_is_what_the_platform_has(platform, strategy):
+    """The default: exact sizes on GPUs, the ladder of all_to_all elsewhere."""
+    assert ExchangeConfig().strategy.value == "auto"
+    assert Exchange(OFFSETS, ExchangeConfig(), platform=platform).config.strategy.value == strategy
 
 
 def emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,

@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from jgraph.dist import (REPLICATED, ROWS, DistGraph, DistTensor, HotCache, cache_size,
-                         request_counts)
+from jgraph.dist import (REPLICATED, ROWS, DistGraph, DistTensor, ExchangeConfig, HotCache,
+                         cache_size, request_counts)
 
 P, n = 8, 24                   # ids per device; the default ladder(24) has two rungs
 
@@ -17,7 +17,8 @@ def setup(cora_parts8, mesh):
     dg = DistGraph(cora_parts8, mesh)
     values = np.random.default_rng(0).normal(size=(dg.meta.num_nodes, 4)).astype(np.float32)
     tensor = DistTensor.from_numpy(mesh, dg.layout(), values, name="x")
-    return dg, tensor, values, dg.exchange()        # the default exchange: all_to_all, relay
+    # all_to_all, relayed, on a fine ladder (rungs under the batch size exist)
+    return dg, tensor, values, dg.exchange(ExchangeConfig(relay=True, growth=1.25, max_rungs=24))
 
 
 @functools.cache

@@ -21,7 +21,6 @@ import pytest
 from jgraph.bench.exchange import global_csc
 from jgraph.data import Graph, load_dataset
 from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mesh
-from jgraph.kernels.sample import resolve_impl
 from jgraph.partition import open_partitions, partition_graph
 
 P = 8
@@ -162,7 +161,7 @@ class SampleRunner:
     (traced: every call reuses the one compilation)."""
 
     def __init__(self, dg: DistGraph, sampler, config: ExchangeConfig = ONE_RUNG,
-                 edge_weights=None):
+                 edge_weights=None, local_seeds: bool = False):
         self.dg, self.sampler, self.devices = dg, sampler, dg.mesh.size
         exchange = dg.exchange(config)
         self.traces = 0
@@ -173,16 +172,15 @@ class SampleRunner:
         def body(graph, seeds, mask, seed, step, cumw):
             self.traces += 1
             out = sampler.sample(graph, exchange, seeds, mask, seed=seed, step=step,
-                                 edge_weights=cumw if sampler.weighted else None)
+                                 edge_weights=cumw if sampler.weighted else None,
+                                 local_seeds=local_seeds)
             # Every device's own copy of the stats (they must all be equal).
             return out.blocks, jax.tree.map(lambda x: x[None], out.stats)
 
         self.fn = jax.jit(jax.shard_map(
             body, mesh=dg.mesh,
             in_specs=(dg.graph.specs(), ROWS, ROWS, REPLICATED, REPLICATED, ROWS),
-            out_specs=(ROWS, ROWS),
-            # Pallas in interpret mode (CPU) needs the vma check off inside shard_map.
-            check_vma=resolve_impl(sampler.impl) != "pallas" or jax.default_backend() == "gpu"))
+            out_specs=(ROWS, ROWS)))
 
     def __call__(self, seeds, mask=None, *, seed=0, step=0) -> HostSample:
         seeds = np.asarray(seeds, np.int32)

@@ -19,9 +19,9 @@ P, N, RPP = len(SIZES), int(OFFSETS[-1]), max(SIZES)
 n = 32                                    # ids per device
 TABLE = np.random.default_rng(0).normal(size=(N, 3)).astype(np.float32)
 # One rung (the batch size): each extra rung compiles another copy of the transfer,
-# and choosing rungs is tested in tests/dist/test_exchange.py. all_to_all relays.
-CONFIGS = {"all_to_all": ExchangeConfig(max_rungs=1),
-           "all_to_all-direct": ExchangeConfig(max_rungs=1, relay=False),
+# and choosing rungs is tested in tests/dist/test_exchange.py.
+CONFIGS = {"all_to_all-relay": ExchangeConfig(max_rungs=1, relay=True),
+           "all_to_all": ExchangeConfig(max_rungs=1),
            "all_gather": ExchangeConfig(strategy="all_gather", max_rungs=1),
            "ppermute": ExchangeConfig(strategy="ppermute", max_rungs=1)}
 assert all(c.ladder(n) == (n,) for c in CONFIGS.values())

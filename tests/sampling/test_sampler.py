@@ -160,6 +160,34 @@ def test_8_device_sample_equals_single_device_sample_of_the_same_relabelled_grap
         assert int(s8.stats.sampled_edges) >= int(s1.stats.sampled_edges)
 
 
+def test_own_seeds_sampled_without_the_exchange_equal_the_exchanged_sample(cora8, uniform8,
+                                                                          runner_cls):
+    """local_seeds: each device's seeds are its own nodes (as a loader deals them), so
+    hop 0 is drawn where they live, with no exchange; the blocks are the same. A seed
+    owned by another device is not sampled: it is counted in hop 0's out_of_range, so
+    `check()` raises instead of returning a wrong sample."""
+    local = runner_cls(cora8, UNIFORM, local_seeds=True)
+    offsets = cora8.book.offsets
+    rng = np.random.default_rng(5)
+    seeds = np.stack([rng.choice(np.arange(offsets[k], offsets[k + 1]), B, replace=False)
+                      for k in range(P)])
+    mask = np.ones((P, B), bool)
+    mask[:, -3:] = False
+    got, want = local(seeds, mask, seed=3, step=9), uniform8(seeds, mask, seed=3, step=9)
+    for a, b in zip(got.blocks, want.blocks):
+        for field in ("dst", "src", "nbr", "mask"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    # Nothing travels for hop 0 (the exchange still moved its smallest rung of padding).
+    assert float(got.stats.exchange[0].wire_bytes) == 0 < float(want.stats.exchange[0].wire_bytes)
+    assert int(got.stats.exchange[0].requested) == int(want.stats.exchange[0].requested)
+    got.stats.check()
+    seeds[2, 0] = offsets[3]                       # device 2 asks for device 3's node
+    foreign = local(seeds, mask, seed=3, step=9)
+    assert int(foreign.stats.exchange[0].out_of_range) == 1
+    with pytest.raises(IndexError, match="not rows"):
+        foreign.stats.check()
+
+
 # -- uniformity --------------------------------------------------------------------------------
 
 

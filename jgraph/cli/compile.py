@@ -1,0 +1,67 @@
+"""`jgraph compile CONFIG --target h100|h200|cpu --devices N`: build a run's training step
+for hardware this machine may not have, and report what it needs."""
+from __future__ import annotations
+
+import json
+import os
+
+TARGETS = ["h100", "h200", "cpu"]   # jgraph.target.Target's values (no JAX import here)
+
+
+def add_commands(sub) -> None:
+    c = sub.add_parser(
+        "compile", help="build a run's training step for a target (e.g. 8 H100s) without it",
+        description="Build the training step of CONFIG as `jgraph train` would, compile it "
+                    "for N devices of TARGET (an H100 or H200 mesh is described, not needed: "
+                    "XLA compiles the GPU program on this machine), and print whether it "
+                    "compiles, the seconds it took, the bytes each device holds (arguments, "
+                    "outputs, temporaries), the Pallas kernels and the collectives in it.")
+    c.add_argument("config", help="experiment YAML, e.g. experiments/sage_cora.yaml")
+    c.add_argument("--target", choices=TARGETS, default="h100",
+                   help="the hardware to compile for")
+    c.add_argument("--devices", type=int, required=True, help="devices (= partitions)")
+    c.add_argument("--set", dest="assignments", action="extend", nargs="+", default=[],
+                   metavar="KEY=VALUE", help="override config fields (as jgraph train)")
+    c.add_argument("--abstract", action="store_true",
+                   help="build shapes from the graph's counts instead of partitioning it "
+                        "(data.path must be synthetic:nodes=...,edges=...; nothing is "
+                        "generated), e.g. to plan a papers100M-sized job")
+    c.add_argument("--json", action="store_true", help="print one JSON line")
+    c.set_defaults(run=run_compile)
+
+
+def run_compile(args) -> int:
+    from jgraph.cli.devices import UsageError, use_devices
+    if args.devices < 1:
+        raise UsageError(f"--devices must be >= 1, got {args.devices}")
+    gpu = args.target != "cpu"
+    if gpu:
+        # XLA describes GPU targets from the CPU platform; JAX must not start CUDA.
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        if platforms and platforms != "cpu":
+            raise UsageError(f"jgraph compile --target {args.target} runs JAX on the CPU; "
+                             f"unset JAX_PLATFORMS (it is {platforms!r}) or set it to cpu")
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    # The graph's arrays live on CPU devices while the step is built, one per partition
+    # (in abstract mode there are none, but a CPU target's mesh is made of them).
+    use_devices(1 if args.abstract and gpu else args.devices)
+
+    from jgraph.config import load
+    from jgraph.progress import Progress
+    from jgraph.target import Target
+    from jgraph.train.experiment import Experiment
+    config = load(Experiment, args.config, args.assignments)
+    progress = Progress(enabled=not args.json)
+    target = Target(args.target)
+    if args.abstract:
+        from jgraph.train.abstract import compile_abstract
+        report = compile_abstract(config, target, args.devices, progress)
+    else:
+        from jgraph.train.compile import compile_config
+        report = compile_config(config, target, args.devices, progress)
+    if args.json:
+        print(json.dumps(report), flush=True)
+    else:
+        for key, value in report.items():
+            print(f"{key}: {value}")
+    return 0 if report["ok"] else 1

@@ -1,0 +1,93 @@
+"""`jgraph compile`: a run's training step built for a target without its hardware, as a
+user meets it (its JSON line, its errors), and jgraph's commands starting quietly on a
+machine without CUDA although the CUDA compiler plugin is installed. (In-process: JAX
+already has the 8 devices tests/conftest.py set up.)"""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jgraph.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SAGE = str(ROOT / "experiments" / "sage_cora.yaml")
+SYNTHETIC = str(ROOT / "experiments" / "sage_synthetic.yaml")
+FIELDS = ("ok", "target", "devices", "compile_seconds", "argument_bytes", "temp_bytes",
+          "output_bytes", "pallas_kernels", "collectives")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compile_for_cpu_prints_one_json_line_with_what_the_program_needs(capsys):
+    code, out, err = run(capsys, "compile", SAGE, "--target", "cpu", "--devices", "2",
+                         "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert all(field in report for field in FIELDS)
+    assert report["ok"] and report["target"] == "cpu" and report["devices"] == 2
+    assert report["pallas_kernels"] == 0            # CPU draws with XLA code
+    assert report["collectives"].get("all-to-all", 0) > 0
+    assert report["compile_seconds"] > 0 and report["temp_bytes"] > 0
+    assert report["fits"] is None                   # no device memory to compare with
+
+
+@pytest.mark.gpu_compile
+def test_abstract_compile_for_h100_builds_shapes_from_counts(capsys):
+    """Counts only: 20k nodes over 2 devices, the largest partition at the 1.05 balance
+    tolerance; the step holds the Triton draw kernel and fits in an H100's memory."""
+    code, out, err = run(capsys, "compile", SYNTHETIC, "--target", "h100", "--devices", "2",
+                         "--abstract", "--set",
+                         "data.path=synthetic:nodes=20k,edges=200k,feat=16,classes=5",
+                         "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["ok"] and report["abstract"] and report["strategy"] == "ragged_all_to_all"
+    assert report["nodes_per_device"] == math.ceil(10_000 * 1.05)
+    assert report["edges_per_device"] == math.ceil(100_000 * 1.05)
+    assert report["pallas_kernels"] >= 1
+    assert "ragged-all-to-all" in report["collectives"]
+    assert report["device_memory_bytes"] > 80 * 10**9 and report["fits"]
+
+
+def test_compile_in_human_form_prints_one_field_per_line(capsys):
+    code, out, _ = run(capsys, "compile", SYNTHETIC, "--target", "cpu", "--devices", "1",
+                       "--abstract", "--set",
+                       "data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3")
+    assert code == 0
+    assert "ok: True" in out.splitlines() and "target: cpu" in out.splitlines()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--devices", "0"], "--devices must be >= 1"),
+    (["--devices", "2", "--abstract"], "data.path must be synthetic"),
+    (["--devices", "2", "--abstract", "--set", "train.fanouts=[-1,5,5]",
+      "data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3"], "train.fanouts has -1"),
+])
+def test_compile_errors_exit_2_naming_what_to_change(capsys, argv, message):
+    config = SAGE if "--abstract" in argv and "--set" not in argv else SYNTHETIC
+    code, out, err = run(capsys, "compile", config, "--target", "cpu", *argv)
+    assert code == 2 and out == ""
+    assert message in err and "Traceback" not in err
+
+
+def test_a_cpu_run_starts_without_the_cuda_plugins_messages(tmp_path):
+    """The gpu-compile extra installs the CUDA plugin; on a machine without CUDA it
+    prints C++ log lines at import and a traceback when JAX looks for a GPU. jgraph's
+    entry points keep both out of a CPU user's output (JAX_PLATFORMS unset, as a user
+    has it)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    code = ("import sys; from jgraph.cli.devices import use_devices; use_devices(2); "
+            "import jax; print(jax.device_count()); print('kept', file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"
+    assert done.stderr.strip() == "kept", done.stderr

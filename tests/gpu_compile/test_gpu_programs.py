@@ -1,0 +1,174 @@
+"""The GPU program, built on this CPU-only machine for an H100 (XLA's deviceless
+compilation, `jgraph.target`), as a GPU user's first run would build it:
+
+  * the Pallas draw kernel on its own compiles to a Triton call (never JAX 0.10's
+    default Mosaic GPU, which cannot lay out its iota);
+  * GraphSAGE's and R-GCN's training and evaluation steps from the shipped configs,
+    on 1 and 8 devices, with every exchange strategy (ragged_all_to_all, the GPU
+    default, included), and layer-wise full-graph inference;
+  * each program holds what it should: the kernel's custom call on GPU and none on CPU,
+    the collectives of its strategy, and no collective on one device.
+
+Needs the CUDA compiler plugin (the `gpu-compile` extra, which the README's test command
+installs); `pytest -m "not gpu_compile"` leaves these out.
+"""
+import dataclasses
+import platform
+
+import pytest
+
+from jgraph.config import load
+from jgraph.dist import make_mesh
+from jgraph.dist.mesh import first_devices
+from jgraph.kernels.sample import draw_positions, draw_positions_pallas
+from jgraph.progress import Progress
+from jgraph.target import Analysis, Target, abstract_like, target_mesh
+from jgraph.train.compile import build, compile_step, eval_step_args
+from jgraph.train.evaluate import SampledEvaluator
+from jgraph.train.experiment import Experiment
+from jgraph.train.inference import full_graph_program
+from jgraph.train.run import build_run, open_graph
+
+pytestmark = pytest.mark.gpu_compile
+
+if platform.system() != "Linux":
+    pytest.skip("the CUDA compiler plugin is published for Linux only",
+                allow_module_level=True)
+
+H100 = Target.H100
+TRITON = "__gpu$xla.gpu.triton"
+# The collectives each strategy's exchange compiles to (besides the all-reduces of the
+# step's statistics and gradients).
+STRATEGY_COLLECTIVES = {"all_to_all": {"all-to-all"},
+                        "ragged_all_to_all": {"ragged-all-to-all"},
+                        "all_gather": {"all-gather", "reduce-scatter"},
+                        "ppermute": {"collective-permute"}}
+
+
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory, shared_data):
+    """(config file, devices, platform, overrides) -> a Run built as `jgraph train`
+    builds it (partitioned into a temporary workdir), cached per arguments."""
+    runs = {}
+
+    def make(config_file, devices, platform_name="gpu", *overrides):
+        key = (config_file, devices, platform_name, overrides)
+        if key not in runs:
+            config = load(Experiment, config_file, (f"data.num_parts={devices}",) + overrides)
+            if config.data.path.endswith(".npz"):
+                config = dataclasses.replace(config, data=dataclasses.replace(
+                    config.data, path=str(shared_data(config.data.path.split("/")[-1]))))
+            mesh = make_mesh(devices, first_devices(devices))
+            workdir = tmp_path_factory.mktemp("gpu-compile")
+            dg = open_graph(config, mesh, str(workdir), Progress(enabled=False))
+            runs[key] = build_run(config, dg, platform=platform_name)
+        return runs[key]
+    return make
+
+
+def collectives(analysis_or_report) -> set:
+    got = (analysis_or_report["collectives"] if isinstance(analysis_or_report, dict)
+           else analysis_or_report.collectives)
+    return set(got) - {"all-reduce"}
+
+
+# -- the kernel on its own -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fanout,replace", [(5, False), (10, False), (25, False), (10, True)])
+def test_the_draw_kernel_compiles_for_h100_to_a_triton_call(fanout, replace):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec
+    mesh = target_mesh(H100, 1)
+    m = 4096
+    args = abstract_like((jax.ShapeDtypeStruct((m,), jnp.int32),
+                          jax.ShapeDtypeStruct((m,), jnp.int32),
+                          jax.ShapeDtypeStruct((m,), jnp.uint32)), PartitionSpec(), mesh)
+    for fn in (lambda lo, deg, key: draw_positions_pallas(lo, deg, key, fanout, replace),
+               lambda lo, deg, key: draw_positions(lo, deg, key, fanout, replace, "auto")):
+        compiled, _ = build(jax.jit(fn), args)
+        text = compiled.as_text()
+        assert text.count(TRITON) >= 1, "no Triton kernel in the GPU program"
+        assert "mosaic_gpu" not in text
+        assert compiled.output_shardings is not None
+
+
+# -- the training step ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [1, 8])
+def test_graphsage_training_step_compiles_for_h100_with_the_kernel(make_run, devices):
+    """The shipped cora config with its defaults: on GPU the exchange is ragged."""
+    report = compile_step(make_run("experiments/sage_cora.yaml", devices), H100)
+    assert report["ok"], report.get("error")
+    assert report["pallas_kernels"] >= 1
+    assert report["fits"] and report["temp_bytes"] > 0 and report["argument_bytes"] > 0
+    if devices == 1:
+        assert collectives(report) == set()
+    else:
+        assert report["strategy"] == "ragged_all_to_all"
+        assert collectives(report) == {"ragged-all-to-all", "all-gather"}
+
+
+@pytest.mark.parametrize("strategy", ["all_to_all", "all_gather", "ppermute"])
+def test_every_exchange_strategy_compiles_for_h100(make_run, strategy):
+    run = make_run("experiments/sage_cora.yaml", 8, "gpu", f"exchange.strategy={strategy}")
+    report = compile_step(run, H100)
+    assert report["ok"], report.get("error")
+    assert report["pallas_kernels"] >= 1
+    assert STRATEGY_COLLECTIVES[strategy] <= collectives(report)
+    assert "ragged-all-to-all" not in report["collectives"]
+
+
+def test_the_same_step_built_for_cpu_holds_no_kernel_call(make_run):
+    """What picks the GPU program is the target, not the host: built for CPU, the step
+    draws with XLA code."""
+    report = compile_step(make_run("experiments/sage_cora.yaml", 8, "cpu"), Target.CPU)
+    assert report["ok"], report.get("error")
+    assert report["pallas_kernels"] == 0
+    assert "all-to-all" in report["collectives"]
+
+
+@pytest.mark.parametrize("devices", [1, 8])
+def test_rgcn_training_step_compiles_for_h100(make_run, devices):
+    """R-GCN on AIFB as shipped: per-relation fanouts (a kernel per relation), one-hot
+    inputs as sharded embeddings whose gradients go back to their owners."""
+    report = compile_step(make_run("experiments/rgcn_aifb.yaml", devices), H100)
+    assert report["ok"], report.get("error")
+    assert report["pallas_kernels"] >= 1
+    assert collectives(report) == (set() if devices == 1 else
+                                   {"ragged-all-to-all", "all-gather"})
+
+
+# -- evaluation: sampled and full-graph --------------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [1, 8])
+@pytest.mark.parametrize("config_file", ["experiments/sage_cora.yaml",
+                                         "experiments/rgcn_aifb.yaml"])
+def test_sampled_evaluation_step_compiles_for_h100(make_run, config_file, devices):
+    """With the configs' evaluation fanouts: every neighbour (-1), taken without a draw."""
+    run = make_run(config_file, devices)
+    split = "val" if run.has_split("val") else "test"
+    job = SampledEvaluator(run, split).job
+    mesh = target_mesh(H100, devices)
+    compiled, _ = build(job.compile_eval(run.dg.graph, mesh=mesh),
+                        eval_step_args(run, mesh, job))
+    assert collectives(Analysis.of(compiled)) == (set() if devices == 1 else
+                                                  {"ragged-all-to-all", "all-gather"})
+
+
+def test_full_graph_inference_compiles_for_h100(make_run):
+    """Layer-wise inference walks edge windows in a loop, each through the exchange."""
+    from jax.sharding import PartitionSpec
+    run = make_run("experiments/sage_cora.yaml", 8)
+    mesh = target_mesh(H100, 8)
+    program, masks = full_graph_program(run, ("val", "test"), mesh=mesh)
+    args = eval_step_args(run, mesh)
+    compiled, _ = build(program, (args[0], args[1], args[2],
+                                  abstract_like(masks, PartitionSpec("parts"), mesh)))
+    analysis = Analysis.of(compiled)
+    assert "ragged-all-to-all" in analysis.collectives
+    assert analysis.pallas_kernels == 0          # no sampling: every edge is read
+    assert compiled.memory_analysis().temp_size_in_bytes > 0
