@@ -121,6 +121,8 @@ def abstract_like(tree, specs, mesh: Mesh):
 # Collective ops by their HLO name; GPU schedules most as asynchronous start/done pairs.
 COLLECTIVES = ("all-to-all", "ragged-all-to-all", "all-gather", "all-reduce",
                "reduce-scatter", "collective-permute", "collective-broadcast")
+# An instruction's op name follows its result type, never a `%` (that is an instruction's
+# own name, like %all-to-all.3).
 _OP = re.compile(r"(?<![%\w.-])(" + "|".join(sorted(COLLECTIVES, key=len, reverse=True))
                  + r")(?:-start)?\(")
 # A Pallas kernel on GPU is a custom call to Triton (or to Mosaic GPU).
@@ -151,7 +153,6 @@ class Analysis:
     def of(cls, compiled) -> "Analysis":
         text = compiled.as_text()
         mem = compiled.memory_analysis()
-        # Only the instruction lines: the module's metadata quotes source code.
         ops = collections.Counter(m[1] for m in _OP.finditer(text))
         return cls(argument_bytes=int(mem.argument_size_in_bytes),
                    output_bytes=int(mem.output_size_in_bytes),

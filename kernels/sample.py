@@ -67,9 +67,10 @@ def uniform_below(u: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:
     return mulhi32(u, jnp.maximum(m, 1).astype(jnp.uint32)).astype(jnp.int32)
 
 
-def _draw_column(i, lo, deg, key, fanout: int, replace: bool, seen_before):
-    """Draw i of every node (relative position, -1 for none); `seen_before(t)`: bool[m],
-    was t already drawn (by draws 0 .. i-1)."""
+def _draw_column(i, deg, key, fanout: int, replace: bool, seen_before):
+    """int32[m]: draw i (a Python int or traced) of every node, as a position relative
+    to the node's first in-edge, -1 for none. deg: int32[m]; key: uint32[m];
+    seen_before(t): bool[m], whether t was already drawn (by draws 0 .. i-1)."""
     u = hash32(key, i)
     if replace:
         return jnp.where(deg > 0, uniform_below(u, deg), -1)
@@ -97,7 +98,7 @@ def _draw_tile(lo, deg, key, fanout: int, width: int, replace: bool):
             for column in earlier:
                 seen = seen | (column == t)
             return seen
-        columns.append(_draw_column(i, lo, deg, key, fanout, replace, seen_before))
+        columns.append(_draw_column(i, deg, key, fanout, replace, seen_before))
     cols = jax.lax.broadcasted_iota(jnp.int32, (lo.shape[0], width), 1)
     chosen = jnp.full((lo.shape[0], width), -1, jnp.int32)
     for i, column in enumerate(columns):
@@ -106,7 +107,8 @@ def _draw_tile(lo, deg, key, fanout: int, width: int, replace: bool):
 
 
 def _draw_looped(lo, deg, key, fanout: int, replace: bool):
-    """The same draws as `_draw_tile`, as a loop over the draws: XLA compiles one step
+    """int32[m, fanout] edge positions (-1 where none): the draws of `_draw_tile`, as a
+    loop over the draws (lo, deg: int32[m], key: uint32[m]). XLA compiles one step
     instead of `fanout` unrolled ones whose Floyd checks grow with the draw index
     (unrolled, XLA:CPU duplicated every earlier draw into each later column's fusion:
     a fanout-10 hop was about 10 fusions of 600 instructions, measured)."""
@@ -116,7 +118,7 @@ def _draw_looped(lo, deg, key, fanout: int, replace: bool):
     def step(i, drawn):                        # drawn: int32[fanout, m], -1 = not yet
         def seen_before(t):
             return jnp.any((drawn == t[None, :]) & (rows < i), axis=0)
-        column = _draw_column(i, lo, deg, key, fanout, replace, seen_before)
+        column = _draw_column(i, deg, key, fanout, replace, seen_before)
         return jax.lax.dynamic_update_slice_in_dim(drawn, column[None, :], i, axis=0)
     # The carry is built from lo so that inside shard_map it varies over the mesh as lo.
     none = jnp.full((fanout, m), -1, jnp.int32) + jnp.zeros_like(lo)[None, :]
@@ -166,52 +168,34 @@ def _next_pow2(x: int) -> int:
     return 1 << max(x - 1, 0).bit_length()
 
 
-class _Block:
-    """A tile of an array standing in for a Pallas ref: `ref[...]` reads it, `ref[...] =`
-    writes it (what `_kernel` does with its refs)."""
-
-    def __init__(self, value=None, shape=None):
-        self.value = value
-        self.shape = value.shape if value is not None else shape
-
-    def __getitem__(self, index):
-        return self.value[index]
-
-    def __setitem__(self, index, value):
-        self.value = value
-
-
-def _on_grid(kernel, inputs, tile: int, width: int):
-    """The kernel over its grid as XLA code: tile i of every input in, tile i of the
-    output out, the tiles in sequence (`lax.map`), as Pallas's interpreter runs it.
+def _on_grid(inputs, fanout: int, width: int, replace: bool, tile: int):
+    """The kernel's grid as XLA code: `_draw_tile` on tile i of every input gives tile i
+    of the output, the tiles in sequence (`lax.map`), as Pallas's interpreter runs them.
 
     Used in interpret mode inside a vma-checked `shard_map`, where JAX's own Pallas
     interpreter fails (it re-evaluates the kernel with mesh-varying refs next to
     unvarying constants: "Primitive gt requires varying manual axes to match").
     """
     tiles = [x.reshape(-1, tile) for x in inputs]
-
-    def one(blocks):
-        out = _Block(shape=(tile, width))
-        kernel(*(_Block(b) for b in blocks), out)
-        return out.value
-    return jax.lax.map(one, tiles).reshape(-1, width)
+    out = jax.lax.map(lambda t: _draw_tile(*t, fanout, width, replace), tiles)
+    return out.reshape(-1, width)
 
 
 @functools.partial(jax.jit, static_argnames=("fanout", "replace", "tile", "interpret"))
 def _draw_kernel(lo, deg, key, fanout: int, replace: bool, tile: int, interpret: bool):
+    """int32[m, fanout]: the Pallas kernel over tiles of `tile` nodes (see
+    `draw_positions_pallas`), compiled (interpret False) or interpreted."""
     m = lo.shape[0]
     padded = max(-(-m // tile), 1) * tile
     width = _next_pow2(max(fanout, 1))
     pad = lambda x, dtype: jnp.pad(x.astype(dtype), (0, padded - m))   # noqa: E731
     lo, deg, key = pad(lo, jnp.int32), pad(deg, jnp.int32), pad(key, jnp.uint32)
-    kernel = functools.partial(_kernel, fanout=fanout, replace=replace)
     if interpret and _varying(lo):
-        out = _on_grid(kernel, (lo, deg, key), tile, width)
+        out = _on_grid((lo, deg, key), fanout, width, replace, tile)
     else:
         spec = pl.BlockSpec((tile,), lambda i: (i,))
         out = pl.pallas_call(
-            kernel,
+            functools.partial(_kernel, fanout=fanout, replace=replace),
             out_shape=_out_struct(lo, (padded, width), jnp.int32),
             grid=(padded // tile,),
             in_specs=[spec, spec, spec],

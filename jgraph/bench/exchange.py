@@ -237,7 +237,7 @@ def bench_embedding(cfg: ExchangeBench, num_rows: int, progress: Progress) -> di
     mesh = make_mesh(cfg.num_parts, first_devices(cfg.num_parts))
     book = even_book(num_rows, cfg.num_parts)
     emb = DistEmbedding(RowLayout.of(book), cfg.embedding_dim, SparseAdam(0.01))
-    exchange = Exchange(book.offsets)
+    exchange = Exchange(book.offsets, platform=mesh.devices.flat[0].platform)
     with progress.phase(f"embedding table of {num_rows:,} rows"):
         state = emb.init(mesh, jax.random.key(cfg.seed))
         jax.block_until_ready(state)

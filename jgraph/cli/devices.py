@@ -45,14 +45,17 @@ def use_devices(count: int | None) -> None:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
     if count is not None and count < 1:
         raise UsageError(f"--devices must be >= 1, got {count}")
-    with quiet_cuda_plugin():
+    with quiet_cuda_plugin(skip="jax" in sys.modules):
         import jax
-        from jax._src import xla_bridge
-        started = xla_bridge.backends_are_initialized()
-        if count is not None and not started and jax.config.jax_num_cpu_devices < count:
-            jax.config.update("jax_num_cpu_devices", count)
-        start_distributed()
-        jax.devices()       # start the backends here, where their noise is filtered
+    from jax._src import xla_bridge
+    started = xla_bridge.backends_are_initialized()
+    if count is not None and not started and jax.config.jax_num_cpu_devices < count:
+        jax.config.update("jax_num_cpu_devices", count)
+    start_distributed()
+    # Start the backends here, where the plugin's noise is filtered; in a multi-process
+    # job they wait for every process, and nothing may be held back meanwhile.
+    with quiet_cuda_plugin(skip=started or distributed_env() is not None):
+        jax.devices()
     # Called again in one process (tests, notebooks): never shrink what an earlier call
     # set up; meshes take the first `count` devices, so enough is all it needs.
     if count is not None and started and jax.local_device_count() < count:
@@ -102,28 +105,33 @@ def _has_nvidia_gpu() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
 
 
+# What the plugin's initialisation raises when there is no CUDA driver at all; other
+# plugin errors (a version that does not match jax's) are kept.
+_NO_CUDA = "Unable to load CUDA. Is it installed?"
+
+
 class _NoCudaHere(logging.Filter):
-    """Drops JAX's "Jax plugin configuration error ... Unable to load CUDA" on machines
-    without an NVIDIA GPU (where it is expected); kept where a GPU is present."""
+    """Drops JAX's "Jax plugin configuration error" whose cause is that CUDA cannot be
+    loaded, on machines without an NVIDIA GPU (where that is expected)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.getMessage().startswith("Jax plugin configuration error"):
             return True
-        text = repr(record.exc_info[1]) if record.exc_info else ""
-        cause = record.exc_info[1].__cause__ if record.exc_info else None
-        text += repr(cause)
-        return not ("CUDA" in text and not _has_nvidia_gpu())
+        error = record.exc_info[1] if record.exc_info else None
+        return not (error is not None and _NO_CUDA in str(error))
 
 
 @contextlib.contextmanager
-def quiet_cuda_plugin():
-    """Start JAX without the CUDA plugin's start-up noise on machines without CUDA.
+def quiet_cuda_plugin(skip: bool = False):
+    """Import or start JAX without the CUDA plugin's noise on machines without CUDA.
 
-    Its C++ lines go straight to file descriptor 2, so fd 2 is sent to a file while JAX
-    starts and everything else written there is passed on afterwards; its Python log
-    record is filtered. On a machine with an NVIDIA GPU nothing is hidden.
+    Its C++ lines go straight to file descriptor 2, so fd 2 is sent to a file for the
+    duration and everything else written there is passed on afterwards; its Python log
+    record is filtered. Nothing is hidden on a machine with an NVIDIA GPU, and nothing
+    is held back where it could wait long (this wraps `import jax` and starting the
+    local backends, never `jax.distributed.initialize`). skip: do nothing.
     """
-    if _has_nvidia_gpu() or "jax" in sys.modules:
+    if skip or _has_nvidia_gpu():
         yield
         return
     log_filter = _NoCudaHere()

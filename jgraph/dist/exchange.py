@@ -241,6 +241,7 @@ def running_count(flags: jnp.ndarray) -> jnp.ndarray:
 
 
 def _blocked_count(flags: jnp.ndarray) -> jnp.ndarray:
+    """int32[n, ...]: `running_count` of bool[n, ...] in blocks of `_COUNT_BLOCK` rows."""
     n, rest, b = flags.shape[0], flags.shape[1:], _COUNT_BLOCK
     blocks = -(-n // b)
     x = jnp.pad(flags.astype(jnp.float32), [(0, blocks * b - n)] + [(0, 0)] * len(rest))
@@ -628,8 +629,8 @@ class Exchange:
         return (jnp.where(mask, owned, -1), sums, mask), self._stats(
             plan, caps, wire, overflow, out_of_range)
 
-    def local(self, ids, valid, owner_fn: OwnerFn, *, contains=None
-              ) -> tuple[PyTree, ExchangeStats]:
+    def gather_local(self, ids, valid, owner_fn: OwnerFn, *, contains=None
+                     ) -> tuple[PyTree, ExchangeStats]:
         """`gather` for ids this device owns (a loader's seeds, which live with their
         partition): answered here, with no communication and nothing to compile per
         rung. Valid ids owned elsewhere are not answered: they are counted in

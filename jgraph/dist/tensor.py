@@ -157,9 +157,9 @@ class DistTensor:
         block of `array`; cache: `HotCache.device_args(self)` or None; distinct: the
         valid ids do not repeat (a Block's src), see `Exchange.gather`; local: the ids
         are this device's own (a loader's seeds), read without the exchange (see
-        `Exchange.local`)."""
+        `Exchange.gather_local`)."""
         if local:
-            return exchange.local(ids, valid, self.owner_fn(shard),
+            return exchange.gather_local(ids, valid, self.owner_fn(shard),
                                   contains=self.layout.contains)
         return exchange.gather(ids, valid, self.owner_fn(shard), cache=cache,
                                contains=self.layout.contains, distinct=distinct)

@@ -174,7 +174,7 @@ class NeighborSampler:
             owner_fn = self._owner_fn(graph, fanout, [x == -1 for x in given],
                                       stream_key(seed, step, hop), edge_weights, exchange.axis)
             if hop == 0 and local_seeds:
-                got, hop_stats = exchange.local(dst, dst >= 0, owner_fn)
+                got, hop_stats = exchange.gather_local(dst, dst >= 0, owner_fn)
             else:
                 got, hop_stats = exchange.gather(dst, dst >= 0, owner_fn, distinct=True)
             block = build_block(dst, got["nbr"] - 1,

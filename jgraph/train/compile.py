@@ -10,6 +10,7 @@ collectives by kind): "will this fit on 8 H100s?" answered before anyone rents t
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 import time
 
@@ -84,16 +85,16 @@ def compile_step(run: Run, target: Target, progress: Progress | None = None) -> 
                         lambda: train_step_args(run, mesh), progress)
 
 
-def compile_into(report: dict, target: Target, fn, args, progress: Progress,
+def compile_into(report: dict, target: Target, fn, make_args, progress: Progress,
                  what: str = "") -> dict:
-    """`report` completed by compiling the training step `fn` for `args()`: ok, the
+    """`report` completed by compiling the training step `fn` for `make_args()`: ok, the
     seconds and the program's `Analysis`, or ok False and XLA's error (the answer to
     "does it compile?", so reported, not raised)."""
     start = time.perf_counter()
     with progress.phase(f"compiling the training step for {report['devices']} "
                         f"{target.value} device(s){what}"):
         try:
-            compiled, seconds = build(fn, args())
+            compiled, seconds = build(fn, make_args())
         except Exception as err:
             return {**report, "compile_seconds": time.perf_counter() - start,
                     "error": f"{type(err).__name__}: {err}".strip()[:2000]}
@@ -101,14 +102,23 @@ def compile_into(report: dict, target: Target, fn, args, progress: Progress,
 
 
 def report_of(analysis: Analysis, target: Target) -> dict:
+    """The report's figures: per-device bytes, and on a GPU target whether the peak fits
+    what JAX lets a program use there (`usable_bytes`: the device memory times JAX's
+    allocator fraction, 0.75 unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise)."""
     memory = target.memory_bytes
+    usable = None if memory is None else int(memory * memory_fraction())
     return dict(
         argument_bytes=analysis.argument_bytes, output_bytes=analysis.output_bytes,
         temp_bytes=analysis.temp_bytes, alias_bytes=analysis.alias_bytes,
-        peak_bytes=analysis.peak_bytes, device_memory_bytes=memory,
-        fits=None if memory is None else analysis.peak_bytes <= memory,
+        peak_bytes=analysis.peak_bytes, device_memory_bytes=memory, usable_bytes=usable,
+        fits=None if usable is None else analysis.peak_bytes <= usable,
         pallas_kernels=analysis.pallas_kernels, collectives=analysis.collectives,
         hlo_bytes=analysis.hlo_bytes)
+
+
+def memory_fraction() -> float:
+    """The share of a GPU's memory JAX's allocator takes (JAX's default: 0.75)."""
+    return float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
 
 
 def compile_config(config: Experiment, target: Target, devices: int,

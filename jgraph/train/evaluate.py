@@ -120,4 +120,4 @@ def evaluate_run(workdir: str, splits=("val", "test"), inference: Inference | No
             raise ConfigError(f"split {split!r} is not in the graph; it has "
                               f"{sorted(dg.meta.splits.get(run.target, []))}")
     return evaluate_splits(run, params, embeddings, splits,
-                           inference or config.train.inference)
+                           inference or config.train.inference, progress=progress)

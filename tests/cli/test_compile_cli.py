@@ -78,6 +78,7 @@ def test_compile_errors_exit_2_naming_what_to_change(capsys, argv, message):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.gpu_compile
 def test_a_cpu_run_starts_without_the_cuda_plugins_messages(tmp_path):
     """The gpu-compile extra installs the CUDA plugin; on a machine without CUDA it
     prints C++ log lines at import and a traceback when JAX looks for a GPU. jgraph's

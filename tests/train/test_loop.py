@@ -22,10 +22,12 @@ EPOCHS = 20
 # same numbers, half the compile time). Seed 0 reaches test accuracy 0.81 (seed 1: 0.78).
 SMALL = ["data.num_parts=4", f"train.epochs={EPOCHS}", "train.batch_size=64",
          "train.lr=0.03", "exchange.max_rungs=1"]
-ROW_FIELDS = {"epoch", "step", "loss", "train_acc", "val_acc", "epoch_seconds", "seeds_per_s"}
+ROW_FIELDS = {"epoch", "step", "loss", "train_acc", "val_acc", "epoch_seconds", "seeds_per_s",
+              "compile_seconds"}
 RESULT_FIELDS = {"val_acc", "test_acc", "val_macro_f1", "test_macro_f1", "best_epoch",
                  "final_loss", "compiles", "compiles_by_step", "seconds", "seeds_per_s",
-                 "devices", "graph", "inference", "config"}
+                 "devices", "graph", "inference", "config", "compile_seconds",
+                 "eval_compile_seconds"}
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,8 @@ def test_metrics_jsonl_has_one_line_per_epoch_with_the_logged_fields(trained):
         assert math.isfinite(r["loss"]) and r["loss"] > 0
         assert 0 <= r["train_acc"] <= 1 and 0 <= r["val_acc"] <= 1
         assert r["epoch_seconds"] > 0 and r["seeds_per_s"] > 0
+        # The step was compiled before epoch 0 (its seconds are the steps' own).
+        assert r["compile_seconds"] == rows[0]["compile_seconds"] > 0
         # Every training seed once per epoch, padding excluded.
         assert r["seeds_per_s"] * r["epoch_seconds"] == pytest.approx(TRAIN_SEEDS)
     assert rows[-1]["loss"] < rows[0]["loss"]

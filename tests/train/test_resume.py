@@ -28,8 +28,9 @@ SMALL = ["data.num_parts=2", "train.epochs=4", "train.batch_size=32", "model.hid
          "train.fanouts=[5,5]", "train.eval_fanouts=[5,5]", "exchange.max_rungs=1",
          "checkpoint.every_steps=2", "checkpoint.keep=3"]
 STEPS = 12
-TIMINGS = {"epoch_seconds", "seeds_per_s"}
-RUN_ONLY = {"seconds", "seeds_per_s", "resumed_from_step", "checkpoints"}
+TIMINGS = {"epoch_seconds", "seeds_per_s", "compile_seconds"}
+RUN_ONLY = {"seconds", "seeds_per_s", "resumed_from_step", "checkpoints", "compile_seconds",
+            "eval_compile_seconds"}
 
 
 def config(*extra):

@@ -132,10 +132,11 @@ def test_evaluation_sees_every_validation_seed_once_and_matches_the_numpy_accura
     assert correct == int(np.sum(logits[val_ids].argmax(1) == labels[val_ids]))
 
 
-def test_the_pallas_draw_kernel_inside_the_training_step_equals_the_xla_draw(task):
-    """impl="pallas" in the compiled, vma-checked step (interpreted on CPU, where JAX's
-    own Pallas interpreter cannot run inside shard_map): the same draws, so the same
-    state and metrics as impl="xla", bit for bit."""
+def test_impl_pallas_runs_inside_the_training_step_and_equals_impl_xla(task):
+    """impl="pallas" in the compiled, vma-checked step. On CPU the kernel is interpreted
+    (by its grid over `_draw_tile`, as JAX's own Pallas interpreter cannot run inside
+    shard_map); it draws what the looped XLA reference draws, so the state and metrics
+    are the same bit for bit. (The compiled GPU kernel in the step: tests/gpu_compile.)"""
     import dataclasses
     dg, job, params = task
     data, order = job.data(dg.graph), job.loader.epoch_order(0)
