@@ -78,8 +78,9 @@ class ExchangeConfig:
       max_rungs: the most rungs a ladder has, counted down from the top. Each is a
         compiled branch holding the transfer (on XLA:CPU an all_to_all compiles into a
         kernel per peer): the default 4 rungs of growth 2 move at most twice what the
-        busiest pair needs, or the request size when it needs less than an eighth, and
-        compiled cora's 8-device training step in a third of the time 13 rungs took.
+        busiest pair needs, or the request size when it needs less than an eighth; they
+        compiled cora's 8-device training step in about half the time of the 13 rungs
+        of growth 1.25 (measured on XLA:CPU).
       max_capacity: the largest rung, to bound buffer memory; None means the batch size,
         with which nothing can overflow.
       relay: all_to_all gathers only. When a few device pairs need far more than the
@@ -253,6 +254,37 @@ def _blocked_count(flags: jnp.ndarray) -> jnp.ndarray:
     return (within + before[:, None]).reshape((blocks * b,) + rest)[:n]
 
 
+def answer_filled(owner_fn: OwnerFn, ids: jnp.ndarray, chunks: int = 8) -> PyTree:
+    """`owner_fn` of every id >= 0 of `ids` (int32[L], -1 elsewhere), zero answers at
+    the -1 slots, in work that follows the ids present rather than L.
+
+    The ids are packed to the front and answered `ceil(L / chunks)` at a time in a loop
+    that runs only over the chunks holding any (a trip count computed in the step):
+    `owner_fn` is traced once, and a buffer whose tail is empty costs nothing to answer.
+    """
+    length = ids.shape[0]
+    present = ids >= 0
+    slot = running_count(present) - 1
+    size = max(-(-length // chunks) // 8 * 8 + 8, 8)
+    total = -(-length // size) * size
+    packed = jnp.full(total, -1, jnp.int32).at[jnp.where(present, slot, total)].set(
+        ids, mode="drop")
+    shapes = jax.eval_shape(owner_fn, packed[:size], packed[:size] >= 0)
+    # Zeros typed like the ids (mesh-varying inside shard_map), as the loop carry must be.
+    zero = packed[0] * 0
+    buffers = jax.tree.map(lambda s: jnp.zeros((total,) + s.shape[1:], s.dtype)
+                           + zero.astype(s.dtype), shapes)
+
+    def answer(i, buffers):
+        chunk = lax.dynamic_slice_in_dim(packed, i * size, size)
+        got = owner_fn(jnp.maximum(chunk, 0), chunk >= 0)
+        return jax.tree.map(lambda b, x: lax.dynamic_update_slice_in_dim(b, x, i * size, 0),
+                            buffers, got)
+    filled = -(-jnp.sum(present, dtype=jnp.int32) // size)
+    buffers = lax.fori_loop(0, filled, answer, buffers)
+    return _take(buffers, slot, present)
+
+
 class Exchange:
     """Owner-routed exchange over the partitions of a `PartitionBook`.
 
@@ -318,7 +350,10 @@ class Exchange:
     # -- transfers ---------------------------------------------------------------------
 
     def _transfers(self, plan: _Plan) -> list[tuple[jnp.ndarray, int, bool, Callable]]:
-        """(need, natural top capacity, bounded, route(cap, payload) -> _Sent) per transfer."""
+        """(need, natural top capacity, bounded, route(cap, payload, received=None) ->
+        _Sent) per transfer. With `received` (the ids this device got at capacity cap,
+        from an earlier call) route skips the forward collective: its `back` then
+        returns answers for those ids."""
         n, P, axis = plan.uniq.shape[0], self.num_parts, self.axis
         me = lax.axis_index(axis)
         strategy = self.config.strategy
@@ -329,10 +364,11 @@ class Exchange:
             return plan.start[p][..., None] + j, j < plan.counts[p][..., None]
 
         if strategy is Strategy.ALL_TO_ALL:
-            def route(cap, payload):
+            def route(cap, payload, received=None):
                 idx, ok = group(jnp.arange(P), cap)                       # [P, cap]
                 send = jnp.where(ok, jnp.take(plan.compact, jnp.where(ok, idx, 0)), -1)
-                recv = lax.all_to_all(send, axis, 0, 0, tiled=True).reshape(-1)
+                recv = (lax.all_to_all(send, axis, 0, 0, tiled=True).reshape(-1)
+                        if received is None else received)
                 pay = None if payload is None else jax.tree.map(
                     lambda x: lax.all_to_all(x, axis, 0, 0, tiled=True).reshape((-1,) + x.shape[2:]),
                     _take(payload, idx, ok))
@@ -356,12 +392,12 @@ class Exchange:
             for s in range(1, P):
                 p = (me + s) % P
 
-                def route(cap, payload, s=s, p=p):
+                def route(cap, payload, received=None, s=s, p=p):
                     idx, ok = group(p, cap)                                 # [cap]
                     send = jnp.where(ok, jnp.take(plan.compact, jnp.where(ok, idx, 0)), -1)
                     fwd_perm = [(i, (i + s) % P) for i in range(P)]
                     back_perm = [(i, (i - s) % P) for i in range(P)]
-                    recv = lax.ppermute(send, axis, fwd_perm)
+                    recv = lax.ppermute(send, axis, fwd_perm) if received is None else received
                     pay = None if payload is None else jax.tree.map(
                         lambda x: lax.ppermute(x, axis, fwd_perm), _take(payload, idx, ok))
 
@@ -380,11 +416,12 @@ class Exchange:
         if strategy is Strategy.ALL_GATHER:
             total = jnp.sum(plan.counts)
 
-            def route(cap, payload):
+            def route(cap, payload, received=None):
                 idx = jnp.arange(cap, dtype=jnp.int32)
                 ok = idx < total
                 send = jnp.where(ok, plan.compact[jnp.minimum(idx, n - 1)], -1)
-                recv = lax.all_gather(send, axis, tiled=True)                  # [P * cap]
+                recv = (lax.all_gather(send, axis, tiled=True)                 # [P * cap]
+                        if received is None else received)
                 mask = (recv >= 0) & (self.owner(recv) == me)
                 pay = None if payload is None else jax.tree.map(
                     lambda x: lax.all_gather(x, axis, tiled=True), _take(payload, idx, ok))
@@ -409,12 +446,12 @@ class Exchange:
             out_offsets = (jnp.cumsum(matrix, axis=0) - matrix)[me].astype(jnp.int32)
             need = jnp.sum(recv_sizes)
 
-            def route(cap, payload):
+            def route(cap, payload, received=None):
                 def go(x, fill):
                     out = jnp.full((cap,) + x.shape[1:], fill, x.dtype)
                     return _ragged_all_to_all(x, out, plan.start, plan.counts, out_offsets,
                                               recv_sizes, axis_name=axis)
-                recv = go(plan.compact, -1)
+                recv = go(plan.compact, -1) if received is None else received
                 pay = None if payload is None else jax.tree.map(lambda x: go(x, 0), payload)
 
                 def back(ans, into=(None, None)):
@@ -434,6 +471,57 @@ class Exchange:
             return [(need, (P - 1) * n, False, route)]
 
         raise ValueError(f"unknown exchange strategy {strategy!r}")
+
+    def _received_length(self, cap: int) -> int:
+        """Ids one transfer delivers to an owner at capacity cap (all peers' slots)."""
+        spread = self.config.strategy in (Strategy.ALL_TO_ALL, Strategy.ALL_GATHER)
+        return self.num_parts * cap if spread else cap
+
+    def _answer_once(self, plan: _Plan, owner_fn: OwnerFn):
+        """`gather`'s answers with `owner_fn` compiled once: (answers to this device's own
+        ids [n] (zero where not local), remote answers in compact order [n], caps, wire
+        bytes, overflow).
+
+        Each transfer goes through the ladder twice: its ids to the owners (the branch
+        returns them padded to the top rung's length), then the answers back (the branch
+        takes its rung's part of them). Between the two, outside every branch, each
+        device answers its own ids and all those it received in one `answer_filled`:
+        a loop over only the chunks that hold ids, so the work follows what arrived,
+        not the top rung."""
+        axis, n = self.axis, plan.uniq.shape[0]
+        legs = []
+        for need, top, bounded, route in self._remote_transfers(plan):
+            ladder = self.config.ladder(top, bounded)
+            rung = jnp.minimum(jnp.searchsorted(jnp.asarray(ladder), lax.pmax(need, axis)),
+                               len(ladder) - 1)
+            length = self._received_length(ladder[-1])
+
+            def forward(cap, route=route, length=length):
+                sent = route(cap, None)
+                ids = jnp.where(sent.mask, sent.ids, -1)
+                return jnp.pad(ids, (0, length - ids.shape[0]), constant_values=-1)
+            received, cap = self._switch(None, top, bounded, forward, rung=rung)
+            legs.append((route, top, bounded, rung, received, cap))
+        own = jnp.where(plan.local, plan.uniq, -1)
+        answers = answer_filled(owner_fn, jnp.concatenate([own] + [leg[4] for leg in legs]))
+        local = jax.tree.map(lambda a: a[:n], answers)
+        got = jax.tree.map(jnp.zeros_like, local)
+        filled = jnp.zeros(n, bool)
+        ans_bytes = _row_bytes(local)
+        caps, wire, overflow, start = [], jnp.float32(0), jnp.int32(0), n
+        for route, top, bounded, rung, received, cap in legs:
+            mine = jax.tree.map(lambda a, s=start, k=received.shape[0]: a[s:s + k], answers)
+            start += received.shape[0]
+
+            def back(cap, route=route, received=received, mine=mine, into=(got, filled)):
+                k = self._received_length(cap)
+                sent = route(cap, None, received=received[:k])
+                got, now = sent.back(jax.tree.map(lambda a: a[:k], mine), into)
+                return got, now, sent.overflow, sent.wire(4, ans_bytes)
+            (got, filled, lost, w), _ = self._switch(None, top, bounded, back, rung=rung)
+            caps.append(cap)
+            wire, overflow = wire + w, overflow + lost
+        return local, got, caps, wire, overflow
 
     def _remote_transfers(self, plan: _Plan):
         """The transfers, none on a one-device mesh (where every id is local)."""
@@ -533,7 +621,7 @@ class Exchange:
     # -- the two operations ----------------------------------------------------------
 
     def gather(self, ids, valid, owner_fn: OwnerFn, *, cache=None, contains=None,
-               distinct: bool = False) -> tuple[PyTree, ExchangeStats]:
+               distinct: bool = False, once: bool = False) -> tuple[PyTree, ExchangeStats]:
         """Answers of `owner_fn` for each id, in request order; zero where not valid.
 
         ids: int[n] global node ids; valid: bool[n]. cache: optional `(cache_ids
@@ -542,6 +630,9 @@ class Exchange:
         it rejects are counted in `out_of_range` and answered with zeros. distinct: the
         valid ids are known to be distinct (a sampler's frontier), so the deduplicating
         sort is skipped; repeated ids would then be routed, and answered, more than once.
+        once: run `owner_fn` once, outside the capacity ladder, instead of once per rung
+        inside it (see `_answer_once`): for owner functions that are costly to compile
+        and answer narrow rows, as the sampler's draws.
         """
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
@@ -552,21 +643,28 @@ class Exchange:
             return self._only_device(ids, valid, owner_fn, out_of_range)
         plan = self._plan(ids, valid, cache_ids, distinct)
         n = ids.shape[0]
-        answers = owner_fn(plan.uniq, plan.local)
+        # Relay only when nothing can overflow: an intermediate deduplicates, so it could
+        # not count a lost id once per requester.
+        relayed = (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
+                   and self.config.max_capacity is None and self.num_parts > 2)
+        once = once and not relayed and self.num_parts > 1
+        if once:
+            answers, remote_answers, caps, wire, overflow = self._answer_once(plan, owner_fn)
+        else:
+            answers = owner_fn(plan.uniq, plan.local)
         ans_bytes = _row_bytes(answers)
         if cache_values is not None:
             answers = _select(plan.cached, _take(cache_values, plan.cache_pos, plan.cached),
                               answers)
-        remote_answers = jax.tree.map(jnp.zeros_like, answers)
-        filled = jnp.zeros(n, bool)
-        caps, wire, overflow, inner = [], jnp.float32(0), jnp.int32(0), None
-        # Relay only when nothing can overflow: an intermediate deduplicates, so it could
-        # not count a lost id once per requester.
-        if (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
-                and self.config.max_capacity is None and self.num_parts > 2):
+        inner = None
+        if not once:
+            remote_answers = jax.tree.map(jnp.zeros_like, answers)
+            filled = jnp.zeros(n, bool)
+            caps, wire, overflow = [], jnp.float32(0), jnp.int32(0)
+        if relayed:
             remote_answers, _, caps, wire, overflow, inner = self._relayed(
                 plan, owner_fn, ans_bytes)
-        else:
+        elif not once:
             for need, top, bounded, route in self._remote_transfers(plan):
                 # Each transfer writes its answers into the one buffer, so memory does
                 # not grow with the number of transfers (the ring has P - 1).

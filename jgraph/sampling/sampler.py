@@ -176,7 +176,9 @@ class NeighborSampler:
             if hop == 0 and local_seeds:
                 got, hop_stats = exchange.gather_local(dst, dst >= 0, owner_fn)
             else:
-                got, hop_stats = exchange.gather(dst, dst >= 0, owner_fn, distinct=True)
+                # once: the draw is compiled once, not once per capacity rung.
+                got, hop_stats = exchange.gather(dst, dst >= 0, owner_fn, distinct=True,
+                                                 once=True)
             block = build_block(dst, got["nbr"] - 1,
                                 got["rel"] - 1 if "rel" in got else None,
                                 n_src, graph.num_nodes)

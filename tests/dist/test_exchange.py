@@ -49,9 +49,10 @@ def sharded_table() -> np.ndarray:
 
 
 @functools.cache
-def exchange_step(config: ExchangeConfig):
+def exchange_step(config: ExchangeConfig, once: bool = False):
     """One compiled program per config: gather (pytree answers, a `contains` screen read
-    from a replicated bool[N]) and scatter_add of the same ids."""
+    from a replicated bool[N]; `once`: the owner function outside the ladder) and
+    scatter_add of the same ids."""
     ex = Exchange(OFFSETS, config)
     offsets = jnp.asarray(OFFSETS, jnp.int32)
 
@@ -66,7 +67,7 @@ def exchange_step(config: ExchangeConfig):
             rows = shard[jnp.clip(q - offsets[me], 0, RPP - 1)]
             return jnp.where(wrong[:, None], jnp.nan, rows), jnp.where(wrong, -1, q * 2)
 
-        answers, gstats = ex.gather(ids, valid, owner_fn,
+        answers, gstats = ex.gather(ids, valid, owner_fn, once=once,
                                     contains=lambda q: allowed[jnp.clip(q, 0, N - 1)])
         scattered, sstats = ex.scatter_add(ids, valid, values)
         return answers, gstats, scattered, sstats
@@ -76,9 +77,9 @@ def exchange_step(config: ExchangeConfig):
         out_specs=((ROWS, ROWS), REPLICATED, (ROWS, ROWS, ROWS), REPLICATED)))
 
 
-def run(config, case):
+def run(config, case, once=False):
     ids, valid, allowed, values = case
-    (rows, twice), gstats, (owned, sums, mask), sstats = exchange_step(config)(
+    (rows, twice), gstats, (owned, sums, mask), sstats = exchange_step(config, once)(
         sharded_table(), allowed, ids.reshape(-1).astype(np.int32), valid.reshape(-1),
         values.reshape(P * n, 2))
     m = owned.shape[0] // P
@@ -287,6 +288,36 @@ def test_scatter_add_sums_at_the_owner_equal_numpy_add_at(strategy, case):
     check_scatter_add(config, make_case(case), run(config, make_case(case)))
 
 
+ONCE_CASES = ("duplicates", "one_peer", "out_of_range", "padding")
+
+
+@pytest.mark.parametrize("case", ONCE_CASES)
+@pytest.mark.parametrize("strategy", sorted(set(CONFIGS) - {"all_to_all-relay"}))
+def test_gather_with_the_owner_function_run_once_equals_numpy_take(strategy, case):
+    """once=True: ids through the ladder, every owner answering all it received in one
+    call outside it, answers back through the ladder: the same rows, rungs and counts."""
+    config = CONFIGS[strategy]
+    check_gather(config, make_case(case), run(config, make_case(case), once=True))
+
+
+def test_answer_filled_answers_every_present_id_and_zeros_the_rest():
+    """The owner's loop over only the chunks that hold ids (ids scattered among -1s),
+    against numpy, down to a buffer of -1s only (zeros) and one id among 8 slots."""
+    from jgraph.dist.exchange import answer_filled
+    rng = np.random.default_rng(3)
+    for length, present in ((100, 37), (64, 64), (50, 0), (9, 1)):
+        ids = np.full(length, -1, np.int32)
+        ids[rng.choice(length, present, replace=False)] = rng.integers(0, 10**6, present)
+
+        def owner(q, mask):
+            return {"twice": jnp.where(mask, q * 2, -5), "row": jnp.stack([q, q + 1], 1)}
+        got = jax.jit(lambda x: answer_filled(owner, x))(jnp.asarray(ids))
+        ok = ids >= 0
+        np.testing.assert_array_equal(got["twice"], np.where(ok, ids * 2, 0))
+        np.testing.assert_array_equal(got["row"], np.where(ok[:, None],
+                                                            np.stack([ids, ids + 1], 1), 0))
+
+
 def test_all_to_all_capacity_climbs_the_ladder_to_the_smallest_sufficient_rung():
     """Requests whose largest per-(device, peer) count is 0, lowest rung + 1 and n pick
     the lowest, the second and the top rung."""
@@ -436,3 +467,9 @@ def test_ragged_gather_and_scatter_add_equal_numpy_with_emulated_collective(case
     out = run(RAGGED, make_case(case))
     check_gather(RAGGED, make_case(case), out)
     check_scatter_add(RAGGED, make_case(case), out)
+
+
+@pytest.mark.parametrize("case", ONCE_CASES[:2])
+def test_ragged_gather_with_the_owner_function_run_once_equals_numpy(case, monkeypatch):
+    monkeypatch.setattr(exchange_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
+    check_gather(RAGGED, make_case(case), run(RAGGED, make_case(case), once=True))
