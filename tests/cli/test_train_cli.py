@@ -97,22 +97,3 @@ def test_eval_on_a_directory_without_a_run_exits_2_naming_it(tmp_path, capsys, m
     assert str(workdir) in err and "config.yaml" in err
     assert "Traceback" not in err
 
-
-def test_a_run_says_it_is_compiling_before_the_first_step_and_for_how_long(tmp_path, capsys):
-    """Users see the compilation (on stderr, which pipes and logs keep), and epoch 0's
-    seconds are the steps' own."""
-    code, out, err = run(capsys, "train", EXPERIMENT, "--workdir", str(tmp_path / "run"),
-                         "--set", "data.num_parts=2", "train.epochs=1",
-                         "train.eval_fanouts=[5,5]", "exchange.max_rungs=1")
-    assert code == 0, err
-    lines = err.splitlines()
-    start = lines.index("  compiling the training step for 2 device(s) ...")
-    done = next(i for i, line in enumerate(lines)
-                if line.startswith("  compiling the training step for 2 device(s): "))
-    first_epoch = next(i for i, line in enumerate(lines) if line.startswith("  epoch 0 "))
-    assert start < done < first_epoch
-    seconds = float(lines[done].rsplit(": ", 1)[1].rstrip("s"))
-    import json
-    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
-    assert row["compile_seconds"] == pytest.approx(seconds, abs=0.06)
-    assert row["epoch_seconds"] < row["compile_seconds"]

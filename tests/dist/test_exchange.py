@@ -288,7 +288,7 @@ def test_scatter_add_sums_at_the_owner_equal_numpy_add_at(strategy, case):
     check_scatter_add(config, make_case(case), run(config, make_case(case)))
 
 
-ONCE_CASES = ("duplicates", "one_peer", "out_of_range", "padding")
+ONCE_CASES = ("one_peer", "out_of_range")
 
 
 @pytest.mark.parametrize("case", ONCE_CASES)
@@ -469,7 +469,7 @@ def test_ragged_gather_and_scatter_add_equal_numpy_with_emulated_collective(case
     check_scatter_add(RAGGED, make_case(case), out)
 
 
-@pytest.mark.parametrize("case", ONCE_CASES[:2])
+@pytest.mark.parametrize("case", ONCE_CASES[:1])
 def test_ragged_gather_with_the_owner_function_run_once_equals_numpy(case, monkeypatch):
     monkeypatch.setattr(exchange_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
     check_gather(RAGGED, make_case(case), run(RAGGED, make_case(case), once=True))

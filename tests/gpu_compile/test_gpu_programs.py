@@ -75,7 +75,7 @@ def collectives(analysis_or_report) -> set:
 # -- the kernel on its own -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fanout,replace", [(5, False), (10, False), (25, False), (10, True)])
+@pytest.mark.parametrize("fanout,replace", [(10, False), (10, True)])
 def test_the_draw_kernel_compiles_for_h100_to_a_triton_call(fanout, replace):
     import jax
     import jax.numpy as jnp
@@ -112,21 +112,13 @@ def test_graphsage_training_step_compiles_for_h100_with_the_kernel(make_run, dev
 
 @pytest.mark.parametrize("strategy", ["all_to_all", "all_gather", "ppermute"])
 def test_every_exchange_strategy_compiles_for_h100(make_run, strategy):
-    run = make_run("experiments/sage_cora.yaml", 8, "gpu", f"exchange.strategy={strategy}")
+    """(On 4 devices: the ring's program grows with the devices, 3 shifts here.)"""
+    run = make_run("experiments/sage_cora.yaml", 4, "gpu", f"exchange.strategy={strategy}")
     report = compile_step(run, H100)
     assert report["ok"], report.get("error")
     assert report["pallas_kernels"] == 2
     assert collectives(report) == STRATEGY_COLLECTIVES[strategy]
     assert "ragged-all-to-all" not in report["collectives"]
-
-
-def test_the_same_step_built_for_cpu_holds_no_kernel_call(make_run):
-    """What picks the GPU program is the target, not the host: built for CPU, the step
-    draws with XLA code."""
-    report = compile_step(make_run("experiments/sage_cora.yaml", 8, "cpu"), Target.CPU)
-    assert report["ok"], report.get("error")
-    assert report["pallas_kernels"] == 0
-    assert "all-to-all" in report["collectives"]
 
 
 @pytest.mark.parametrize("devices", [1, 8])

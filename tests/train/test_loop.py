@@ -2,6 +2,7 @@
 learns (test accuracy >= 0.75), writes metrics.jsonl, result.json, config.yaml and
 curves.png, compiles its train step once for all epochs, and the model it saves
 reproduces its scores under `evaluate_run`. Config errors name the field."""
+import io
 import json
 import math
 from pathlib import Path
@@ -32,11 +33,13 @@ RESULT_FIELDS = {"val_acc", "test_acc", "val_macro_f1", "test_macro_f1", "best_e
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """(config, workdir, returned result) of one small run, shared by the tests."""
+    """(config, workdir, returned result, progress output) of one small run, shared by
+    the tests."""
     workdir = tmp_path_factory.mktemp("sage_cora")
     config = load(Experiment, EXPERIMENT, SMALL)
-    result = train_and_evaluate(config, str(workdir), Progress(enabled=False))
-    return config, workdir, result
+    said = io.StringIO()
+    result = train_and_evaluate(config, str(workdir), Progress(enabled=True, stream=said))
+    return config, workdir, result, said.getvalue()
 
 
 def metrics(workdir):
@@ -45,7 +48,7 @@ def metrics(workdir):
 
 
 def test_small_cora_run_on_4_devices_reaches_test_accuracy_0_75(trained):
-    _, _, result = trained
+    _, _, result, _ = trained
     assert result["devices"] == 4 and result["graph"] == "cora"
     assert result["test_acc"] >= 0.75, result
     assert result["val_acc"] >= 0.7, result
@@ -53,7 +56,7 @@ def test_small_cora_run_on_4_devices_reaches_test_accuracy_0_75(trained):
 
 
 def test_metrics_jsonl_has_one_line_per_epoch_with_the_logged_fields(trained):
-    _, workdir, _ = trained
+    _, workdir, _, _ = trained
     rows = metrics(workdir)
     assert [r["epoch"] for r in rows] == list(range(EPOCHS))
     steps_per_epoch = rows[0]["step"]
@@ -73,7 +76,7 @@ def test_metrics_jsonl_has_one_line_per_epoch_with_the_logged_fields(trained):
 
 
 def test_result_json_holds_the_result_and_one_train_step_compilation(trained):
-    config, workdir, result = trained
+    config, workdir, result, _ = trained
     saved = json.loads((workdir / "result.json").read_text())
     assert saved == json.loads(json.dumps(result))          # what was returned, on disk
     assert RESULT_FIELDS <= set(saved), sorted(saved)
@@ -93,17 +96,17 @@ def test_result_json_holds_the_result_and_one_train_step_compilation(trained):
 
 
 def test_config_yaml_in_the_workdir_loads_back_to_the_run_config(trained):
-    config, workdir, _ = trained
+    config, workdir, _, _ = trained
     assert load(Experiment, str(workdir / "config.yaml")) == config
 
 
 def test_curves_png_is_written(trained):
-    _, workdir, _ = trained
+    _, workdir, _, _ = trained
     assert (workdir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_evaluate_run_on_the_saved_model_reproduces_result_json(trained):
-    _, workdir, _ = trained
+    _, workdir, _, _ = trained
     saved = json.loads((workdir / "result.json").read_text())
     got = evaluate_run(str(workdir), progress=Progress(enabled=False))
     assert set(got) == {"val", "test"}
@@ -118,7 +121,7 @@ def test_full_graph_inference_agrees_with_sampling_every_neighbour(trained):
     # The config's eval_fanouts are [-1, -1]: the sampled evaluation already sees each
     # node's whole in-neighbourhood, so layer-wise full-graph inference scores the same
     # (to a node or two where float order flips an argmax).
-    config, workdir, result = trained
+    config, workdir, result, _ = trained
     assert config.train.eval_fanouts == (-1, -1)
     got = evaluate_run(str(workdir), inference=Inference.FULL, progress=Progress(enabled=False))
     assert got["val"]["count"] == 500 and got["test"]["count"] == 1000
@@ -159,3 +162,19 @@ def test_target_type_that_is_not_a_node_type_fails_naming_it(tmp_path):
     config = load(Experiment, EXPERIMENT, ["data.num_parts=2", "data.target_type=paper"])
     with pytest.raises(ConfigError, match=r"data\.target_type 'paper' is not a node type"):
         train_and_evaluate(config, str(tmp_path), Progress(enabled=False))
+
+
+def test_the_run_says_it_is_compiling_before_the_first_step_and_for_how_long(trained):
+    """Users see the compilation (on the progress stream: stderr, which pipes and logs
+    keep), and epoch 0's seconds are the steps' own."""
+    _, workdir, result, said = trained
+    lines = said.splitlines()
+    start = lines.index("  compiling the training step for 4 device(s) ...")
+    done = next(i for i, line in enumerate(lines)
+                if line.startswith("  compiling the training step for 4 device(s): "))
+    first_epoch = next(i for i, line in enumerate(lines) if line.startswith("  epoch 0 "))
+    assert start < done < first_epoch
+    seconds = float(lines[done].rsplit(": ", 1)[1].rstrip("s"))
+    assert result["compile_seconds"] == pytest.approx(seconds, abs=0.06)
+    assert metrics(workdir)[0]["compile_seconds"] == result["compile_seconds"]
+    assert "  compiling the val evaluation step for 4 device(s) ..." in lines
