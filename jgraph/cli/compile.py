@@ -18,7 +18,7 @@ def add_commands(sub) -> None:
                     "outputs, temporaries), the Pallas kernels and the collectives in it.")
     c.add_argument("config", help="experiment YAML, e.g. experiments/sage_cora.yaml")
     c.add_argument("--target", choices=TARGETS, default="h100",
-                   help="the hardware to compile for")
+                   help="the hardware to compile for (default: h100)")
     c.add_argument("--devices", type=int, required=True, help="devices (= partitions)")
     c.add_argument("--set", dest="assignments", action="extend", nargs="+", default=[],
                    metavar="KEY=VALUE", help="override config fields (as jgraph train)")
