@@ -300,7 +300,6 @@ class Exchange:
         if self.offsets[-1] >= np.iinfo(np.int32).max:
             raise ValueError(f"{int(self.offsets[-1])} nodes do not fit int32 node ids")
         self.num_parts = self.offsets.size - 1
-        self.platform = platform
         strategy = config.strategy.on(platform)
         if (strategy is Strategy.RAGGED and platform == "cpu"
                 and _ragged_all_to_all is lax.ragged_all_to_all):
@@ -488,13 +487,11 @@ class Exchange:
         device answers its own ids and all those it received in one `answer_filled`:
         a loop over only the chunks that hold ids, so the work follows what arrived,
         not the top rung."""
-        axis, n = self.axis, plan.uniq.shape[0]
+        n = plan.uniq.shape[0]
         legs = []
         for need, top, bounded, route in self._remote_transfers(plan):
-            ladder = self.config.ladder(top, bounded)
-            rung = jnp.minimum(jnp.searchsorted(jnp.asarray(ladder), lax.pmax(need, axis)),
-                               len(ladder) - 1)
-            length = self._received_length(ladder[-1])
+            rung = self._rung(need, top, bounded)
+            length = self._received_length(self.config.ladder(top, bounded)[-1])
 
             def forward(cap, route=route, length=length):
                 sent = route(cap, None)
@@ -527,13 +524,19 @@ class Exchange:
         """The transfers, none on a one-device mesh (where every id is local)."""
         return self._transfers(plan) if self.num_parts > 1 else []
 
+    def _rung(self, need, top, bounded):
+        """Index of the smallest rung >= the devices' largest need (the top one if none
+        is): the same on every device."""
+        ladder = self.config.ladder(top, bounded)
+        return jnp.minimum(jnp.searchsorted(jnp.asarray(ladder), lax.pmax(need, self.axis)),
+                           len(ladder) - 1)
+
     def _switch(self, need, top, bounded, branch, rung=None):
         """Run `branch(cap)` for the smallest rung >= the devices' largest need (or for
         the given rung index, which every device must agree on)."""
         ladder = self.config.ladder(top, bounded)
         if rung is None:
-            need = lax.pmax(need, self.axis)
-            rung = jnp.minimum(jnp.searchsorted(jnp.asarray(ladder), need), len(ladder) - 1)
+            rung = self._rung(need, top, bounded)
         cap = jnp.asarray(ladder, jnp.int32)[rung]
         if len(ladder) == 1:
             return branch(ladder[0]), cap
