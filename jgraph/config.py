@@ -4,12 +4,13 @@
 Every field has a type and a default; a YAML file or an override may only name fields
 that exist (an unknown key fails with the list of valid keys at that level), and each
 value is converted to the field's type (enums by value, tuples from lists, numbers
-from strings), with an error naming the key when it cannot be.
+from strings; never NaN or infinity), with an error naming the key when it cannot be.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from typing import Any, Mapping, Sequence
@@ -59,10 +60,12 @@ def _convert(value: Any, kind: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         try:
             number = kind(value)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise ConfigError(f"{key}: expected {kind.__name__}, got {value!r}") from None
         if kind is int and isinstance(value, float) and value != number:
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
         return number
     if kind is str:
         if not isinstance(value, str):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from jgraph.cli import bench as bench_cmd
@@ -13,6 +14,9 @@ from jgraph.config import ConfigError
 from jgraph.data import DatasetError, GraphError
 from jgraph.partition import IdRangeError, PartitionError, PartitionFormatError
 
+# Set to see the Python traceback of an operating-system error (reported in one line).
+TRACEBACK_ENV = "JGRAPH_TRACEBACK"
+
 # Errors caused by what the user asked for: reported in one line, exit status 2.
 USER_ERRORS = (DatasetError, GraphError, PartitionError, PartitionFormatError, IdRangeError,
                UsageError, ConfigError)
@@ -23,9 +27,13 @@ def user_errors() -> tuple[type[Exception], ...]:
     dist = sys.modules.get("jgraph.dist")
     checkpoint = sys.modules.get("jgraph.train.checkpoint")
     target = sys.modules.get("jgraph.target")
+    loop = sys.modules.get("jgraph.train.loop")
+    workdir = sys.modules.get("jgraph.train.workdir")
     return (USER_ERRORS + ((dist.MeshError, dist.ExchangeOverflowError) if dist else ())
             + ((checkpoint.CheckpointError,) if checkpoint else ())
-            + ((target.TargetError,) if target else ()))
+            + ((target.TargetError,) if target else ())
+            + ((loop.TrainingDiverged,) if loop else ())
+            + ((workdir.WorkdirError,) if workdir else ()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
+    except OSError as e:
+        # The machine refused (a full disk, a read-only or missing path, no permission):
+        # one line naming the path, as for any other input.
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        path = f": {e.filename}" if e.filename else ""
+        print(f"jgraph {args.command}: error: {e.strerror or e}{path} (set {TRACEBACK_ENV}=1 "
+              f"for the traceback)", file=sys.stderr)
+        return 1
     except Exception as e:
         if not isinstance(e, user_errors()):
             raise

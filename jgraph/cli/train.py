@@ -1,7 +1,6 @@
 """`jgraph train CONFIG` and `jgraph eval WORKDIR`."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -53,6 +52,7 @@ def run_train(args) -> int:
     from jgraph.progress import Progress
     from jgraph.train.experiment import Experiment
     from jgraph.train.loop import Resume, RunStopped, train_and_evaluate
+    from jgraph.train.report import strict_json
 
     config = load(Experiment, args.config, args.assignments)
     workdir = args.workdir or os.path.join(
@@ -69,7 +69,7 @@ def run_train(args) -> int:
     summary = {k: result[k] for k in ("val_acc", "test_acc", "val_macro_f1", "test_macro_f1",
                                       "best_epoch", "final_loss", "compiles", "seconds")}
     if first:
-        print(json.dumps({"workdir": workdir, **summary}))
+        print(strict_json({"workdir": workdir, **summary}))
     return 0
 
 
@@ -81,6 +81,7 @@ def run_eval(args) -> int:
     from jgraph.progress import Progress
     from jgraph.train.evaluate import evaluate_run
     from jgraph.train.experiment import Inference
+    from jgraph.train.report import strict_json
 
     splits = tuple(args.splits or ("val", "test"))
     inference = Inference(args.inference) if args.inference else None
@@ -89,6 +90,6 @@ def run_eval(args) -> int:
                           Progress(enabled=first and not args.quiet))
     if not first:
         return 0
-    print(json.dumps({"workdir": args.workdir, **{
+    print(strict_json({"workdir": args.workdir, **{
         f"{split}_{k}": v for split, s in scores.items() for k, v in s.items()}}))
     return 0

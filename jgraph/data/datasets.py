@@ -30,6 +30,10 @@ def load_dataset(spec: str | os.PathLike) -> Graph:
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return generate(spec)
     if os.path.isdir(spec):
+        if os.path.exists(os.path.join(spec, "part-0")) or os.path.exists(
+                os.path.join(spec, "node_map.npy")):
+            raise DatasetError(f"{spec}: a jgraph partition directory without meta.json "
+                               f"(incomplete or damaged); partition the graph again")
         if not is_ogb_dir(spec):
             raise DatasetError(f"{spec}: a directory, but not an OGB dataset directory "
                                f"(no raw/edge.csv.gz, raw/data.npz or raw/num-node-dict.csv.gz)")

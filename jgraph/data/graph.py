@@ -70,8 +70,9 @@ class Graph:
       splits: {node_type: {name: int64[k]}} — sorted, unique node indices of each split
         (`train`, `val`, `test`, and any other named node set).
 
-    Construction validates every array (ids in range, row counts, dtypes) and raises a
-    `GraphError` naming the field at fault.
+    Construction validates every array (ids in range, row counts, dtypes, finite floats,
+    `label` integers >= -1, `feat` a matrix) and raises a `GraphError` naming the field
+    at fault.
     """
 
     name: str
@@ -90,6 +91,8 @@ class Graph:
             num_nodes[ntype] = int(n)
         if not num_nodes:
             raise GraphError("a graph needs at least one node type")
+        if not sum(num_nodes.values()):
+            raise GraphError(f"the graph has no nodes (num_nodes {num_nodes})")
 
         edges = {}
         for rel, index in self.edges.items():
@@ -119,6 +122,7 @@ class Graph:
             if ntype not in num_nodes:
                 raise GraphError(f"node data for unknown node type {ntype!r}")
             node_data[ntype] = _row_arrays(arrays, num_nodes[ntype], "node", f"type {ntype!r}")
+            _check_conventions(node_data[ntype], f"type {ntype!r}")
 
         edge_data = {}
         for rel, arrays in self.edge_data.items():
@@ -239,17 +243,52 @@ class Graph:
 
 def _row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,
                 owner: str) -> dict[str, np.ndarray]:
-    """Per-node or per-edge arrays, checked: safe names, one row per node (edge)."""
+    """Per-node or per-edge arrays, checked: safe names, one row per node (edge),
+    numbers (or booleans), and no NaN or infinity."""
     out = {}
     for key, value in arrays.items():
         _check_name(f"{unit} data", key)
         value = np.asarray(value)
+        what = f"{unit} data {key!r} of {owner}"
         if value.ndim == 0 or value.shape[0] != rows:
             count = value.shape[0] if value.ndim else "no"
-            raise GraphError(f"{unit} data {key!r} of {owner} has {count} rows, "
-                             f"expected {rows} (one per {unit})")
+            raise GraphError(f"{what} has {count} rows, expected {rows} (one per {unit})")
+        if not (np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_):
+            raise GraphError(f"{what} has dtype {value.dtype}; per-{unit} arrays hold numbers "
+                             f"(encode strings or categories as integers first)")
+        if np.issubdtype(value.dtype, np.complexfloating):
+            raise GraphError(f"{what} has complex dtype {value.dtype}")
+        if np.issubdtype(value.dtype, np.floating):
+            finite = np.isfinite(value)
+            if not finite.all():
+                at = np.unravel_index(int(np.argmin(finite)), value.shape)
+                raise GraphError(f"{what} holds {value[at]} at {unit} {at[0]}"
+                                 f"{' (index ' + str(list(at)) + ')' if value.ndim > 1 else ''}"
+                                 f"; NaN and infinity are not valid {unit} values")
         out[key] = value
     return out
+
+
+def _check_conventions(arrays: Mapping[str, np.ndarray], owner: str) -> None:
+    """The node arrays with documented meanings: `label` one integer class per node
+    (-1 = unlabelled), `feat` one feature row per node."""
+    label = arrays.get("label")
+    if label is not None:
+        if label.ndim != 1 or not np.issubdtype(label.dtype, np.integer):
+            hint = (" (one-hot? store each node's class index, e.g. argmax over axis 1)"
+                    if label.ndim == 2 else
+                    " (store class indices 0..C-1 as integers)" if label.ndim == 1 else "")
+            raise GraphError(f"node data 'label' of {owner} must be one integer class per "
+                             f"node, got {label.dtype}{list(label.shape)}{hint}")
+        if label.size and label.min() < -1:
+            bad = int(np.argmin(label))
+            raise GraphError(f"node data 'label' of {owner} holds {int(label[bad])} at node "
+                             f"{bad}; labels are classes 0..C-1, or -1 for unlabelled")
+    feat = arrays.get("feat")
+    if feat is not None and feat.ndim != 2:
+        raise GraphError(f"node data 'feat' of {owner} has shape {list(feat.shape)}; features "
+                         f"are one row per node, [num_nodes, width]"
+                         + (" (reshape a single feature to [N, 1])" if feat.ndim == 1 else ""))
 
 
 def _describe(a: np.ndarray) -> str:

@@ -1,12 +1,12 @@
 """R-GCN (Schlichtkrull et al., 2018) in Flax NNX, over fixed-width neighbourhoods with
 a relation per slot.
 
-    h_i' = W_self h_i + b + sum_r sum_{j in N_r(i)} W_r h_j / |N(i)|
+    h_i' = W_self h_i + b + sum_r sum_{j in N_r(i)} W_r h_j / c_{i,r}
 
-Normalisation (`Norm`, the `normalization` argument): `relation` divides each relation's sum by that relation's
-neighbour count c_{i,r} (the paper's); `node` divides the whole sum by the node's
-in-degree over all relations (DGL's `norm_by_dst`, as its R-GCN examples do; the
-formula above). Either way the partial aggregates (sums and counts) add up window by
+Normalisation (`Norm`, the `normalization` argument): `relation` (the default)
+divides each relation's sum by that relation's neighbour count c_{i,r} = |N_r(i)|,
+the paper's (the formula above); `node` divides the whole sum by the node's in-degree
+over all relations, c_{i,r} = |N(i)| (DGL's `norm_by_dst`, as its R-GCN examples do). Either way the partial aggregates (sums and counts) add up window by
 window in full-graph inference. Inverse relations are relations of the graph
 (`jgraph.data.add_reverse_relations`); the self-connection is `W_self`.
 

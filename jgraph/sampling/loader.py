@@ -39,7 +39,9 @@ class NodeLoader:
       seeds: int32[P * T] row-sharded — device k's own seeds (sorted global ids) in
         block k, -1 after them; T = `per_device`, a multiple of `batch_size`.
       counts: int64[P] — real seeds per device (host).
-      batch_size, drop_last, seed: as given; mesh, axis: where `seeds` lives.
+      batch_size: seeds per device per step: as given, or the most seeds any device has
+        when that is fewer (one step per epoch).
+      drop_last, seed: as given; mesh, axis: where `seeds` lives.
     """
 
     seeds: jax.Array
@@ -83,7 +85,15 @@ class NodeLoader:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if counts.size != mesh.size:
             raise ValueError(f"{counts.size} partitions of seeds for a mesh of {mesh.size} devices")
-        per_device = max(-(-int(counts.max(initial=0)) // batch_size), 1) * batch_size
+        most = int(counts.max(initial=0))
+        if drop_last and most < batch_size:
+            raise ValueError(f"batch_size {batch_size} with drop_last: no device has a full "
+                             f"batch (the most seeds on one device is {most}), so an epoch "
+                             f"would have no step")
+        # A batch larger than every device's seeds is the whole split: one step, with
+        # buffers the size of the seeds, not of the number asked for.
+        batch_size = min(batch_size, max(most, 1))
+        per_device = max(-(-most // batch_size), 1) * batch_size
         seeds = shard_rows(mesh, per_device, (), np.int32,
                            lambda k: np.asarray(part_ids(k), np.int32), fill=-1)
         return cls(seeds, counts.astype(np.int64), batch_size, drop_last, seed, mesh)

@@ -1,7 +1,7 @@
 """Training: the fused SPMD step (sample, fetch, forward, backward, update)."""
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.step import (Batch, NodeClassification, StepData, TrainState,
-                               confusion_matrix, masked_cross_entropy)
+                               class_counts, masked_cross_entropy)
 
 __all__ = ["Batch", "NodeClassification", "NodeInputs", "StepData", "TrainState",
-           "confusion_matrix", "masked_cross_entropy"]
+           "class_counts", "masked_cross_entropy"]

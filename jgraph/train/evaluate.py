@@ -46,9 +46,9 @@ class SampledEvaluator:
             self.compile_seconds = time.perf_counter() - start
         outs = [self.compiled(params, embeddings, self.data, self.order, jnp.int32(i))
                 for i in range(self.job.loader.steps_per_epoch)]
-        confusion = sum(np.asarray(o["confusion"]) for o in outs)
+        classes = sum(np.asarray(o["classes"]) for o in outs)
         loss = sum(float(o["loss"]) for o in outs)
-        result = scores(confusion)
+        result = scores(classes)
         result["loss"] = loss / max(result["count"], 1)
         return result
 

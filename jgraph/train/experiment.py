@@ -49,7 +49,11 @@ class DataConfig:
     reverse_relations: add an inverse relation per relation (R-GCN).
     normalize_features: scale each feature row to sum 1 (GCN's Planetoid preprocessing).
     target_type: the labelled node type; None = the only type, or the one with labels.
-    feature, label: node array names.
+    feature: the node array of input features ([N, width] numbers); a node type
+      without it learns an embedding (model.embedding_dim). A name no node type holds
+      is an error, except the default `feat` (a featureless graph).
+    label: the node array of classes 0..C-1 (-1 = unlabelled; every node of the train,
+      val and test splits needs one).
     """
 
     path: str = "cora"
@@ -68,6 +72,9 @@ class ModelConfig:
     """kind: sage or rgcn. hidden, num_layers: widths and depth (one layer per hop).
     aggregator: GraphSAGE's. decomposition, num_bases, self_loop: R-GCN's (num_bases
       is the block count for block decomposition; 0 = a full weight per relation).
+    normalization: R-GCN's neighbour normalisation: `relation` (default, the paper's)
+      divides each relation's sum by that relation's neighbour count; `node` divides
+      the whole sum by the in-degree over all relations (DGL's examples).
     dropout, norm: between layers (layer norm when norm); input_dropout: on the input
       rows.
     embedding_dim: width of learnable embeddings for featureless node types (and of
@@ -157,6 +164,19 @@ class Experiment:
         if len(t.eval_fanouts) != m.num_layers:
             raise ConfigError(f"train.eval_fanouts has {len(t.eval_fanouts)} hops but "
                               f"model.num_layers is {m.num_layers}")
+        for key, fanouts in (("train.fanouts", t.fanouts), ("train.eval_fanouts", t.eval_fanouts)):
+            bad = [f for f in fanouts if f < 1 and f != -1]
+            if bad:
+                raise ConfigError(f"{key} = {list(fanouts)}: a fanout is a neighbour count >= 1, "
+                                  f"or -1 for every neighbour; got {bad[0]}")
+        for key, value in (("train.lr", t.lr), ("train.embedding_lr", t.embedding_lr)):
+            if value <= 0:
+                raise ConfigError(f"{key} must be > 0, got {value}")
+        if t.weight_decay < 0:
+            raise ConfigError(f"train.weight_decay must be >= 0, got {t.weight_decay}")
+        if m.num_bases < 0:
+            raise ConfigError(f"model.num_bases must be >= 0 (0 = a full weight per "
+                              f"relation), got {m.num_bases}")
         for key, value in (("train.epochs", t.epochs), ("train.batch_size", t.batch_size),
                            ("train.eval_batch_size", t.eval_batch_size),
                            ("model.hidden", m.hidden), ("model.num_layers", m.num_layers),

@@ -22,7 +22,7 @@ from jax import lax
 
 from jgraph.dist.mesh import REPLICATED, ROWS
 from jgraph.train.report import scores
-from jgraph.train.step import confusion_matrix, masked_cross_entropy
+from jgraph.train.step import class_counts, masked_cross_entropy
 
 # Rows (of the widest message) one window fetches: bounds the window's buffers.
 WINDOW_FLOATS = 1 << 22
@@ -110,7 +110,7 @@ def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
 
 def full_graph_program(run, splits, mesh=None):
     """(jit(shard_map(...)), masks): the program that scores `splits` by full-graph
-    inference, `(params, embeddings, data, masks) -> ({split: {"confusion", "loss"}},
+    inference, `(params, embeddings, data, masks) -> ({split: {"classes", "loss"}},
     ids lost)`, on the run's mesh or on `mesh` (to build it for other hardware, see
     `jgraph.target`); masks: {split: bool row-sharded array} of the target type."""
     job, dg = run.job, run.dg
@@ -133,7 +133,7 @@ def full_graph_program(run, splits, mesh=None):
         for split, mask in masks.items():
             ok = real & mask & (data.labels >= 0)
             loss, _, _ = masked_cross_entropy(target_logits, data.labels, ok)
-            out[split] = {"confusion": confusion_matrix(target_logits, data.labels, ok),
+            out[split] = {"classes": class_counts(target_logits, data.labels, ok),
                           "loss": loss}
         # lost is already a total over devices (exchange stats are); out is per device.
         return jax.tree.map(lambda x: lax.psum(x, exchange.axis), out), lost
@@ -157,6 +157,6 @@ def full_graph_scores(run, params, embeddings, splits) -> dict:
                                     f"the exchange; leave ExchangeConfig.max_capacity None")
     result = {}
     for split, got in out.items():
-        result[split] = scores(np.asarray(got["confusion"]))
+        result[split] = scores(np.asarray(got["classes"]))
         result[split]["loss"] = float(got["loss"]) / max(result[split]["count"], 1)
     return result

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import math
 import os
 import signal
 import time
@@ -37,6 +38,7 @@ from jgraph.train.experiment import Experiment
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
 from jgraph.train.run import Run, build_run, check_stats, open_graph, run_mesh
 from jgraph.train.step import TrainState
+from jgraph.train.workdir import WorkdirLock, prepare
 
 # Fields a resumed run may change: how long it trains and how it checkpoints.
 RESUMABLE_CHANGES = ("name", "train.epochs", "checkpoint.")
@@ -59,6 +61,10 @@ class RunStopped(Exception):
         super().__init__(f"{signum.name} stopped training after step {step}; checkpoint "
                          f"saved to {path}. Run the same command again to resume.")
         self.signum = int(signum)
+
+
+class TrainingDiverged(ValueError):
+    """The training loss became NaN or infinite; the run stops before saving it."""
 
 
 @dataclasses.dataclass
@@ -132,9 +138,16 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
     Raises `RunStopped` when SIGINT/SIGTERM stopped it (after saving a checkpoint)."""
     progress = progress or Progress()
     config.check()
+    prepare(workdir)
+    # The first process holds the workdir for the whole job (the others share it).
+    with WorkdirLock(workdir, enabled=jax.process_index() == 0):
+        return _train_and_evaluate(config, workdir, progress, resume, on_step)
+
+
+def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
+                        resume: Resume, on_step: Callable[[int], None] | None) -> dict:
     start = time.perf_counter()
     writer = jax.process_index() == 0
-    os.makedirs(workdir, exist_ok=True)
     t, c = config.train, config.checkpoint
 
     # -- Mesh and data ------------------------------------------------------------------
@@ -279,6 +292,11 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
                 raise RunStopped(stopping, step,
                                  f"{ckpts.directory}/{step}")
             flush()
+            if not math.isfinite(sums.loss):
+                raise TrainingDiverged(
+                    f"the training loss became {sums.loss} in epoch {epoch} (by step {step}); "
+                    f"nothing of this epoch was saved. Lower train.lr (now {t.lr:g}) or "
+                    f"check the inputs")
             count = max(sums.count, 1)
             row = {"epoch": epoch, "step": step, "loss": sums.loss / count,
                    "train_acc": sums.correct / count, "val_acc": None,

@@ -1,26 +1,40 @@
-"""What a run reports: scores from a confusion matrix, metrics.jsonl, result.json and
+"""What a run reports: scores from per-class counts, metrics.jsonl, result.json and
 the plot of loss and accuracy by epoch."""
 from __future__ import annotations
 
 import json
+import math
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 
-def scores(confusion: np.ndarray) -> dict[str, float]:
-    """accuracy and macro-F1 (mean F1 over the classes that occur in the labels or the
-    predictions, as scikit-learn's f1_score(average="macro") on those labels)."""
-    confusion = np.asarray(confusion, np.float64)
-    total = confusion.sum()
-    tp = np.diag(confusion)
-    true, pred = confusion.sum(1), confusion.sum(0)
+def scores(classes: np.ndarray) -> dict[str, float]:
+    """accuracy and macro-F1 from per-class counts [3, C] (true, predicted, correct; see
+    `class_counts`): macro-F1 is the mean F1 over the classes that occur in the labels
+    or the predictions, as scikit-learn's f1_score(average="macro") on those labels."""
+    true, pred, tp = np.asarray(classes, np.float64)
+    total = true.sum()
     present = (true + pred) > 0
     f1 = np.where(present, 2 * tp / np.maximum(true + pred, 1), 0.0)
     return {"acc": float(tp.sum() / total) if total else float("nan"),
             "macro_f1": float(f1[present].mean()) if present.any() else float("nan"),
             "count": int(total)}
+
+
+def strict_json(value: Any, **kwargs) -> str:
+    """JSON text of `value` with NaN and infinity written as null, so that every line
+    jgraph writes is valid JSON (Python's default writes the invalid token NaN)."""
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+    return json.dumps(clean(value), allow_nan=False, **kwargs)
 
 
 class JsonLog:
@@ -33,13 +47,13 @@ class JsonLog:
         self.enabled = enabled
         if enabled:
             with open(self.path, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in self.rows)
+                f.writelines(strict_json(r) + "\n" for r in self.rows)
 
     def write(self, row: dict) -> None:
         self.rows.append(row)
         if self.enabled:
             with open(self.path, "a") as f:
-                f.write(json.dumps(row) + "\n")
+                f.write(strict_json(row) + "\n")
 
 
 def read_json_lines(path: str) -> list[dict]:
@@ -60,8 +74,7 @@ def read_json_lines(path: str) -> list[dict]:
 def write_json(path: str, value: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(value, f, indent=2)
-        f.write("\n")
+        f.write(strict_json(value, indent=2) + "\n")
     os.replace(tmp, path)
 
 

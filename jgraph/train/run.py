@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 
 import jax
+import numpy as np
 import optax
 from flax import nnx
 
@@ -22,7 +24,8 @@ from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.sampler import SampleStats
-from jgraph.train.experiment import Experiment, ModelKind, Optimizer, SparseOptimizerKind
+from jgraph.train.experiment import (DataConfig, Experiment, ModelKind, Optimizer,
+                                     SparseOptimizerKind)
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.step import NodeClassification
 
@@ -57,6 +60,10 @@ def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
     if reuse and is_partition_dir(root):
         return DistGraph(root, mesh)
     if jax.process_index() == 0:
+        if os.path.isdir(root) and not is_partition_dir(root):
+            progress.note(f"removing {root}: an incomplete partition (a run was stopped "
+                          f"while writing it)")
+            shutil.rmtree(root)
         with progress.phase(f"loading {data.path}"):
             graph = load_dataset(data.path)
             if data.symmetrize:
@@ -65,10 +72,21 @@ def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
                 graph = add_reverse_relations(graph)
             if data.normalize_features:
                 graph = normalize_features(graph, data.feature)
+        train = [len(named["train"]) for named in graph.splits.values() if "train" in named]
+        check_mesh_fits(max(train, default=0), mesh.size, data.path)
         partition_graph(graph, mesh.size, data.method, root, seed=config.train.seed,
                         overwrite=True, progress=progress)
     host_sync("jgraph partition written")
     return DistGraph(root, mesh)
+
+
+def check_mesh_fits(train_nodes: int, devices: int, path: str) -> None:
+    """Refuse, before partitioning and compiling, a mesh with more devices than training
+    nodes: every device needs seeds to train on."""
+    if train_nodes and devices > train_nodes:
+        raise ConfigError(f"{devices} devices, but {path} has {train_nodes} training nodes: "
+                          f"every device needs at least one; use at most {train_nodes} "
+                          f"devices (--devices, data.num_parts)")
 
 
 def target_type(config: Experiment, dg: DistGraph) -> str:
@@ -159,8 +177,10 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
     if not sizes.get("train"):
         raise ConfigError(f"{config.data.path}: node type {target!r} has no training nodes "
                           f"(split 'train' is missing or empty); its splits: {sizes}")
+    check_mesh_fits(sizes["train"], dg.mesh.size, config.data.path)
+    check_features(config, dg)
     labels = dg.ndata(config.data.label, target)
-    num_classes = int(labels.to_numpy().max(initial=0)) + 1
+    num_classes = check_labels(config, dg, target, labels.to_numpy())
     num_relations = dg.graph.num_relations
     inputs = NodeInputs.of(dg, feature=config.data.feature,
                            embedding_dim=input_width(config, num_classes, num_relations),
@@ -173,12 +193,65 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
             f"learned rows; set model.learnable_inputs=true to train without them")
     model = build_model(config, inputs, num_classes, num_relations)
     graphdef, params = nnx.split(model, nnx.Param)
-    loader = NodeLoader.from_split(dg, "train", target, batch_size=t.batch_size,
-                                   drop_last=t.drop_last, seed=t.seed)
+    try:
+        loader = NodeLoader.from_split(dg, "train", target, batch_size=t.batch_size,
+                                       drop_last=t.drop_last, seed=t.seed)
+    except ValueError as e:
+        raise ConfigError(f"train.batch_size: {e}") from None
     job = NodeClassification(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
                              loader, dg.exchange(config.exchange, platform), inputs, labels,
                              seed=t.seed)
     return Run(config, dg, target, num_classes, job, params)
+
+
+def check_features(config: Experiment, dg: DistGraph) -> None:
+    """Raise ConfigError unless data.feature names feature matrices of the graph.
+
+    A node type without the array learns an embedding; a name that no node type holds
+    is an error, except the default `feat` (a featureless graph such as AIFB)."""
+    name = config.data.feature
+    held = {t: specs[name] for t, specs in dg.meta.node_data.items() if name in specs}
+    if not held and name != DataConfig().feature and not config.model.learnable_inputs:
+        arrays = {t: sorted(specs) for t, specs in dg.meta.node_data.items()}
+        raise ConfigError(f"data.feature {name!r} is not a node array of {dg.parts.root}; "
+                          f"its node arrays are {arrays}")
+    for ntype, spec in held.items():
+        if len(spec["shape"]) != 1 or not _numeric(spec["dtype"]):
+            raise ConfigError(
+                f"data.feature {name!r} of node type {ntype!r} in {dg.parts.root} is "
+                f"{spec['dtype']}{['N', *spec['shape']]}; features are numbers, one row "
+                f"per node ([N, width])")
+
+
+def check_labels(config: Experiment, dg: DistGraph, target: str, labels: np.ndarray) -> int:
+    """The number of classes, after checking data.label: integer classes 0..C-1 (-1 =
+    unlabelled), and a label on every node of the train, val and test splits."""
+    name, root = config.data.label, dg.parts.root
+    spec = dg.meta.node_data[target][name]
+    if spec["shape"] or not np.issubdtype(np.dtype(spec["dtype"]), np.integer):
+        raise ConfigError(f"data.label {name!r} of node type {target!r} in {root} is "
+                          f"{spec['dtype']}{['N', *spec['shape']]}; labels are one integer "
+                          f"class per node")
+    if labels.size and labels.min() < -1:
+        raise ConfigError(f"data.label {name!r} of node type {target!r} in {root} holds "
+                          f"{int(labels.min())}; labels are classes 0..C-1, or -1 for "
+                          f"unlabelled nodes")
+    for split in ("train", "val", "test"):
+        if split not in dg.meta.splits.get(target, []):
+            continue
+        ids = np.concatenate([np.asarray(dg.parts.part(k).splits[target][split])
+                              for k in range(dg.num_parts)])
+        _, rows = dg.book.to_type_local(ids)
+        missing = int(np.sum(labels[rows] < 0))
+        if missing:
+            raise ConfigError(f"split {split!r} of node type {target!r} in {root} has "
+                              f"{missing} of its {ids.size} nodes without a label (-1 in "
+                              f"data.label {name!r})")
+    return int(labels.max(initial=0)) + 1
+
+
+def _numeric(dtype: str) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.number) or np.dtype(dtype) == np.bool_
 
 
 def check_stats(stats) -> None:

@@ -33,13 +33,17 @@ from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.train.inputs import NodeInputs
 
 
-def confusion_matrix(logits, labels, mask):
-    """int32[C, C]: rows true class, columns predicted, over the rows where mask is True."""
+def class_counts(logits, labels, mask):
+    """int32[3, C] over the rows where mask is True: per class, how many rows are of it
+    (true), predicted as it (predicted), and both (correct). What accuracy and macro-F1
+    need, in memory linear in the class count (a confusion matrix is C x C)."""
     num_classes = logits.shape[-1]
     pred = jnp.argmax(logits, axis=-1)
     true = jnp.where(mask, labels, 0).astype(jnp.int32)
-    return jnp.zeros((num_classes, num_classes), jnp.int32).at[true, pred].add(
-        mask.astype(jnp.int32))
+    weight = mask.astype(jnp.int32)
+    counts = jnp.zeros((3, num_classes), jnp.int32)
+    counts = counts.at[0, true].add(weight).at[1, pred].add(weight)
+    return counts.at[2, true].add(weight * (pred == true))
 
 
 def masked_cross_entropy(logits, labels, mask):
@@ -227,7 +231,7 @@ class NodeClassification:
         return TrainState(params, opt_state, embeddings, state.step + 1), metrics
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
-        """Per device: {"loss": sum, "correct", "count", "confusion": int32[C, C]} of
+        """Per device: {"loss": sum, "correct", "count", "classes": int32[3, C]} of
         batch `index`, summed over devices, without dropout. Build the job with the
         evaluation split's loader and the evaluation sampler (`dataclasses.replace`)
         to evaluate a split."""
@@ -236,7 +240,7 @@ class NodeClassification:
         batch = self.fetch(data, embeddings, seeds, mask, jnp.int32(0))
         loss, (correct, count, logits) = self.batch_loss(params, {}, batch)
         out = {"loss": loss, "correct": correct, "count": count,
-               "confusion": confusion_matrix(logits, batch.labels, batch.label_mask)}
+               "classes": class_counts(logits, batch.labels, batch.label_mask)}
         return jax.tree.map(lambda x: lax.psum(x, axis), out)
 
 

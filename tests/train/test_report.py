@@ -1,4 +1,4 @@
-"""What a run reports: accuracy and macro-F1 from a confusion matrix (as a per-class
+"""What a run reports: accuracy and macro-F1 from per-class counts (as a per-class
 computation from the labels and predictions themselves), metrics.jsonl and the PNG of
 the curves."""
 import json
@@ -11,11 +11,30 @@ from jgraph.train.report import JsonLog, plot_curves, read_json_lines, scores, w
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def confusion_of(y, p, classes):
-    """confusion[true, predicted]: what the evaluators sum over batches."""
+def counts_of(y, p, classes):
+    """[3, C]: per class, rows of it, predicted as it, both (what the evaluators sum
+    over batches), from a numpy confusion matrix."""
     m = np.zeros((classes, classes), np.int64)
     np.add.at(m, (y, p), 1)
-    return m
+    return np.stack([m.sum(1), m.sum(0), np.diag(m)])
+
+
+@pytest.mark.parametrize("classes", [3, 100_001])
+def test_class_counts_in_the_step_equal_numpy_and_stay_linear_in_classes(classes):
+    import jax.numpy as jnp
+
+    from jgraph.train.step import class_counts
+    rng = np.random.default_rng(classes)
+    y = rng.integers(0, min(classes, 5), size=64)
+    y[:2] = classes - 1                       # one huge label: C classes, 3 x C counts
+    logits = rng.standard_normal((64, classes)).astype(np.float32)
+    mask = rng.random(64) < 0.7
+    got = np.asarray(class_counts(jnp.asarray(logits), jnp.asarray(y), jnp.asarray(mask)))
+    p = logits.argmax(1)
+    want = np.stack([np.bincount(y[mask], minlength=classes),
+                     np.bincount(p[mask], minlength=classes),
+                     np.bincount(y[mask & (y == p)], minlength=classes)])
+    np.testing.assert_array_equal(got, want)
 
 
 def macro_f1_by_hand(y, p):
@@ -41,7 +60,7 @@ def test_scores_equal_a_per_class_computation_on_random_labels(seed):
     y = rng.integers(0, 6, size=300)
     p = np.where(rng.random(300) < 0.6, y, rng.integers(0, 7, size=300))
     assert 7 not in y and 7 not in p and 6 not in y and 6 in p
-    got = scores(confusion_of(y, p, classes))
+    got = scores(counts_of(y, p, classes))
     assert got["count"] == 300
     assert got["acc"] == pytest.approx(np.mean(y == p), abs=1e-12)
     assert got["macro_f1"] == pytest.approx(macro_f1_by_hand(y, p), abs=1e-12)
@@ -52,7 +71,7 @@ def test_macro_f1_leaves_out_classes_that_never_occur_and_counts_predicted_only_
     # true (F1 0 but counted); class 3: never true nor predicted (left out).
     y = np.array([0, 0, 0, 1, 1])
     p = np.array([0, 0, 1, 1, 2])
-    got = scores(confusion_of(y, p, 4))
+    got = scores(counts_of(y, p, 4))
     f1_0 = 2 * 2 / (3 + 2)            # 2 tp / (3 true + 2 predicted)
     f1_1 = 2 * 1 / (2 + 2)
     assert got["acc"] == pytest.approx(3 / 5)
@@ -60,8 +79,8 @@ def test_macro_f1_leaves_out_classes_that_never_occur_and_counts_predicted_only_
     assert got["macro_f1"] == pytest.approx(macro_f1_by_hand(y, p))
 
 
-def test_scores_of_a_perfect_and_of_an_empty_confusion():
-    perfect = scores(np.diag([3, 0, 5]))
+def test_scores_of_perfect_and_of_empty_counts():
+    perfect = scores(np.array([[3, 0, 5], [3, 0, 5], [3, 0, 5]]))
     assert perfect == {"acc": 1.0, "macro_f1": 1.0, "count": 8}
     empty = scores(np.zeros((3, 3)))
     assert empty["count"] == 0 and np.isnan(empty["acc"]) and np.isnan(empty["macro_f1"])
