@@ -235,7 +235,7 @@ class NeighborSampler:
     def _draw(self, lo, deg, keys, fanout, edge_weights, max_degree, node_lo, every):
         if every and fanout >= max_degree and not self.replace:
             # -1 with a cap no node exceeds: every edge, no draw (a draw of this width
-            # would unroll `fanout` steps into the program). Weighted: those with weight.
+            # would take `fanout` sequential steps). Weighted: those with weight.
             if self.weighted:
                 return weighted_edges(lo, deg, fanout, edge_weights, node_lo)
             j = jnp.arange(fanout, dtype=jnp.int32)

@@ -5,7 +5,9 @@ sampling: w_a / W * w_b / (W - w_a)) by chi-square; the weighted NeighborSampler
 devices: true neighbours, zero-weight edges never drawn, no repeats without
 replacement, every positive-weight edge when there are fewer than the fanout, and
 frequencies proportional to weight. Except where float rounding is the point, weights
-are small integers, so every float sum is exact.
+are small integers, so every float sum is exact; where it is (issue 15), rows of any
+degree, zero-weight pattern and magnitude spread must still draw exactly
+min(fanout, positive-weight edges) distinct positive-weight edges, then -1.
 """
 import functools
 import itertools
@@ -17,9 +19,11 @@ import pytest
 import scipy.stats
 
 from jgraph.data import Graph
+from jgraph.data.graph import GraphError
 from jgraph.dist import DistGraph
 from jgraph.partition import open_partitions, partition_graph
 from jgraph.sampling import NeighborSampler, edge_weight_cumsum, weighted_positions
+from jgraph.sampling.weighted import running_weights, weighted_edges
 
 P = 8
 N = 64
@@ -81,16 +85,48 @@ def bad_weights(simple_graph, mesh8, tmp_path_factory):
     return open_with
 
 
-@pytest.mark.parametrize("bad,shown", [(-1.5, "-1.5"), (np.nan, "nan"), (np.inf, "inf")])
-def test_negative_or_non_finite_weights_are_a_value_error_naming_the_array_and_value(
-        bad_weights, bad, shown):
+def weights_with(bad):
     def values(e):
         w = np.ones(e, np.float32)
         w[e // 2] = bad
         return w
-    dg = bad_weights("weight", values, "bad")
-    with pytest.raises(ValueError, match=rf"'weight'.*weight {shown} at edge \d+.*finite and >= 0"):
+    return values
+
+
+def test_negative_weights_are_a_value_error_naming_the_array_and_value(bad_weights):
+    dg = bad_weights("weight", weights_with(-1.5), "bad")
+    with pytest.raises(ValueError, match=r"'weight'.*weight -1.5 at edge \d+.*finite and >= 0"):
         edge_weight_cumsum(dg, "weight")
+
+
+@pytest.mark.parametrize("bad,shown", [(np.nan, "nan"), (np.inf, "inf")])
+def test_non_finite_weights_are_an_error_naming_the_value_before_any_draw(
+        bad_weights, bad, shown):
+    """Refused by `Graph` (GraphError) or, for a partition written without it, by
+    `edge_weight_cumsum` (ValueError); either way the message names the value."""
+    with pytest.raises((GraphError, ValueError), match=rf"'weight'.*{shown} at edge \d+"):
+        edge_weight_cumsum(bad_weights("weight", weights_with(bad), "nonfinite"), "weight")
+
+
+def test_node_weights_summing_past_float32_are_a_value_error(bad_weights):
+    dg = bad_weights("weight", lambda e: np.full(e, 3e38, np.float32), "huge")
+    with pytest.raises(ValueError, match=r"'weight'.*past float32's range at edge \d+"):
+        edge_weight_cumsum(dg, "weight")
+
+
+def test_running_weights_keep_every_positive_weight_visible_in_float32():
+    """1e-6 after 1e6 is lost by a float32 running sum; `running_weights` raises it by
+    one float32 step, keeps weight-0 edges level and exact sums exact."""
+    w = np.array([1e6, 1e-6, 0.0, 1e-6, 1.0, 0.0, 1e-45, 2.0, 3.0])
+    indptr = np.array([0, 7, 7, 9])              # nodes of degree 7, 0, 2
+    run = running_weights(w, indptr)
+    assert run.dtype == np.float32
+    node = np.cumsum(w[:7]).astype(np.float32)
+    assert node[1] == node[0]                    # what a plain float32 sum would do
+    step = np.diff(np.concatenate([[0.0], run[:7]]).astype(np.float32))
+    np.testing.assert_array_equal(step > 0, w[:7] > 0)
+    assert run[0] == np.float32(1e6) and run[6] > run[5] >= np.float32(1e6 + 1)
+    np.testing.assert_array_equal(run[7:], [2.0, 5.0])
 
 
 def test_missing_weight_array_is_a_key_error_naming_it_and_the_arrays_there(weighted):
@@ -121,9 +157,9 @@ LO = 3                                                     # where its edges sta
 
 
 @functools.cache
-def draw_fn(fanout, replace):
+def draw_fn(fanout, replace, max_degree=8):
     return jax.jit(functools.partial(weighted_positions, fanout=fanout, replace=replace,
-                                     max_degree=8))
+                                     max_degree=max_degree))
 
 
 def draws_of_one_node(weights, fanout, replace, num_keys=24000):
@@ -165,6 +201,21 @@ def test_weighted_draws_without_replacement_are_successive_sampling_chi_square()
     assert scipy.stats.chisquare(counts, expected * len(pos)).pvalue > ALPHA
 
 
+def test_weighted_draws_without_replacement_third_draw_is_successive_sampling_chi_square():
+    """Ordered triples of the four positive-weight edges: the third draw maps its point
+    through three gaps around the two edges already taken."""
+    pos = draws_of_one_node(NODE_WEIGHTS, 3, False)
+    assert pos.min() >= 0 and np.all(NODE_WEIGHTS[pos] > 0)
+    w, W = NODE_WEIGHTS, NODE_WEIGHTS.sum()
+    triples = list(itertools.permutations(np.flatnonzero(w), 3))
+    index = {t: i for i, t in enumerate(triples)}
+    counts = np.bincount([index[tuple(p)] for p in pos], minlength=len(triples))
+    expected = np.array([w[a] / W * w[b] / (W - w[a]) * w[c] / (W - w[a] - w[b])
+                         for a, b, c in triples])
+    assert np.isclose(expected.sum(), 1.0)
+    assert scipy.stats.chisquare(counts, expected * len(pos)).pvalue > ALPHA
+
+
 def test_weighted_draws_without_replacement_take_every_positive_edge_up_to_the_fanout():
     """600 nodes of degree 6 with float weights over four orders of magnitude, a third
     of them 0 (the first node: only two edges weigh > 0), fanout 3: min(positive
@@ -192,6 +243,136 @@ def test_weighted_draws_without_replacement_take_every_positive_edge_up_to_the_f
 
 def random_keys(rng, m):
     return rng.integers(0, 2**32, m, dtype=np.uint64).astype(np.uint32)
+
+
+# -- float rounding: any degree, zero pattern and magnitude (issue 15) ------------------------
+
+
+def assert_min_fanout_distinct_positive(pos, lo, w_rows, fanout):
+    """Each row i of pos (absolute positions, rows' edges at lo[i]...) holds exactly
+    min(fanout, positive weights of w_rows[i]) distinct positive-weight edges, then -1;
+    all of them when there are no more than fanout."""
+    for i, w in enumerate(w_rows):
+        got = pos[i][pos[i] >= 0] - lo[i]
+        positive = np.flatnonzero(w > 0)
+        assert got.size == min(fanout, positive.size), (i, w.tolist(), pos[i].tolist())
+        assert np.all(pos[i][got.size:] == -1), f"row {i}: -1 before a draw"
+        assert np.all((got >= 0) & (got < w.size)) and np.all(w[got] > 0), f"row {i}"
+        assert np.unique(got).size == got.size, f"row {i}: repeated edge"
+        if positive.size <= fanout:
+            np.testing.assert_array_equal(np.sort(got), positive)
+
+
+def test_issue_15_degree_17_seven_zero_weights_fanout_10_draws_10_edges_for_every_key():
+    """A node of degree 17 with 7 weights 0 and fanout 10, 262,144 keys over four zero
+    patterns: every key draws all 10 positive-weight edges (before the fix 2,481 of
+    these keys drew 9 and a -1: float32 rounding stepped the point past the free
+    weight), and the first draw's frequencies follow the weights (in the two patterns
+    of weights 0.1..10, where every expected count is large)."""
+    rng = np.random.default_rng(15)
+    d, keys_each = 17, 65536
+    zeros = [[0, 1, 4, 6, 7, 15, 16], [0, 1, 3, 5, 6, 7, 14], [10, 11, 12, 13, 14, 15, 16],
+             [1, 3, 5, 7, 9, 11, 13]]
+    w = np.stack([10.0 ** rng.uniform(-3, 3, d) if k % 2 else rng.uniform(0.1, 10, d)
+                  for k in range(len(zeros))]).astype(np.float32)
+    for k, z in enumerate(zeros):
+        w[k, z] = 0
+    cumw = running_weights(w.reshape(-1), np.arange(len(zeros) + 1) * d)
+    node = np.repeat(np.arange(len(zeros)), keys_each)
+    lo = (node * d).astype(np.int32)
+    pos = np.asarray(draw_fn(10, False, d)(jnp.asarray(lo), jnp.full(lo.size, d, jnp.int32),
+                                           random_keys(rng, lo.size), cumw=jnp.asarray(cumw)))
+    rel = pos - lo[:, None]
+    assert np.all(pos >= 0), f"{np.sum((pos < 0).any(1))} keys drew fewer than 10"
+    assert np.all(np.take_along_axis(w[node], rel, axis=1) > 0)
+    assert np.all(np.diff(np.sort(rel, axis=1), axis=1) > 0), "repeated edge"
+    for k in range(0, len(zeros), 2):        # weights 0.1..10: every count is large
+        first = np.bincount(rel[node == k, 0], minlength=d)
+        keep = w[k] > 0
+        expected = w[k, keep].astype(np.float64) / w[k].sum(dtype=np.float64) * keys_each
+        assert scipy.stats.chisquare(first[keep], expected).pvalue > ALPHA
+
+
+ZERO_PATTERNS = {
+    "none": lambda rng, d: np.zeros(d, bool),
+    "all": lambda rng, d: np.ones(d, bool),
+    "a third": lambda rng, d: rng.random(d) < 1 / 3,
+    "most": lambda rng, d: rng.random(d) < 7 / 8,
+    "leading run": lambda rng, d: np.arange(d) < rng.integers(0, d + 1),
+    "trailing run": lambda rng, d: np.arange(d) >= rng.integers(0, d + 1),
+    "every other": lambda rng, d: np.arange(d) % 2 == rng.integers(0, 2),
+}
+SPREADS = {
+    "ones": lambda rng, d: np.ones(d),
+    "integers": lambda rng, d: rng.integers(1, 6, d).astype(np.float64),
+    "six decades": lambda rng, d: 10.0 ** rng.uniform(-3, 3, d),
+    "1e-6 and 1e6": lambda rng, d: rng.choice([1e-6, 1e6], d),
+    "1e-6 under 1e6": lambda rng, d: np.where(np.arange(d) == 0, 1e6, 1e-6),
+    "near float32's least": lambda rng, d: 10.0 ** rng.uniform(-40, -36, d),
+    "near float32's top": lambda rng, d: 10.0 ** rng.uniform(30, 36, d),
+}
+
+
+@pytest.fixture(scope="module")
+def random_rows():
+    """2,048 rows: degree 1..64, every zero pattern and spread, and half of them the
+    second relation of their node (after 1..5 edges of another relation, node_lo)."""
+    rng = np.random.default_rng(150)
+    rows, before = [], []
+    for i in range(2048):
+        d = int(rng.integers(1, 65))
+        w = list(SPREADS.values())[i % len(SPREADS)](rng, d)
+        w[list(ZERO_PATTERNS.values())[(i // len(SPREADS)) % len(ZERO_PATTERNS)](rng, d)] = 0
+        rows.append(w)
+        before.append(10.0 ** rng.uniform(-3, 3, int(rng.integers(1, 6))) if i % 2 else [])
+    sizes = np.array([len(b) + len(w) for b, w in zip(before, rows)])
+    indptr = np.concatenate([[0], np.cumsum(sizes)])
+    cumw = running_weights(np.concatenate([np.concatenate([b, w]) for b, w in zip(before, rows)]),
+                           indptr)
+    node_lo = indptr[:-1].astype(np.int32)
+    lo = (node_lo + [len(b) for b in before]).astype(np.int32)
+    deg = np.array([w.size for w in rows], np.int32)
+    return rows, jnp.asarray(lo), jnp.asarray(deg), jnp.asarray(node_lo), jnp.asarray(cumw), rng
+
+
+def test_random_rows_cover_degrees_zero_patterns_and_hidden_float32_weights(random_rows):
+    rows = random_rows[0]
+    degrees = {w.size for w in rows}
+    assert min(degrees) == 1 and max(degrees) == 64
+    positive = np.array([np.sum(w > 0) for w in rows])
+    assert (positive == 0).any() and (positive == 1).any() and (positive > 24).any()
+    # rows where a plain float32 running sum hides a positive weight
+    hidden = [np.any((w > 0) & (np.diff(np.cumsum(w, dtype=np.float32), prepend=0) <= 0))
+              for w in rows]
+    assert sum(hidden) > 100
+
+
+@pytest.mark.parametrize("fanout", [3, 24])
+def test_random_rows_draw_min_fanout_positive_distinct_positive_weight_edges(
+        random_rows, fanout):
+    rows, lo, deg, node_lo, cumw, rng = random_rows
+    pos = np.asarray(draw_fn(fanout, False, 64)(lo, deg, random_keys(rng, len(rows)), cumw=cumw,
+                                                node_lo=node_lo))
+    assert_min_fanout_distinct_positive(pos, np.asarray(lo), rows, fanout)
+
+
+def test_random_rows_with_replacement_draw_only_positive_weight_edges(random_rows):
+    rows, lo, deg, node_lo, cumw, rng = random_rows
+    pos = np.asarray(draw_fn(6, True, 64)(lo, deg, random_keys(rng, len(rows)), cumw=cumw,
+                                          node_lo=node_lo))
+    for i, w in enumerate(rows):
+        rel = pos[i] - int(lo[i])
+        if (w > 0).any():
+            assert np.all(pos[i] >= 0) and np.all(w[rel] > 0), (i, w.tolist(), rel.tolist())
+        else:
+            assert np.all(pos[i] == -1)
+
+
+def test_random_rows_take_all_is_exactly_the_positive_weight_edges(random_rows):
+    rows, lo, deg, node_lo, cumw, _ = random_rows
+    pos = np.asarray(jax.jit(weighted_edges, static_argnums=2)(lo, deg, 64, cumw, node_lo))
+    for i, w in enumerate(rows):
+        np.testing.assert_array_equal(pos[i][pos[i] >= 0] - int(lo[i]), np.flatnonzero(w > 0))
 
 
 # -- the weighted sampler on 8 devices ---------------------------------------------------------
