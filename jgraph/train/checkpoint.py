@@ -13,16 +13,24 @@ while training goes on) with three items:
   metrics rows so far, the best epoch, the RNG seed and step, the resolved config and
   the partitioning it was trained on.
 
-Orbax writes a checkpoint into a temporary folder and renames it when complete, so a
-half-written checkpoint is never listed. `meta` also holds a checksum of every array
-(a sum of position-keyed hashes of its bits: exact, and the same on any mesh layout),
-checked after restoring, so a damaged file is caught even where orbax reads it without
-complaint. A checkpoint that cannot be read or fails its checksums is reported, moved
-to WORKDIR/checkpoints-corrupt/ and the one before it is used; every process of a job
-agrees on which.
+Orbax writes a checkpoint into a temporary folder (<step>.orbax-checkpoint-tmp) and
+renames it when complete, so a half-written checkpoint is never listed; one that an
+interrupted save left behind is deleted, and said so, when the run starts again. `meta`
+also holds a checksum of every array (a sum of position-keyed hashes of its bits: exact,
+and the same on any mesh layout), checked after restoring, so a damaged file is caught
+even where orbax reads it without complaint. A checkpoint that cannot be read or fails
+its checksums is reported, moved to WORKDIR/checkpoints-corrupt/ and the one before it
+is used; every process of a job agrees on which. Before a save the free disk space is
+checked against the checkpoint's size, and a write the disk refuses (full, read-only)
+is a `CheckpointError` naming the folder.
+
+`Checkpoints` is a context manager: leaving it, on an error too, waits for the save in
+flight and closes orbax's background machinery (left running, its threads print a
+traceback at interpreter shutdown, after jgraph's one-line error).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -48,6 +56,12 @@ FORMAT = 2            # 2: one checksum table over both items
 class CheckpointError(ValueError):
     """A checkpoint cannot continue this run (another config or partitioning), or none
     can be read; the message says which and what to do."""
+
+
+class ModelError(CheckpointError):
+    """The trained model on disk (WORKDIR/model) is unreadable, damaged (its values
+    differ from its checksums) or cannot be verified; the message names it and says how
+    to write it again."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +108,77 @@ def mismatched(saved: dict, tree) -> list[str]:
     return [k for k in sorted(set(saved) | set(got)) if saved.get(k) != got.get(k)]
 
 
+def read_failure(error: BaseException | None) -> str:
+    """One line saying why a read failed: its innermost cause (orbax wraps TensorStore's
+    precise error in a generic one followed by a page of spec)."""
+    if error is None:
+        return "another process could not read it"
+    while error.__cause__ is not None:
+        error = error.__cause__
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first[:300]}"
+
+
+def quiet_abandoned_reads() -> None:
+    """Call after an orbax restore failed. Orbax 0.12 closes its event loop with the other
+    reads still pending; later (at the latest at exit) each prints a traceback: 'Exception
+    ignored in <coroutine _read_array_index_and_device_put>' and, from TensorStore's
+    threads, 'RuntimeError: Event loop is closed'. Silence exactly those two."""
+    previous = sys.unraisablehook
+    if getattr(previous, "jgraph_quiet", False):
+        return
+
+    def hook(u) -> None:
+        abandoned_read = getattr(getattr(u.object, "cr_code", None), "co_name", None) == \
+            "_read_array_index_and_device_put"
+        closed_loop = (u.object is None and u.exc_type is RuntimeError
+                       and str(u.exc_value) == "Event loop is closed")
+        if not (abandoned_read or closed_loop):
+            previous(u)
+    hook.jgraph_quiet = True
+    sys.unraisablehook = hook
+
+
+# How the disk refuses a write, in the words of the OS and of TensorStore (whose errors
+# orbax passes on as ValueErrors).
+_REFUSALS = ("RESOURCE_EXHAUSTED", "No space left", "Disk quota", "Read-only file system",
+             "Permission denied")
+
+
+@contextlib.contextmanager
+def refused_writes(directory: str):
+    """Turn a write the disk refuses (full, read-only, no permission) into one
+    CheckpointError naming `directory`."""
+    try:
+        yield
+    except Exception as e:
+        text = f"{e} {e.__cause__ or ''}"
+        if isinstance(e, OSError) or any(word in text for word in _REFUSALS):
+            raise CheckpointError(f"{directory}: the disk refused the write "
+                                  f"({read_failure(e)})") from None
+        raise
+
+
+def check_space(directory: str, tree, what: str) -> None:
+    """Raise CheckpointError when the disk holding `directory` has less free space than
+    this process's share of `tree` (what it writes) and a margin."""
+    need = sum(shard.data.nbytes for leaf in jax.tree.leaves(tree)
+               for shard in getattr(leaf, "addressable_shards", ()) if shard.replica_id == 0)
+    need = int(need * 1.1) + (1 << 20)
+    where = directory
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    free = shutil.disk_usage(where).free
+    if need > free:
+        raise CheckpointError(f"{directory}: {what} needs about {need / 2**20:.1f} MiB and "
+                              f"the disk has {free / 2**20:.1f} MiB free; free some space "
+                              f"(or give the run a --workdir on another disk)")
+
+
 class Checkpoints:
     """The checkpoints of one workdir: `save` (asynchronous), `restore_latest` (with
-    fallback past unreadable ones), `steps`, `clear`.
+    fallback past unreadable ones), `steps`, `clear`; `close` (or leaving `with`) waits
+    for the save in flight.
 
     keep: how many of the newest checkpoints to keep (older ones are deleted).
     """
@@ -110,9 +192,36 @@ class Checkpoints:
         # Seconds spent: saving (until save() returns: the whole write when synchronous,
         # the copy to host memory when asynchronous), and restoring.
         self.timings = {"saves": 0, "save_seconds": 0.0, "restore_seconds": None}
+        # Not orbax's cleanup_tmp_directories: it deletes them silently, in a thread
+        # nothing waits for (which, at exit, prints a traceback).
+        self.discard_unfinished()
         self.manager = ocp.CheckpointManager(self.directory, options=ocp.CheckpointManagerOptions(
-            max_to_keep=keep, enable_async_checkpointing=asynchronous,
-            cleanup_tmp_directories=True, create=True))
+            max_to_keep=keep, enable_async_checkpointing=asynchronous, create=True))
+        self.closed = False
+
+    def __enter__(self) -> "Checkpoints":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if kind is None:
+            self.close()
+            return
+        try:                # leaving on an error: that error is the one to report
+            self.close()
+        except Exception as e:  # noqa: BLE001
+            self.say(f"the checkpoint in flight was not written ({read_failure(e)})")
+
+    def discard_unfinished(self) -> None:
+        """Delete, saying so, the folders of saves that never finished (by orbax's own
+        rule for what is temporary). The first process decides; the workdir lock keeps
+        any other run from writing here."""
+        if jax.process_index() == 0:
+            for tmp in self.ocp.path.step.all_temporary_paths(self.directory):
+                path = str(tmp.get())
+                self.say(f"discarding {path}: the checkpoint of step {tmp.get_final().name} "
+                         f"was left unfinished (its save was interrupted)")
+                shutil.rmtree(path)
+        host_sync("jgraph unfinished checkpoints discarded")
 
     def steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
@@ -122,18 +231,21 @@ class Checkpoints:
         once it is on disk with `wait`)."""
         ocp = self.ocp
         start = time.perf_counter()
+        check_space(self.directory, {"state": state, "best": best}, f"checkpoint {step}")
         # One pass over both items (best often shares its arrays with state).
         meta = {"format": FORMAT, **meta, "checksums": checksums({"state": state, "best": best})}
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), best=ocp.args.StandardSave(best),
-            meta=ocp.args.JsonSave(meta)), force=True)
-        if wait:
-            self.manager.wait_until_finished()
+        with refused_writes(self.directory):
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), best=ocp.args.StandardSave(best),
+                meta=ocp.args.JsonSave(meta)), force=True)
+            if wait:
+                self.manager.wait_until_finished()
         self.timings["saves"] += 1
         self.timings["save_seconds"] += time.perf_counter() - start
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        with refused_writes(self.directory):
+            self.manager.wait_until_finished()
 
     def restore_latest(self, state_target, best_target,
                        check: Callable[[dict, str], None] | None = None) -> Restored | None:
@@ -156,6 +268,7 @@ class Checkpoints:
                     raise ValueError(f"meta is not a jgraph checkpoint of format {FORMAT}")
             except Exception as e:      # noqa: BLE001 -- any failure to read is corruption
                 error = e
+                quiet_abandoned_reads()
             if all_processes(error is None):
                 if check is not None:
                     check(meta, path)
@@ -170,6 +283,7 @@ class Checkpoints:
                                          f"(checksums) in {', '.join(bad[:4])}")
                 except Exception as e:  # noqa: BLE001
                     error, got = e, None
+                    quiet_abandoned_reads()
                 if all_processes(error is None):
                     self.timings["restore_seconds"] = time.perf_counter() - start
                     return Restored(step, got["state"], got["best"], meta)
@@ -178,8 +292,7 @@ class Checkpoints:
 
     def set_aside(self, step: int, error: Exception | None) -> None:
         path = os.path.join(self.directory, str(step))
-        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}" if error else \
-            "another process could not read it"
+        reason = read_failure(error)
         aside = os.path.join(self.workdir, CORRUPT_DIR, str(step))
         self.say(f"checkpoint {path} is unreadable ({reason}); moved to {aside}, "
                  f"trying the one before it")
@@ -203,8 +316,14 @@ class Checkpoints:
         self.manager.reload()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        """Wait for the save in flight and stop orbax's threads (again: nothing)."""
+        if not self.closed:
+            self.closed = True
+            try:
+                with refused_writes(self.directory):
+                    self.manager.wait_until_finished()
+            finally:
+                self.manager.close()
 
 
 class StopRequest:

@@ -3,6 +3,7 @@ full-graph, the trained model on disk (WORKDIR/model) and `jgraph eval`."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 
@@ -12,8 +13,11 @@ import numpy as np
 
 from jgraph.config import ConfigError
 from jgraph.dist import DistGraph
+from jgraph.dist.mesh import all_processes, host_sync
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler
+from jgraph.train.checkpoint import (ModelError, check_space, checksums, mismatched,
+                                     quiet_abandoned_reads, read_failure, refused_writes)
 from jgraph.train.experiment import Experiment, Inference
 from jgraph.train.report import scores
 from jgraph.train.run import PARTITION_DIR, Run, build_run, is_partition_dir, open_graph, run_mesh
@@ -72,31 +76,102 @@ def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
 
 
 # -- The trained model on disk (what `jgraph eval` reads) ------------------------------
+#
+# WORKDIR/model is an orbax checkpoint of {"params", "embeddings"} plus CHECKSUMS_FILE,
+# {"format", "checksums": {leaf path: checksum}} (the checkpoints' checksums), written
+# once the arrays are on disk. Orbax reads some damaged files without complaint and
+# returns wrong numbers, so a model is only used once its values match.
 
 MODEL_DIR = "model"
+CHECKSUMS_FILE = "jgraph_checksums.json"
+MODEL_FORMAT = 1
 
 
 def save_model(workdir: str, params, embeddings) -> str:
-    """Write the model's parameters and embedding tables to WORKDIR/model (orbax)."""
+    """Write the model's parameters and embedding tables to WORKDIR/model (orbax), then
+    their checksums."""
     import orbax.checkpoint as ocp
     path = os.path.abspath(os.path.join(workdir, MODEL_DIR))
-    with ocp.StandardCheckpointer() as ckpt:
-        ckpt.save(path, {"params": params, "embeddings": embeddings}, force=True)
+    tree = {"params": params, "embeddings": embeddings}
+    record = {"format": MODEL_FORMAT, "checksums": checksums(tree)}
+    check_space(path, tree, "the trained model")
+    with refused_writes(path), ocp.StandardCheckpointer() as ckpt:   # leaving waits
+        ckpt.save(path, tree, force=True)
+    if jax.process_index() == 0:
+        # tmp + rename: a crash leaves no checksums at all rather than half of them.
+        tmp = os.path.join(path, CHECKSUMS_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(path, CHECKSUMS_FILE))
+    host_sync("jgraph model saved")
     return path
 
 
+def rewrite_hint(workdir: str) -> str:
+    return (f"write it again with `jgraph train {os.path.join(workdir, 'config.yaml')} "
+            f"--workdir {workdir}` (with the run's --devices): it resumes from the run's "
+            f"last checkpoint and saves the model without training again")
+
+
+def saved_checksums(workdir: str) -> dict[str, int]:
+    """The checksums `save_model` wrote beside the model, or `ModelError`."""
+    path = os.path.abspath(os.path.join(workdir, MODEL_DIR, CHECKSUMS_FILE))
+    if not os.path.exists(path):
+        raise ModelError(f"{os.path.dirname(path)} has no checksums ({CHECKSUMS_FILE}: "
+                         f"saved by an older jgraph, or its save was interrupted), so its "
+                         f"values cannot be verified; {rewrite_hint(workdir)}")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        if not isinstance(record, dict) or record.get("format") != MODEL_FORMAT:
+            raise ValueError(f"not of format {MODEL_FORMAT}, the one this jgraph reads")
+        sums = record.get("checksums")
+        if not (isinstance(sums, dict) and all(isinstance(v, int) for v in sums.values())):
+            raise ValueError("no table of checksums")
+    except ValueError as e:         # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ModelError(f"{path} is unreadable ({type(e).__name__}: {e}); "
+                         f"{rewrite_hint(workdir)}") from None
+    return sums
+
+
 def load_model(workdir: str, run: Run):
-    """(params, embeddings) saved by `save_model`, placed like a fresh run's."""
+    """(params, embeddings) saved by `save_model`, placed like a fresh run's; raises
+    `ModelError` unless they can be read and match their checksums. Every process of a
+    job raises, or none."""
     import orbax.checkpoint as ocp
     path = os.path.abspath(os.path.join(workdir, MODEL_DIR))
     if not os.path.isdir(path):
         raise ConfigError(f"{workdir}: no trained model ({MODEL_DIR}/ is missing); "
                           f"train with `jgraph train CONFIG --workdir {workdir}` first")
+
+    def agree(error: ModelError | None) -> None:
+        if not all_processes(error is None):
+            raise error or ModelError(f"{path} is unreadable on another process; "
+                                      f"{rewrite_hint(workdir)}")
+
+    saved, error = None, None
+    try:
+        saved = saved_checksums(workdir)
+    except ModelError as e:
+        error = e
+    agree(error)
     fresh = run.job.init(run.params)
     target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
                           {"params": fresh.params, "embeddings": fresh.embeddings})
-    with ocp.StandardCheckpointer() as ckpt:
-        got = ckpt.restore(path, target)
+    try:
+        with ocp.StandardCheckpointer() as ckpt:
+            got = ckpt.restore(path, target)
+    except Exception as e:      # noqa: BLE001 -- any failure to read is damage
+        error = ModelError(f"{path} is unreadable ({read_failure(e)}); {rewrite_hint(workdir)}")
+        quiet_abandoned_reads()
+    agree(error)
+    bad = mismatched(saved, got)       # the same on every process (global arrays)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise ModelError(f"{path} is damaged: the values of {bad[0]}{more} differ from "
+                         f"those saved (checksums); {rewrite_hint(workdir)}")
     return got["params"], got["embeddings"]
 
 

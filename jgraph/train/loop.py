@@ -139,20 +139,24 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
     progress = progress or Progress()
     config.check()
     prepare(workdir)
+    c = config.checkpoint
     # The first process holds the workdir for the whole job (the others share it).
-    with WorkdirLock(workdir, enabled=jax.process_index() == 0):
-        return _train_and_evaluate(config, workdir, progress, resume, on_step)
+    # Leaving `Checkpoints`, on an error too, finishes the save in flight and stops
+    # orbax's threads (left running, they print a traceback at exit).
+    with WorkdirLock(workdir, enabled=jax.process_index() == 0), \
+            Checkpoints(workdir, c.keep, c.asynchronous, say=progress.note) as ckpts:
+        return _train_and_evaluate(config, workdir, progress, resume, on_step, ckpts)
 
 
 def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
-                        resume: Resume, on_step: Callable[[int], None] | None) -> dict:
+                        resume: Resume, on_step: Callable[[int], None] | None,
+                        ckpts: Checkpoints) -> dict:
     start = time.perf_counter()
     writer = jax.process_index() == 0
     t, c = config.train, config.checkpoint
 
     # -- Mesh and data ------------------------------------------------------------------
     mesh = run_mesh(config)
-    ckpts = Checkpoints(workdir, c.keep, c.asynchronous, say=progress.note)
     if resume is Resume.FRESH:
         ckpts.clear()
     if resume is Resume.REQUIRE and not ckpts.steps():
@@ -233,6 +237,12 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
             sums.add(m)
             step_log.write({"step": s, "epoch": e, "batch": i, "loss": float(m["loss"]),
                             "count": int(m["count"]), "correct": int(m["correct"])})
+            if not math.isfinite(float(m["loss"])):
+                # Checked at every flush, and so before every save.
+                raise TrainingDiverged(
+                    f"the training loss became {float(m['loss'])} at step {s} (epoch {e}); "
+                    f"the run stops, keeping the checkpoints saved before it. Lower "
+                    f"train.lr (now {t.lr:g}) or check the inputs")
         pending.clear()
         now = time.perf_counter()
         sums.seconds += now - tick
@@ -292,11 +302,6 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
                 raise RunStopped(stopping, step,
                                  f"{ckpts.directory}/{step}")
             flush()
-            if not math.isfinite(sums.loss):
-                raise TrainingDiverged(
-                    f"the training loss became {sums.loss} in epoch {epoch} (by step {step}); "
-                    f"nothing of this epoch was saved. Lower train.lr (now {t.lr:g}) or "
-                    f"check the inputs")
             count = max(sums.count, 1)
             row = {"epoch": epoch, "step": step, "loss": sums.loss / count,
                    "train_acc": sums.correct / count, "val_acc": None,

@@ -199,7 +199,7 @@ def test_a_diverging_run_stops_with_an_error_after_recovering_a_partial_partitio
                          "train.lr=1e30", "train.optimizer=sgd")
     assert code == 2 and out == ""
     assert "removing" in err and "incomplete partition" in err
-    one_clear_line(err, "the training loss became nan in epoch 0", "train.lr")
+    one_clear_line(err, "the training loss became nan at step", "train.lr")
     assert not (tmp_path / "run" / "result.json").exists()
     for line in (tmp_path / "run" / "steps.jsonl").read_text().splitlines():
         json.loads(line)                  # valid JSON: a NaN loss is written as null

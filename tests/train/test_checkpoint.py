@@ -1,9 +1,13 @@
 """`jgraph.train.checkpoint`: orbax checkpoints that restore onto another mesh layout,
 checksums that do not depend on the layout and catch a changed value, the fallback past
-a truncated checkpoint, half-written checkpoints never used, a checkpoint of another
-run refused by name, and SIGINT/SIGTERM turned into a stop request."""
+a truncated checkpoint, half-written checkpoints never used (and their deletion said),
+the save in flight finished when a run leaves on an error, a checkpoint of another run
+refused by name, and SIGINT/SIGTERM turned into a stop request."""
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -134,6 +138,60 @@ def test_a_half_written_checkpoint_is_never_used_and_is_cleaned_up(tmp_path):
     assert ckpts.restore_latest(*targets(mesh)).step == 2
     ckpts.close()
     assert not half.exists()
+
+
+@pytest.mark.parametrize("name", ["3.orbax-checkpoint-tmp",          # this orbax's
+                                  "3.orbax-checkpoint-tmp-1234"])    # older ones'
+def test_an_unfinished_checkpoint_is_deleted_at_start_and_said_so(tmp_path, name):
+    save_steps(tmp_path, [1, 2])
+    half = tmp_path / "checkpoints" / name
+    (half / "state").mkdir(parents=True)
+    (half / "state" / "_METADATA").write_text("{")
+    said = []
+    ckpts = Checkpoints(str(tmp_path), say=said.append)
+    assert not half.exists()          # already: nothing left running in the background
+    assert said == [(f"discarding {half}: the checkpoint of step 3 was left unfinished "
+                     f"(its save was interrupted)")]
+    assert ckpts.steps() == [1, 2]
+    ckpts.close()
+
+
+def test_leaving_checkpoints_on_an_error_finishes_the_save_in_flight(tmp_path):
+    mesh = make_mesh(None, jax.devices()[:4])
+    tree = tree_on(mesh)
+    with pytest.raises(RuntimeError, match="diverged"), \
+            Checkpoints(str(tmp_path), say=lambda m: None) as ckpts:
+        ckpts.save(1, tree, {"weight": tree["weight"]}, {"step": 1})
+        raise RuntimeError("diverged")
+    assert ckpts.closed
+    assert os.listdir(tmp_path / "checkpoints") == ["1"]      # renamed: complete
+    ckpts.close()                                             # a second close: nothing
+
+
+def test_a_process_leaving_on_an_error_prints_only_its_error(tmp_path):
+    """The symptom: orbax threads still running at interpreter shutdown printed a
+    40-line traceback ('cannot schedule new futures after interpreter shutdown') after
+    jgraph's one-line error. Here: an unfinished folder to delete at start (orbax's
+    cleanup thread) and an asynchronous save in flight when the error leaves."""
+    script = textwrap.dedent("""
+        import os, sys
+        from jgraph.cli.devices import use_devices
+        use_devices(1)
+        import jax.numpy as jnp
+        from jgraph.train.checkpoint import Checkpoints
+        os.makedirs(os.path.join(sys.argv[1], "checkpoints", "5.orbax-checkpoint-tmp"))
+        with Checkpoints(sys.argv[1], say=lambda m: None) as ckpts:
+            tree = {"x": jnp.arange(100_000.0)}
+            ckpts.save(1, tree, tree, {})
+            sys.exit("jgraph train: error: the one line")
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=False,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == "jgraph train: error: the one line"
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert os.listdir(tmp_path / "checkpoints") == ["1"]
 
 
 def test_a_workdir_without_checkpoints_restores_nothing(tmp_path):
