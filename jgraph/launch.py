@@ -13,7 +13,9 @@ Nothing hangs. When a process exits non-zero (or is killed), the launcher names 
 stops the others (SIGTERM, then SIGKILL after --grace seconds: a job that lost a peer
 cannot finish its collectives) and exits non-zero. SIGINT or SIGTERM to the launcher
 is passed on to every process, which then checkpoints and exits together; a second
-one kills them.
+one kills them. A --port already in use is refused before any process starts (status 2);
+a command that cannot start is named, with a shell's status (127: not found, 126: not
+executable), after stopping the processes already started.
 
 This is the local launcher. Several machines run the same command under SLURM
 (`srun`) or Open MPI (`mpirun`), where JAX finds its peers itself: see launch/.
@@ -21,6 +23,7 @@ This is the local launcher. Several machines run the same command under SLURM
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import socket
@@ -40,6 +43,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_problem(port: int) -> str | None:
+    """Why the coordinator could not listen on `port`, or None if it can (as far as one
+    can tell before it tries: something may take the port in between)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the coordinator's server does: a port whose last connections are still in
+        # TIME_WAIT (a job just ended on it) can be listened on again.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+        except OSError as e:
+            return "is in use" if e.errno == errno.EADDRINUSE else f"cannot be used ({e.strerror})"
+    return None
 
 
 def rank_env(rank: int, num_processes: int, devices: int, coordinator: str) -> dict:
@@ -138,21 +156,35 @@ class Launcher:
             r.signal(signum)
 
     def run(self) -> int:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self.on_signal)
-        for rank in range(self.num_processes):
-            env = rank_env(rank, self.num_processes, self.devices, self.coordinator)
-            self.ranks.append(Rank(rank, self.command, env, self.lock))
-        self.say(f"{self.num_processes} processes x {self.devices} device(s), coordinator "
-                 f"{self.coordinator}, pids " + " ".join(
-                     f"{r.rank}:{r.proc.pid}" for r in self.ranks))
+        handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            return self.supervise()
+            status = self.start()
+            return self.supervise() if status is None else status
         finally:
             for r in self.ranks:
                 r.signal(signal.SIGKILL)
                 r.proc.wait()
                 r.drain()
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+
+    def start(self) -> int | None:
+        """Start every rank. If the command cannot start, name it and return a shell's
+        status for that (127: not found; 126: not executable), leaving the ranks already
+        started to `run`, which stops them."""
+        for rank in range(self.num_processes):
+            env = rank_env(rank, self.num_processes, self.devices, self.coordinator)
+            try:
+                self.ranks.append(Rank(rank, self.command, env, self.lock))
+            except OSError as e:
+                started = (f"; stopping the {len(self.ranks)} process(es) already started"
+                           if self.ranks else "")
+                self.say(f"cannot start {self.command[0]!r}: {e.strerror or e}{started}")
+                return 127 if isinstance(e, FileNotFoundError) else 126
+        self.say(f"{self.num_processes} processes x {self.devices} device(s), coordinator "
+                 f"{self.coordinator}, pids " + " ".join(
+                     f"{r.rank}:{r.proc.pid}" for r in self.ranks))
+        return None
 
     def supervise(self) -> int:
         stop_deadline = None
@@ -210,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--devices-per-process", type=int, default=1, metavar="M",
                         help="simulated CPU devices per process, or GPUs per process "
                              "(process r gets GPUs r*M .. r*M+M-1) (default 1)")
-    parser.add_argument("--port", type=int, help="coordinator port (default: a free one)")
+    parser.add_argument("--port", type=int,
+                        help="coordinator port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--grace", type=float, default=5.0, metavar="S",
                         help="after a process fails, seconds the others get to exit after "
                              "SIGTERM before SIGKILL (default 5)")
@@ -232,13 +265,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--num-processes must be >= 1, got {args.num_processes}")
     if args.devices_per_process < 1:
         parser.error(f"--devices-per-process must be >= 1, got {args.devices_per_process}")
+    if args.port is not None and not 1 <= args.port <= 65535:
+        parser.error(f"--port must be in 1..65535, got {args.port} (leave it out for a "
+                     f"free one)")
     launcher = Launcher(command, args.num_processes, args.devices_per_process, args.grace,
                         args.stop_timeout, args.port)
-    try:
-        return launcher.run()
-    except FileNotFoundError as e:
-        launcher.say(f"cannot start {command[0]!r}: {e.strerror}")
-        return 127
+    problem = args.port is not None and port_problem(args.port)
+    if problem:
+        launcher.say(f"port {args.port} {problem}; choose another --port or leave it out "
+                     f"for a free one")
+        return 2
+    return launcher.run()
 
 
 if __name__ == "__main__":

@@ -11,12 +11,17 @@ Figures. `wire_bytes`: bytes sent between devices per call (ids and rows), summe
 devices, mean over batches. `min_bytes`: bytes of the distinct remote rows the batches
 request (each device's distinct ids it does not own, times the row size), the least any
 exchange without a cache must move. `wire_bytes_ratio` = wire / min; a cache can take
-it below 1.
+it below 1. `seconds_per_call`: one call from dispatch to its answers, mean over
+batches, after a warm-up call.
+
+Memory. Each program is compiled before anything of its own is allocated, and runs only
+if what XLA says it holds (temporaries and answers, on every simulated device at once:
+they share this host's memory) fits in the memory available then; otherwise its line
+says why it was `skipped`, with `need_bytes` and `available_bytes`.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Iterator
 
@@ -24,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jgraph.bench.common import partition_on_mesh
+from jgraph.bench.common import memory_shortage, partition_on_mesh
 from jgraph.dist import (REPLICATED, ROWS, DistEmbedding, DistGraph, Exchange, ExchangeConfig,
                          HotCache, RowLayout, SparseAdam, Strategy, make_mesh, request_counts)
-from jgraph.dist.mesh import first_devices
+from jgraph.dist.mesh import first_devices, rows_sharding
 from jgraph.partition import PartitionBook
 from jgraph.progress import Progress
 
@@ -122,45 +127,48 @@ def min_bytes(book: PartitionBook, batch: np.ndarray, row_bytes: int) -> int:
     return int(remote_counts(book, batch).sum()) * row_bytes
 
 
-def host_memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def all_gather_bytes(book: PartitionBook, batches: np.ndarray, row_bytes: int,
-                     growth: float) -> int:
-    """Answer buffers the all_gather strategy holds at once, summed over devices.
-
-    Every device answers the requests of all P devices padded to one capacity rung
-    (at most `growth` times the largest remote count), so each holds P * cap rows
-    before the reduce-scatter, and simulated devices share this host's memory.
-    """
-    P = batches.shape[1]
-    cap = growth * max(int(remote_counts(book, b).max()) for b in batches)
-    return int(P * P * cap * row_bytes)
-
-
 # -- the exchange benchmark --------------------------------------------------------------
 
 
-def time_calls(fn, args_list, warmup_args) -> tuple[float, float, list]:
-    """(compile seconds, mean seconds per call, outputs)."""
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*warmup_args))
-    compile_s = time.perf_counter() - start
-    outs, start = [], time.perf_counter()
-    for args in args_list:
-        outs.append(fn(*args))
-    jax.block_until_ready(outs)
-    return compile_s, (time.perf_counter() - start) / len(args_list), outs
+def time_calls(fn, args_list, check) -> tuple[float, list]:
+    """(mean seconds per call, each call's stats), after a warm-up call.
+
+    Calls run one at a time: each one's outputs `(rows, stats)` go to `check(i, rows,
+    stats)` and its rows are dropped before the next call starts, so only one call's
+    answers (P * n rows: gigabytes for wide features) exist at once, as the memory
+    check assumes.
+    """
+    jax.block_until_ready(fn(*args_list[0]))
+    seconds, kept = 0.0, []
+    for i, args in enumerate(args_list):
+        start = time.perf_counter()
+        rows, stats = jax.block_until_ready(fn(*args))
+        seconds += time.perf_counter() - start
+        check(i, rows, stats)
+        kept.append(stats)
+        del rows
+    return seconds / len(args_list), kept
+
+
+def check_rows(what: str, features: np.ndarray, ids: np.ndarray, rows: jax.Array) -> None:
+    """Compare answers [P * n, ...] with a numpy gather of `ids`, one device's block at a
+    time (host memory: three blocks of n rows)."""
+    for shard in rows.addressable_shards:
+        block = ids[shard.index[0]]
+        want = np.where((block >= 0)[:, None], features[np.maximum(block, 0)], 0)
+        if not np.array_equal(np.asarray(shard.data), want):
+            raise AssertionError(f"{what} returned wrong rows")
 
 
 def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
-    """One row per strategy, yielded as soon as it is measured."""
+    """One row per strategy, yielded as soon as it is measured; a strategy whose program
+    would not fit in memory is skipped with the reason (`skipped`)."""
     rng = np.random.default_rng(cfg.seed)
     with partition_on_mesh(cfg.graph, cfg.num_parts, cfg.method, symmetrized=cfg.symmetrize,
                            seed=cfg.seed, bench="exchange", progress=progress,
                            node_data=("feat",)) as (meta, dg):
         mesh = dg.mesh
+        devices = list(mesh.devices.flat)
         feat = dg.ndata("feat")
         row_bytes = int(np.prod(feat.shape[1:])) * feat.dtype.itemsize
         with progress.phase("sampling request batches"):
@@ -179,17 +187,9 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
         features = feat.to_numpy()
         minimum = float(np.mean([min_bytes(dg.book, b, row_bytes) for b in batches]))
         for strategy in cfg.strategies or available_strategies():
+            what = f"the {strategy.value} exchange"
             line = {"bench": "exchange", "graph": meta.graph_name, "strategy": strategy.value,
                     "method": meta.method, "devices": mesh.size}
-            if strategy is Strategy.ALL_GATHER and jax.default_backend() == "cpu":
-                need = all_gather_bytes(dg.book, batches, row_bytes, cfg.growth)
-                if need > host_memory_bytes() // 2:
-                    reason = (f"all_gather would hold {need / 2**30:.1f} GiB of answer rows "
-                              f"across {mesh.size} simulated devices, over half this "
-                              f"host's memory; choose another --strategy")
-                    progress.note(f"skipping all_gather: {reason}")
-                    yield {**line, "skipped": reason, "row_bytes": row_bytes}
-                    continue
             exchange = dg.exchange(ExchangeConfig(strategy=strategy, growth=cfg.growth))
 
             def body(shard, ids, cids, crows, exchange=exchange):
@@ -199,29 +199,36 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
                                        out_specs=(ROWS, REPLICATED)))
             args = [(feat.array, jnp.asarray(b.reshape(-1)), cache_ids, cache_rows)
                     for b in batches]
-            with progress.phase(f"compiling the {strategy.value} exchange for {mesh.size} "
-                                f"device(s)"):
+            with progress.phase(f"compiling {what} for {mesh.size} device(s)"):
                 start = time.perf_counter()
                 fn = fn.lower(*args[0]).compile()
                 compile_s = time.perf_counter() - start
+            # Compiled, nothing allocated yet: does one call fit? Beside the program's own
+            # buffers, checking holds three blocks of one device's answers.
+            shortage = memory_shortage(fn, devices, arguments_allocated=True,
+                                       host_extra=3 * batches.shape[-1] * row_bytes)
+            if shortage:
+                skip = shortage.fields(what, "choose another --strategy, fewer --num-parts "
+                                             "or a smaller --batch-size")
+                progress.note(f"skipping {strategy.value}: {skip['skipped']}")
+                yield {**line, **skip, "row_bytes": row_bytes}
+                continue
+
+            def check(i, rows, stats, what=what):
+                stats.check(what)
+                check_rows(what, features, batches[i].reshape(-1), rows)
             with progress.phase(f"exchange {strategy.value}"):
-                _, seconds, outs = time_calls(fn, args, args[0])
-            for b, (got, stats) in zip(batches, outs):
-                stats.check(f"exchange {strategy.value}")
-                ids = b.reshape(-1)
-                want = np.where((ids >= 0)[:, None], features[np.maximum(ids, 0)], 0)
-                if not np.array_equal(np.asarray(got), want):
-                    raise AssertionError(f"exchange {strategy.value} returned wrong rows")
-            wire = float(np.mean([float(s.wire_bytes) for _, s in outs]))
+                seconds, stats = time_calls(fn, args, check)
+            wire = float(np.mean([float(s.wire_bytes) for s in stats]))
             yield {
                 **line, "seconds_per_call": seconds, "compile_seconds": compile_s,
                 "wire_bytes": wire, "min_bytes": minimum,
                 "wire_bytes_ratio": wire / minimum if minimum else None,
-                "capacity": float(np.mean([int(s.capacity) for _, s in outs])),
+                "capacity": float(np.mean([int(s.capacity) for s in stats])),
                 "ids_per_device": int(batches.shape[-1]),
-                "distinct_ids": float(np.mean([int(s.requested) for _, s in outs])),
-                "remote_ids": float(np.mean([int(s.non_local) for _, s in outs])),
-                "cache_hits": float(np.mean([int(s.cached) for _, s in outs])),
+                "distinct_ids": float(np.mean([int(s.requested) for s in stats])),
+                "remote_ids": float(np.mean([int(s.non_local) for s in stats])),
+                "cache_hits": float(np.mean([int(s.cached) for s in stats])),
                 "cache_fraction": cfg.cache, "cache_rows": len(cache), "cache_by": cfg.cache_by,
                 "row_bytes": row_bytes, "batch_size": cfg.batch_size,
                 "fanouts": list(cfg.fanouts), "edge_cut_fraction": meta.edge_cut_fraction,
@@ -238,14 +245,15 @@ def even_book(rows: int, parts: int) -> PartitionBook:
 
 
 def bench_embedding(cfg: ExchangeBench, num_rows: int, progress: Progress) -> dict:
-    """One training step of a sharded table: lookup, gradient, sparse Adam update."""
+    """One training step of a sharded table: lookup, gradient, sparse Adam update. A table
+    whose step would not fit in memory is skipped with the reason (`skipped`)."""
     mesh = make_mesh(cfg.num_parts, first_devices(cfg.num_parts))
     book = even_book(num_rows, cfg.num_parts)
     emb = DistEmbedding(RowLayout.of(book), cfg.embedding_dim, SparseAdam(0.01))
     exchange = Exchange(book.offsets, platform=mesh.devices.flat[0].platform)
-    with progress.phase(f"embedding table of {num_rows:,} rows"):
-        state = emb.init(mesh, jax.random.key(cfg.seed))
-        jax.block_until_ready(state)
+    line = {"bench": "embedding", "rows": num_rows, "dim": cfg.embedding_dim,
+            "devices": mesh.size, "optimizer": "sparse_adam",
+            "table_bytes": num_rows * cfg.embedding_dim * 4 * 3}
 
     def step(state, ids, target):
         valid = ids >= 0
@@ -261,18 +269,30 @@ def bench_embedding(cfg: ExchangeBench, num_rows: int, progress: Progress) -> di
                                              dtype=np.float32))
     id_sets = [jnp.asarray(rng.integers(0, num_rows, cfg.num_parts * n, dtype=np.int32))
                for _ in range(cfg.embedding_steps + 1)]
+    # Compile against the table's shape before creating it: the step's arguments are
+    # the whole table and its Adam state, which must fit beside its temporaries.
+    shapes = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rows_sharding(mesh)),
+        jax.eval_shape(lambda: emb.init(mesh, jax.random.key(cfg.seed))))
     start = time.perf_counter()
-    state, stats = fn(state, id_sets[0], target)
-    jax.block_until_ready(state)
+    fn = fn.lower(shapes, id_sets[0], target).compile()
     compile_s = time.perf_counter() - start
+    shortage = memory_shortage(fn, list(mesh.devices.flat), arguments_allocated=False)
+    if shortage:
+        skip = shortage.fields(f"an embedding table of {num_rows:,} rows",
+                               "choose smaller --embedding-rows or --embedding-dim")
+        progress.note(f"skipping the {num_rows:,}-row embedding table: {skip['skipped']}")
+        return {**line, **skip}
+    with progress.phase(f"embedding table of {num_rows:,} rows"):
+        state = emb.init(mesh, jax.random.key(cfg.seed))
+        jax.block_until_ready(state)
+    state, stats = fn(state, id_sets[0], target)          # warm-up
+    jax.block_until_ready(state)
     start = time.perf_counter()
     for ids in id_sets[1:]:
         state, stats = fn(state, ids, target)
     jax.block_until_ready(state)
     seconds = (time.perf_counter() - start) / cfg.embedding_steps
     stats.check("embedding gradient exchange")
-    return {"bench": "embedding", "rows": num_rows, "dim": cfg.embedding_dim,
-            "devices": mesh.size, "ids_per_device": n, "optimizer": "sparse_adam",
-            "strategy": exchange.config.strategy.value, "seconds_per_step": seconds,
-            "compile_seconds": compile_s,
-            "table_bytes": num_rows * cfg.embedding_dim * 4 * 3}
+    return {**line, "ids_per_device": n, "strategy": exchange.config.strategy.value,
+            "seconds_per_step": seconds, "compile_seconds": compile_s}

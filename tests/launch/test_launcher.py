@@ -1,16 +1,19 @@
 """`python -m jgraph.launch`: every line comes out with its rank; the processes get the
 coordinator, their ids and their devices; when one fails or is killed the launcher
 names it, stops the others and exits non-zero within seconds; a command that does not
-exist or is missing is a clear error.
+exist or is missing, cannot be executed, or a --port in use is a clear error.
 
 Every launch here has a timeout: a launcher that hangs fails the test instead."""
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+from jgraph import launch as launch_module
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT_S = 30          # the issue's bound on exiting after a process is killed
@@ -65,6 +68,44 @@ def test_a_command_that_does_not_exist_exits_127_naming_it():
     proc = launch("--num-processes", "2", "--", "no-such-jgraph-command")
     assert proc.returncode == 127
     assert "cannot start 'no-such-jgraph-command'" in proc.stderr
+
+
+def test_a_port_in_use_is_refused_before_any_rank_starts(tmp_path, capsys):
+    marker = tmp_path / "started"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = launch_module.main(["--num-processes", "2", "--port", str(port), "--",
+                                   sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+    assert code == 2
+    assert capsys.readouterr().err == (f"jgraph.launch: port {port} is in use; choose "
+                                       f"another --port or leave it out for a free one\n")
+    assert not marker.exists()
+
+
+def test_a_command_that_is_not_executable_exits_126_naming_it(tmp_path, capsys):
+    job = tmp_path / "job.sh"
+    job.write_text("#!/bin/sh\necho hello\n")                  # no execute permission
+    assert launch_module.main(["--num-processes", "2", "--", str(job)]) == 126
+    assert f"cannot start {str(job)!r}: Permission denied" in capsys.readouterr().err
+
+
+def test_a_rank_that_cannot_start_stops_the_ranks_already_started(monkeypatch, capsys):
+    started, real_popen = [], subprocess.Popen
+
+    def popen(command, **kwargs):
+        if started:         # rank 1: as if the command vanished after rank 0 started
+            raise FileNotFoundError(2, "No such file or directory", command[0])
+        started.append(real_popen(command, **kwargs))
+        return started[0]
+    monkeypatch.setattr(launch_module.subprocess, "Popen", popen)
+    start = time.monotonic()
+    code = launch_module.main(["--num-processes", "3", "--", sys.executable, "-c",
+                               "import time; time.sleep(600)"])
+    assert code == 127 and time.monotonic() - start < LIMIT_S
+    assert "stopping the 1 process(es) already started" in capsys.readouterr().err
+    assert started[0].returncode == -signal.SIGKILL                # stopped and reaped
 
 
 def test_no_command_or_a_bad_count_is_a_usage_error():
