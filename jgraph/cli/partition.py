@@ -10,8 +10,9 @@ import time
 
 from jgraph.data import (add_reverse_relations, add_self_loops, deduplicate, load_dataset,
                          remove_self_loops, symmetrize)
-from jgraph.partition import Method, PartitionMeta, open_partitions, partition_graph
-from jgraph.partition.store import read_meta
+from jgraph.partition import (Method, PartitionError, PartitionMeta, open_partitions,
+                              partition_graph)
+from jgraph.partition.build import OutputExistsError, check_out_dir
 from jgraph.progress import Progress
 
 # Applied in this order, each when its flag is given.
@@ -55,7 +56,9 @@ def add_commands(sub) -> None:
     i.add_argument("dir", help="partition directory")
     i.add_argument("--json", action="store_true", help="print meta.json as one JSON line")
     i.add_argument("--check", action="store_true",
-                   help="also open every partition and check its files' shapes")
+                   help="also read every file and check what training relies on: id "
+                        "ranges, CSC offsets, label ranges, node_map a permutation, "
+                        "meta.json agreeing with the files")
     i.set_defaults(run=run_info)
 
 
@@ -69,14 +72,20 @@ def run_partition(args) -> int:
     progress = Progress(enabled=True)
     print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
           f"{args.method})", file=sys.stderr)
-    with progress.phase("loading dataset"):
-        graph = load_dataset(args.dataset)
-        for name, transform, _ in TRANSFORMS:
-            if getattr(args, name):
-                graph = transform(graph)
-    meta = partition_graph(graph, args.num_parts, args.method, args.out, seed=args.seed,
-                           tolerance=args.balance_tolerance, rebalance=not args.no_rebalance,
-                           overwrite=args.overwrite, progress=progress)
+    try:
+        check_out_dir(args.out, args.overwrite)       # before loading a large graph
+        with progress.phase("loading dataset"):
+            graph = load_dataset(args.dataset)
+            for name, transform, _ in TRANSFORMS:
+                if getattr(args, name):
+                    graph = transform(graph)
+        meta = partition_graph(graph, args.num_parts, args.method, args.out, seed=args.seed,
+                               tolerance=args.balance_tolerance,
+                               rebalance=not args.no_rebalance, overwrite=args.overwrite,
+                               progress=progress)
+    except OutputExistsError as e:
+        hint = "; pass --overwrite to replace it" if e.replaceable else ""
+        raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None
     seconds = time.perf_counter() - start      # loading, transforms, partitioning, writing
     if args.json:
         print(json.dumps(result_row(meta, args.out, seconds)))
@@ -132,12 +141,13 @@ def summary(meta: PartitionMeta, where: str) -> str:
 
 
 def run_info(args) -> int:
-    meta = read_meta(args.dir)
+    graph = open_partitions(args.dir)         # meta.json, checked to agree with itself
+    graph.check_files()                       # every file the format names exists
     if args.check:
-        graph = open_partitions(args.dir)
-        graph.node_map(), graph.node_map_inv()
-        for k in range(graph.num_parts):
-            graph.part(k)
+        start = time.perf_counter()
+        graph.check()
+        seconds = time.perf_counter() - start
+    meta = graph.meta
     if args.json:
         print(json.dumps(meta.to_json()))
         return 0
@@ -150,5 +160,5 @@ def run_info(args) -> int:
         print("edge data: " + ", ".join(f"{n} {s['dtype']}{s['shape']}"
                                         for n, s in meta.edge_data.items()))
     print(f"partitioned in {meta.seconds:.1f}s (seed {meta.seed})"
-          + ("; all partition files checked" if args.check else ""))
+          + (f"; all partition files checked in {seconds:.2f}s" if args.check else ""))
     return 0

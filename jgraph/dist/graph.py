@@ -15,9 +15,10 @@ from jax.sharding import Mesh
 
 from jgraph.dist.exchange import Exchange, ExchangeConfig
 from jgraph.dist.layout import RowLayout
-from jgraph.dist.mesh import (REPLICATED, ROWS, check_parts, local_parts, max_over_processes,
-                              replicate, shard_rows)
-from jgraph.partition import PartitionBook, PartitionedGraph, open_partitions
+from jgraph.dist.mesh import (REPLICATED, ROWS, all_processes, check_parts, local_parts,
+                              max_over_processes, replicate, shard_rows)
+from jgraph.partition import (PartitionBook, PartitionedGraph, PartitionFormatError,
+                              open_partitions)
 
 INT32_MAX = np.iinfo(np.int32).max
 
@@ -98,6 +99,23 @@ def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
                                               for k in local_parts(mesh)), default=0)))
 
 
+def check_local_parts(pg: PartitionedGraph, mesh: Mesh) -> None:
+    """Before training on them: this process's partitions hold what a step relies on
+    (`PartitionedGraph.check_part`: ids, CSC offsets, relations, splits, label ranges).
+    Every process learns whether all passed, so none waits for one that raised."""
+    check_parts(pg.meta.num_parts, mesh, source=f"partition directory {pg.root}")
+    error = None
+    try:
+        pg.check_files(local_parts(mesh))
+        for k in local_parts(mesh):
+            pg.check_part(k)
+    except PartitionFormatError as e:
+        error = e
+    if not all_processes(error is None):
+        raise error or PartitionFormatError(f"{pg.root}: another process found a corrupt "
+                                            f"partition (its error names the file)")
+
+
 class DistGraph:
     """A partition directory opened on a mesh, one partition per device.
 
@@ -111,6 +129,7 @@ class DistGraph:
         self.mesh = mesh
         self.meta = self.parts.meta
         self.book: PartitionBook = self.parts.book
+        check_local_parts(self.parts, mesh)
         self.graph = load_sharded_graph(self.parts, mesh)
 
     @property

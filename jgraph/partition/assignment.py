@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 import numpy as np
 import scipy.sparse
@@ -136,13 +137,21 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
 
 def check_request(graph: Graph, num_parts, tolerance: float) -> None:
     """Raise a PartitionError unless `num_parts` and `tolerance` make sense for `graph`."""
-    if not isinstance(num_parts, (int, np.integer)) or num_parts < 1:
-        raise PartitionError(f"num_parts must be a positive integer, got {num_parts!r}")
+    if (isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer))
+            or num_parts < 1):
+        raise PartitionError(f"num_parts must be a positive integer, got {_shown(num_parts)}")
     if num_parts > graph.total_nodes:
         raise PartitionError(f"num_parts={num_parts} is more than the graph's "
                              f"{graph.total_nodes} nodes")
-    if tolerance < 0:
-        raise PartitionError(f"balance tolerance must be >= 0, got {tolerance}")
+    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.number))
+            or not math.isfinite(tolerance) or tolerance < 0):
+        raise PartitionError(f"balance tolerance must be a finite number >= 0, got "
+                             f"{_shown(tolerance)}")
+
+
+def _shown(value) -> str:
+    """A value as the user wrote it: 2.5, nan, '3' (numpy scalars as Python ones)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
 
 
 def parse_method(method: Method | str) -> Method:

@@ -3,11 +3,17 @@
 Relabelling: nodes are sorted by (partition, original homogeneous id). Since the
 original ids number the node types one after another, each partition's range holds its
 nodes type by type, and within a type in original order.
+
+Writing is atomic: the directory is written as a sibling `<out>.partial-<host>-<pid>`
+and renamed to `out` once complete (meta.json last), so a killed write never leaves a
+half directory at `out`; the next write to `out` deletes what a killed one left.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import time
 
 import numpy as np
@@ -17,9 +23,26 @@ from jgraph.partition.assignment import (Method, PartitionError, assign, balance
                                          check_request, constraints_for, parse_method,
                                          undirected_adjacency)
 from jgraph.partition.metis import Backend
-from jgraph.partition.store import (FORMAT_VERSION, PartitionMeta, part_dir, save_array,
-                                    write_meta)
+from jgraph.partition.store import (FORMAT_VERSION, READABLE_KINDS, PartitionMeta, part_dir,
+                                    save_array, write_meta)
 from jgraph.progress import Progress
+
+# Sibling directories of `out` named `<out><marker><host>-<pid>`: a write in progress (or
+# killed), and the old directory that a write with overwrite is replacing.
+STAGING, REPLACED = ".partial-", ".replaced-"
+
+
+class OutputExistsError(PartitionError):
+    """The output path holds something `partition_graph` will not replace.
+
+    path: the output path; reason: what is there; replaceable: True when
+    `overwrite=True` would replace it (callers with other flags rephrase the hint).
+    """
+
+    def __init__(self, path: str, reason: str, replaceable: bool):
+        self.path, self.reason, self.replaceable = path, reason, replaceable
+        super().__init__(f"{path}: {reason}"
+                         + ("; pass overwrite=True to replace it" if replaceable else ""))
 
 
 def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir: str | os.PathLike,
@@ -30,16 +53,34 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
 
     Returns the metadata that `out_dir/meta.json` holds. `tolerance` is the allowed
     max/mean - 1 of every balance constraint; `rebalance=False` keeps the raw METIS or
-    random assignment (its balance is still measured and reported).
+    random assignment (its balance is still measured and reported). `out_dir` must be
+    absent, empty, or (with `overwrite`) a partition directory, which is replaced
+    whole once the new one is complete.
     """
     start = time.perf_counter()
     progress = progress or Progress(enabled=False)
     method = parse_method(method)
-    check_request(graph, num_parts, tolerance)      # before anything is written
+    # Every refusal before anything is written.
+    check_request(graph, num_parts, tolerance)
     out_dir = os.fspath(out_dir)
-    _prepare_dir(out_dir, overwrite)
-    edge_data = _homogeneous_edge_data(graph)   # fail early on inconsistent edge data
+    check_out_dir(out_dir, overwrite)
+    edge_data = _homogeneous_edge_data(graph)
+    node_specs = {t: {name: _spec(f"node data {name!r} of type {t!r}", v)
+                      for name, v in data.items()}
+                  for t, data in graph.node_data.items() if data}
+    edge_specs = {name: _spec(f"edge data {name!r}", v) for name, v in edge_data.items()}
+    # Renames act on the directory itself, not on a link to it.
+    with _atomic_dir(os.path.realpath(out_dir), overwrite) as staging:
+        return _write(graph, num_parts, method, staging, seed=seed, tolerance=tolerance,
+                      rebalance=rebalance, backend=backend, progress=progress,
+                      edge_data=edge_data, node_specs=node_specs, edge_specs=edge_specs,
+                      start=start)
 
+
+def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: int,
+           tolerance: float, rebalance: bool, backend: Backend | None, progress: Progress,
+           edge_data: dict, node_specs: dict, edge_specs: dict, start: float) -> PartitionMeta:
+    """Assign, relabel and write every file into the new directory `out_dir`."""
     with progress.phase("constraints and adjacency"):
         constraints = constraints_for(graph)
         adjacency = (undirected_adjacency(graph)
@@ -125,9 +166,8 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
         offsets=offsets.tolist(),
         ntype_offsets=ntype_offsets.tolist(),
         orig_type_offsets=orig_offsets.tolist(),
-        node_data={t: {name: _spec(v) for name, v in data.items()}
-                   for t, data in graph.node_data.items() if data},
-        edge_data={name: _spec(v) for name, v in edge_data.items()},
+        node_data=node_specs,
+        edge_data=edge_specs,
         splits={t: list(named) for t, named in graph.splits.items() if named},
         parts=part_info,
         edge_cut_fraction=cut,
@@ -140,8 +180,16 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
     return meta
 
 
-def _spec(values: np.ndarray) -> dict:
-    return {"dtype": values.dtype.name, "shape": list(values.shape[1:])}
+def _spec(what: str, values: np.ndarray) -> dict:
+    """meta.json's entry for a node or edge array: dtype, row shape, and for integers
+    the value range (which checks of the written directory hold each part to)."""
+    if values.dtype.kind not in READABLE_KINDS:
+        raise PartitionError(f"{what} has dtype {values.dtype}; partitioned node and edge "
+                             f"data must be numbers or booleans")
+    spec = {"dtype": values.dtype.name, "shape": list(values.shape[1:])}
+    if values.dtype.kind in "iu" and values.size:
+        spec["min"], spec["max"] = int(values.min()), int(values.max())
+    return spec
 
 
 def _homogeneous_edge_data(graph: Graph) -> dict[str, np.ndarray]:
@@ -161,18 +209,85 @@ def _homogeneous_edge_data(graph: Graph) -> dict[str, np.ndarray]:
     return out
 
 
-def _prepare_dir(out_dir: str, overwrite: bool) -> None:
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise PartitionError(f"--out {out_dir}: exists and is not a directory")
-    if os.path.isdir(out_dir) and os.listdir(out_dir):
-        if not overwrite:
-            raise PartitionError(f"--out {out_dir}: directory is not empty; choose another "
-                                 f"or pass overwrite (--overwrite)")
-        if not os.path.exists(os.path.join(out_dir, "meta.json")):
-            raise PartitionError(f"--out {out_dir}: not a jgraph partition directory; "
-                                 f"refusing to overwrite it")
-        os.remove(os.path.join(out_dir, "meta.json"))   # first: never a stale valid dir
-        for entry in os.listdir(out_dir):
-            path = os.path.join(out_dir, entry)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    os.makedirs(out_dir, exist_ok=True)
+def check_out_dir(out: str, overwrite: bool) -> None:
+    """Raise an OutputExistsError unless `out` may receive a partition: absent, an empty
+    directory, or a partition directory that `overwrite` allows to replace.
+    (`partition_graph` checks it; a caller may too before loading a large graph.)"""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise OutputExistsError(out, "exists and is not a directory", replaceable=False)
+    if not os.path.isdir(out) or not os.listdir(out):
+        return
+    if not _holds_partition(out):
+        raise OutputExistsError(out, "is not empty and is not a jgraph partition directory; "
+                                     "refusing to replace it", replaceable=False)
+    if not overwrite:
+        raise OutputExistsError(out, "is not empty (it holds a partition)", replaceable=True)
+
+
+def _holds_partition(path: str) -> bool:
+    """A complete partition directory, or an incomplete one that an older jgraph (which
+    wrote in place) left: only the format's names in it."""
+    names = set(os.listdir(path))
+    return "meta.json" in names or all(
+        name in ("meta.json.tmp", "node_map.npy", "node_map_inv.npy")
+        or (name.startswith("part-") and name[5:].isdigit()) for name in names)
+
+
+def _writer() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _writer_alive(writer: str) -> bool:
+    """Whether the process that named a directory `...-<host>-<pid>` still runs. One on
+    another host counts as gone: concurrent writes to one `out` are not supported."""
+    host, _, pid = writer.rpartition("-")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:         # alive, another user's
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _atomic_dir(out: str, overwrite: bool):
+    """Yields a new, empty sibling of `out` to write into; renames it to `out` if the
+    block completes, else deletes it. First deletes what killed writes to `out` left."""
+    staging = _staging_dir(out)
+    try:
+        yield staging
+        check_out_dir(out, overwrite)      # again: `out` may have changed meanwhile
+        _publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _staging_dir(out: str) -> str:
+    parent, name = os.path.split(out)
+    os.makedirs(parent, exist_ok=True)
+    for entry in os.listdir(parent):
+        for marker in (STAGING, REPLACED):
+            if entry.startswith(name + marker) and not _writer_alive(entry[len(name + marker):]):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+    staging = out + STAGING + _writer()
+    shutil.rmtree(staging, ignore_errors=True)      # this process's own, from an earlier call
+    os.makedirs(staging)
+    return staging
+
+
+def _publish(staging: str, out: str) -> None:
+    """Rename the complete directory `staging` to `out`, replacing an empty directory
+    or (checked by `check_out_dir`) a partition directory there."""
+    if os.path.isdir(out) and not os.listdir(out):
+        os.rmdir(out)
+    if not os.path.exists(out):
+        os.rename(staging, out)
+        return
+    old = out + REPLACED + _writer()
+    os.rename(out, old)
+    os.rename(staging, out)
+    shutil.rmtree(old)

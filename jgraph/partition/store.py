@@ -18,7 +18,14 @@ Layout (format version 1):
 A node's original homogeneous id numbers the original graph's node types one after
 another: type t's local id i is `orig_type_offsets[t] + i`. In-edges of each node are
 sorted by (relation, source), so one relation's neighbours are contiguous.
-Every array opens as a read-only memory map.
+Every array opens as a read-only memory map. Node and edge data hold numbers or
+booleans only (`READABLE_KINDS`).
+
+Opening a directory checks meta.json against itself, and each array's shape and
+dtype; `PartitionedGraph.check_part(k)` checks what a training step relies on in
+partition k (`DistGraph` runs it on its partitions), `PartitionedGraph.check()` checks
+everything (`jgraph info --check`). A directory is written whole or not at all
+(`jgraph.partition.build`).
 """
 from __future__ import annotations
 
@@ -32,6 +39,18 @@ import numpy as np
 from jgraph.partition.book import PartitionBook
 
 FORMAT_VERSION = 1
+
+# numpy dtype kinds that node and edge data may have: bool, signed and unsigned
+# integers, floats. Anything else (strings, objects, ...) cannot be memory-mapped or
+# fed to a model, so it is refused when written and reported when read.
+READABLE_KINDS = "biuf"
+
+# The arrays every part has, by file name (without .npy).
+PART_ARRAYS = ("indptr", "indices", "etype", "edge_ids", "halo")
+
+# Elements a check reads at a time: bounds the memory of its temporaries (a check of
+# an array of 10^9 entries must not allocate 10^9 booleans).
+CHECK_BLOCK = 1 << 20
 
 
 class PartitionFormatError(ValueError):
@@ -49,8 +68,10 @@ class PartitionMeta:
         num_edges_per_relation [R].
       offsets: [P+1]; ntype_offsets: [P][T+1] (see `PartitionBook`);
         orig_type_offsets: [T+1] for original homogeneous ids.
-      node_data: {type: {name: {"dtype": str, "shape": [row shape]}}};
-        edge_data: {name: {"dtype", "shape"}}; splits: {type: [names]}.
+      node_data: {type: {name: {"dtype": str, "shape": [row shape], "min": int,
+        "max": int}}}, "min"/"max" (the value range) only for integer arrays and
+        absent in directories written before they were recorded;
+        edge_data: {name: {"dtype", "shape", "min", "max"}}; splits: {type: [names]}.
       parts: per partition {"num_nodes", "num_nodes_per_type", "num_edges",
         "num_halo", "splits": {type: {name: count}}}.
       edge_cut_fraction: stored edges whose ends are in different partitions / all.
@@ -137,7 +158,10 @@ def part_dir(root: str, k: int) -> str:
 
 def save_array(path: str, array: np.ndarray) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    # Native byte order: meta.json records dtype names, which do not carry it.
+    array = np.asarray(array)
+    np.save(path, np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("=")),
+            allow_pickle=False)
 
 
 def write_meta(root: str, meta: PartitionMeta) -> None:
@@ -152,6 +176,7 @@ def write_meta(root: str, meta: PartitionMeta) -> None:
 
 
 def read_meta(root: str | os.PathLike) -> PartitionMeta:
+    """meta.json of `root`, checked to agree with itself (the arrays are not read)."""
     root = os.fspath(root)
     path = os.path.join(root, "meta.json")
     if not os.path.isdir(root):
@@ -180,10 +205,85 @@ def read_meta(root: str | os.PathLike) -> PartitionMeta:
         meta.book()
     except ValueError as e:
         raise PartitionFormatError(f"{path}: inconsistent offsets ({e})") from e
-    if len(meta.parts) != meta.num_parts:
-        raise PartitionFormatError(f"{path}: 'parts' lists {len(meta.parts)} partitions, "
-                                   f"num_parts is {meta.num_parts}")
+    try:
+        problem = _meta_problem(meta)
+    except (TypeError, KeyError, IndexError, AttributeError, ValueError) as e:
+        problem = f"a field has the wrong form ({type(e).__name__}: {e})"
+    if problem:
+        raise PartitionFormatError(f"{path}: {problem}")
     return meta
+
+
+def _meta_problem(meta: PartitionMeta) -> str | None:
+    """The first way meta.json contradicts itself, or None."""
+    book, types = meta.book(), list(meta.node_types)
+    if len(meta.parts) != meta.num_parts:
+        return f"'parts' lists {len(meta.parts)} partitions, num_parts is {meta.num_parts}"
+    if book.num_nodes != meta.num_nodes:
+        return f"offsets end at {book.num_nodes}, num_nodes is {meta.num_nodes}"
+    per_type = [meta.num_nodes_per_type[t] for t in types]
+    if sum(per_type) != meta.num_nodes:
+        return f"num_nodes_per_type sums to {sum(per_type)}, num_nodes is {meta.num_nodes}"
+    if list(meta.orig_type_offsets) != np.concatenate([[0], np.cumsum(per_type)]).tolist():
+        return (f"orig_type_offsets {meta.orig_type_offsets} do not follow from "
+                f"num_nodes_per_type {per_type}")
+    if len(meta.num_edges_per_relation) != len(meta.relations):
+        return (f"num_edges_per_relation has {len(meta.num_edges_per_relation)} entries for "
+                f"{len(meta.relations)} relations")
+    if sum(meta.num_edges_per_relation) != meta.num_edges:
+        return (f"num_edges_per_relation sums to {sum(meta.num_edges_per_relation)}, "
+                f"num_edges is {meta.num_edges}")
+    part_edges = sum(info["num_edges"] for info in meta.parts)
+    if part_edges != meta.num_edges:
+        return f"the parts' num_edges sum to {part_edges}, num_edges is {meta.num_edges}"
+    counts = book.type_counts()
+    if counts.sum(axis=0).tolist() != per_type:
+        return (f"ntype_offsets hold {counts.sum(axis=0).tolist()} nodes per type, "
+                f"num_nodes_per_type says {per_type}")
+    for t in (*meta.node_data, *meta.splits):
+        if t not in types:
+            return f"node data or splits of node type {t!r}, which is not one of {types}"
+    for k, info in enumerate(meta.parts):
+        if info["num_nodes"] != book.part_sizes()[k]:
+            return (f"part {k} has {info['num_nodes']} nodes, offsets say "
+                    f"{book.part_sizes()[k]}")
+        got = [info["num_nodes_per_type"][t] for t in types]
+        if got != counts[k].tolist():
+            return (f"part {k} has {got} nodes per type, ntype_offsets say "
+                    f"{counts[k].tolist()}")
+        for t, names in meta.splits.items():
+            for name in names:
+                if not isinstance(info["splits"].get(t, {}).get(name), int):
+                    return f"part {k} records no size for split {t}.{name}"
+    specs = [(f"node data {t}.{name}", spec) for t, named in meta.node_data.items()
+             for name, spec in named.items()]
+    specs += [(f"edge data {name}", spec) for name, spec in meta.edge_data.items()]
+    for what, spec in specs:
+        problem = _spec_problem(spec)
+        if problem:
+            return f"{what}: {problem}"
+    return None
+
+
+def _spec_problem(spec) -> str | None:
+    """What is wrong with one node_data or edge_data entry of meta.json, or None."""
+    if not isinstance(spec, dict) or not {"dtype", "shape"} <= set(spec):
+        return f"needs 'dtype' and 'shape', got {spec!r}"
+    try:
+        kind = np.dtype(spec["dtype"]).kind
+    except (TypeError, ValueError):
+        kind = None
+    if kind is None or kind not in READABLE_KINDS:
+        return (f"dtype {spec['dtype']!r} cannot be read: node and edge data hold numbers "
+                f"or booleans")
+    shape = spec["shape"]
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return f"shape {shape!r} is not a list of sizes"
+    if "min" in spec or "max" in spec:
+        lo, hi = spec.get("min"), spec.get("max")
+        if not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi):
+            return f"value range min={lo!r}, max={hi!r} is not a pair of integers min <= max"
+    return None
 
 
 def load_array(path: str, shape: tuple, dtype: str | np.dtype | None = None,
@@ -194,12 +294,31 @@ def load_array(path: str, shape: tuple, dtype: str | np.dtype | None = None,
     try:
         a = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
+        stored = _stored_dtype(path)
+        if stored is not None and stored.kind not in READABLE_KINDS:
+            raise PartitionFormatError(f"{path}: dtype {stored} cannot be read: partition "
+                                       f"arrays hold numbers or booleans") from e
         raise PartitionFormatError(f"{path}: corrupt or truncated ({e})") from e
+    if a.dtype.kind not in READABLE_KINDS:
+        raise PartitionFormatError(f"{path}: dtype {a.dtype} cannot be read: partition "
+                                   f"arrays hold numbers or booleans")
     if tuple(a.shape) != tuple(shape):
         raise PartitionFormatError(f"{path}: shape {list(a.shape)}, expected {list(shape)}")
     if dtype is not None and a.dtype != np.dtype(dtype):
         raise PartitionFormatError(f"{path}: dtype {a.dtype}, expected {np.dtype(dtype)}")
     return a
+
+
+def _stored_dtype(path: str) -> np.dtype | None:
+    """The dtype a .npy file's header names, or None when the header is unreadable."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0)
+            return read(f)[2]
+    except (OSError, ValueError, EOFError):
+        return None
 
 
 class PartitionedGraph:
@@ -213,6 +332,25 @@ class PartitionedGraph:
     @property
     def num_parts(self) -> int:
         return self.meta.num_parts
+
+    def array_path(self, k: int, *names: str) -> str:
+        """DIR/part-k/<names...>.npy, e.g. `array_path(0, "node", "_N", "label")`."""
+        return os.path.join(part_dir(self.root, k), *names[:-1], f"{names[-1]}.npy")
+
+    def files(self, parts=None) -> list[str]:
+        """Every file the format names: meta.json, the node maps and each array of the
+        partitions `parts` (default: all)."""
+        meta = self.meta
+        out = [os.path.join(self.root, name)
+               for name in ("meta.json", "node_map.npy", "node_map_inv.npy")]
+        for k in range(meta.num_parts) if parts is None else parts:
+            out += [self.array_path(k, name) for name in PART_ARRAYS]
+            out += [self.array_path(k, "node", t, name)
+                    for t, named in meta.node_data.items() for name in named]
+            out += [self.array_path(k, "edge", name) for name in meta.edge_data]
+            out += [self.array_path(k, "split", t, name)
+                    for t, names in meta.splits.items() for name in names]
+        return out
 
     def node_map(self) -> np.ndarray:
         """int64[N]: new global id -> original homogeneous id (memory-mapped)."""
@@ -230,42 +368,241 @@ class PartitionedGraph:
         return np.asarray(self.node_map_inv()[self.meta.orig_type_offsets[t] + np.asarray(orig_ids)])
 
     def part(self, k: int) -> Partition:
+        """Partition k, memory-mapped; shapes and dtypes checked against meta.json."""
         meta = self.meta
         if not 0 <= k < meta.num_parts:
             raise PartitionFormatError(f"{self.root}: partition {k} does not exist "
                                        f"(num_parts={meta.num_parts})")
-        d = part_dir(self.root, k)
         info = meta.parts[k]
         n, e = info["num_nodes"], info["num_edges"]
-        if n != self.book.part_sizes()[k]:
-            raise PartitionFormatError(f"{os.path.join(self.root, 'meta.json')}: part {k} has "
-                                       f"{n} nodes, offsets say {self.book.part_sizes()[k]}")
-        indptr = load_array(os.path.join(d, "indptr.npy"), (n + 1,), np.int64)
+        indptr = load_array(self.array_path(k, "indptr"), (n + 1,), np.int64)
         if indptr[0] != 0 or indptr[-1] != e:
-            raise PartitionFormatError(f"{os.path.join(d, 'indptr.npy')}: must run from 0 to "
+            raise PartitionFormatError(f"{self.array_path(k, 'indptr')}: must run from 0 to "
                                        f"{e}, runs from {indptr[0]} to {indptr[-1]}")
         counts = self.book.type_counts()[k]
         node_data = {
-            t: {name: load_array(os.path.join(d, "node", t, f"{name}.npy"),
+            t: {name: load_array(self.array_path(k, "node", t, name),
                                  (int(counts[i]), *spec["shape"]), spec["dtype"])
                 for name, spec in meta.node_data.get(t, {}).items()}
             for i, t in enumerate(meta.node_types)}
-        edge_data = {name: load_array(os.path.join(d, "edge", f"{name}.npy"),
+        edge_data = {name: load_array(self.array_path(k, "edge", name),
                                       (e, *spec["shape"]), spec["dtype"])
                      for name, spec in meta.edge_data.items()}
-        splits = {t: {name: load_array(os.path.join(d, "split", t, f"{name}.npy"),
+        splits = {t: {name: load_array(self.array_path(k, "split", t, name),
                                        (info["splits"][t][name],), np.int64)
                       for name in names}
                   for t, names in meta.splits.items()}
         return Partition(
             part_id=k, book=self.book, indptr=indptr,
-            indices=load_array(os.path.join(d, "indices.npy"), (e,), np.int64),
-            etype=load_array(os.path.join(d, "etype.npy"), (e,), np.int32),
-            edge_ids=load_array(os.path.join(d, "edge_ids.npy"), (e,), np.int64),
-            halo=load_array(os.path.join(d, "halo.npy"), (info["num_halo"],), np.int64),
+            indices=load_array(self.array_path(k, "indices"), (e,), np.int64),
+            etype=load_array(self.array_path(k, "etype"), (e,), np.int32),
+            edge_ids=load_array(self.array_path(k, "edge_ids"), (e,), np.int64),
+            halo=load_array(self.array_path(k, "halo"), (info["num_halo"],), np.int64),
             node_data=node_data, edge_data=edge_data, splits=splits)
+
+    # -- checks: each raises a PartitionFormatError naming the file and the value -------
+
+    def check_files(self, parts=None) -> None:
+        """That every file the format names exists (`files(parts)`); a stat per file."""
+        for path in self.files(parts):
+            if not os.path.isfile(path):
+                raise PartitionFormatError(f"{path}: missing")
+
+    def check_part(self, k: int, deep: bool = False) -> Partition:
+        """Check partition k's contents and return it.
+
+        Always, what a training step relies on (one vectorised pass over each array):
+        CSC offsets that do not decrease, sources that are node ids, relations in
+        range, splits sorted, unique and of the part's nodes of their type, integer
+        node data inside the range meta.json records. deep=True adds the halo, the
+        (relation, source) order of each node's in-edges, edge ids in range, integer
+        edge data in range, and finite float data.
+        """
+        meta, book, part = self.meta, self.book, self.part(k)
+        n, r = meta.num_nodes, len(meta.relations)
+        _check_sorted(self.array_path(k, "indptr"), part.indptr, strict=False,
+                      rule="CSC offsets must not decrease")
+        _check_range(self.array_path(k, "indices"), part.indices, 0, n - 1,
+                     f"source node ids are in [0, {n})")
+        _check_range(self.array_path(k, "etype"), part.etype, 0, r - 1,
+                     f"relations are in [0, {r})")
+        for t, ntype in enumerate(meta.node_types):
+            lo, hi = int(book.ntype_offsets[k, t]), int(book.ntype_offsets[k, t + 1])
+            for name, ids in part.splits.get(ntype, {}).items():
+                path = self.array_path(k, "split", ntype, name)
+                _check_sorted(path, ids, strict=True, rule="split ids must be sorted and unique")
+                _check_range(path, ids, lo, hi - 1,
+                             f"part {k}'s nodes of type {ntype!r} are [{lo}, {hi})")
+            for name, values in part.node_data[ntype].items():
+                _check_values(self.array_path(k, "node", ntype, name), values,
+                              meta.node_data[ntype][name], deep)
+        if deep:
+            _check_range(self.array_path(k, "edge_ids"), part.edge_ids, 0, meta.num_edges - 1,
+                         f"edge ids are in [0, {meta.num_edges})")
+            _check_halo(self.array_path(k, "halo"), part)
+            _check_edge_order(self.array_path(k, "indices"), part)
+            for name, values in part.edge_data.items():
+                _check_values(self.array_path(k, "edge", name), values,
+                              meta.edge_data[name], deep)
+        return part
+
+    def check(self) -> None:
+        """Check the whole directory: every file present; node_map.npy and
+        node_map_inv.npy inverse permutations that keep node types; every part
+        (`check_part(k, deep=True)`); each original edge stored once, and as many
+        edges of each relation as meta.json records."""
+        meta, root = self.meta, self.root
+        self.check_files()
+        self._check_node_maps()
+        per_relation = np.zeros(len(meta.relations), np.int64)
+        # Distinct edge ids in range, as many as meta.json's num_edges (checked on
+        # opening): each original edge stored exactly once.
+        stored = np.zeros(meta.num_edges, bool)
+        for k in range(meta.num_parts):
+            part = self.check_part(k, deep=True)
+            for _, etype in _block_views(part.etype):
+                per_relation += np.bincount(etype, minlength=per_relation.size)
+            for start, ids in _block_views(part.edge_ids):
+                again = stored[ids] | _repeated(ids)
+                if again.any():
+                    i = int(np.argmax(again))
+                    raise PartitionFormatError(
+                        f"{self.array_path(k, 'edge_ids')}: entry {start + i} is {ids[i]}, an "
+                        f"edge stored before; each original edge is stored once")
+                stored[ids] = True
+        recorded = np.asarray(meta.num_edges_per_relation, np.int64)
+        if not np.array_equal(per_relation, recorded):
+            i = int(np.argmax(per_relation != recorded))
+            raise PartitionFormatError(
+                f"{os.path.join(root, 'meta.json')}: num_edges_per_relation[{i}] is "
+                f"{recorded[i]}, the parts' etype.npy hold {per_relation[i]} edges of "
+                f"relation {i}")
+
+    def _check_node_maps(self) -> None:
+        meta, types = self.meta, self.meta.node_types
+        forward, inverse = self.node_map(), self.node_map_inv()
+        f_path, i_path = (os.path.join(self.root, f"{name}.npy")
+                          for name in ("node_map", "node_map_inv"))
+        n = meta.num_nodes
+        _check_range(f_path, forward, 0, n - 1, f"node ids are in [0, {n})")
+        orig_offsets = np.asarray(meta.orig_type_offsets)
+        for start, orig in _block_views(forward):
+            new = np.arange(start, start + orig.size)
+            back = np.asarray(inverse[orig])
+            if not np.array_equal(back, new):
+                i = int(np.argmax(back != new))
+                raise PartitionFormatError(
+                    f"{f_path}: entry {new[i]} is {orig[i]}, but {i_path} maps {orig[i]} to "
+                    f"{back[i]}; the two must be inverse permutations")
+            new_type = self.book.ntype(new)
+            orig_type = np.searchsorted(orig_offsets, orig, side="right") - 1
+            if not np.array_equal(new_type, orig_type):
+                i = int(np.argmax(new_type != orig_type))
+                raise PartitionFormatError(
+                    f"{f_path}: entry {new[i]} is {orig[i]}, a node of type "
+                    f"{types[orig_type[i]]!r}, but new id {new[i]} is of type "
+                    f"{types[new_type[i]]!r}")
 
 
 def open_partitions(root: str | os.PathLike) -> PartitionedGraph:
     """Open a partition directory written by `jgraph partition` (validates meta.json)."""
     return PartitionedGraph(root)
+
+
+# -- checks of one array, a block of rows at a time -------------------------------------
+
+
+def _block_views(a: np.ndarray, overlap: int = 0):
+    """(first row, rows) of `a`, CHECK_BLOCK elements at a time; each block also holds
+    the next block's first `overlap` rows."""
+    rows = max(1, CHECK_BLOCK // max(1, int(np.prod(a.shape[1:]))))
+    for start in range(0, max(len(a) - overlap, 0), rows):
+        yield start, np.asarray(a[start:start + rows + overlap])
+
+
+def _entry(position) -> str:
+    position = [int(i) for i in position]
+    return f"entry {position[0]}" if len(position) == 1 else f"entry {position}"
+
+
+def _check_range(path: str, a: np.ndarray, lo: int, hi: int, allowed: str) -> None:
+    """Every value in [lo, hi]; else names the first one outside and `allowed`."""
+    for start, x in _block_views(a):
+        if x.size and (x.min() < lo or x.max() > hi):
+            position = np.argwhere((x < lo) | (x > hi))[0]
+            raise PartitionFormatError(f"{path}: {_entry([start + position[0], *position[1:]])}"
+                                       f" is {x[tuple(position)]}; {allowed}")
+
+
+def _check_sorted(path: str, a: np.ndarray, strict: bool, rule: str) -> None:
+    for start, x in _block_views(a, overlap=1):
+        step = np.diff(x)
+        bad = step <= 0 if strict else step < 0
+        if bad.any():
+            i = start + int(np.argmax(bad))
+            raise PartitionFormatError(f"{path}: entry {i + 1} is {a[i + 1]} after {a[i]} at "
+                                       f"entry {i}; {rule}")
+
+
+def _check_values(path: str, values: np.ndarray, spec: dict, deep: bool) -> None:
+    """Integers inside the range meta.json records; with deep, floats finite."""
+    if "min" in spec:
+        _check_range(path, values, spec["min"], spec["max"],
+                     f"meta.json records the range [{spec['min']}, {spec['max']}] for it")
+    if deep and values.dtype.kind == "f":
+        for start, x in _block_views(values):
+            bad = ~np.isfinite(x)
+            if bad.any():
+                position = np.argwhere(bad)[0]
+                raise PartitionFormatError(
+                    f"{path}: {_entry([start + position[0], *position[1:]])} is "
+                    f"{x[tuple(position)]}; float data must be finite")
+
+
+def _repeated(values: np.ndarray) -> np.ndarray:
+    """bool[n]: True where the value occurs at an earlier position."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    out = np.empty(values.size, bool)
+    out[order] = np.concatenate([[False], ordered[1:] == ordered[:-1]])
+    return out
+
+
+def _check_halo(path: str, part: Partition) -> None:
+    """halo.npy: exactly the sorted, distinct sources owned by other partitions."""
+    lo, hi = part.node_range
+    remote = [np.unique(x[(x < lo) | (x >= hi)]) for _, x in _block_views(part.indices)]
+    expected = np.unique(np.concatenate(remote)) if remote else np.zeros(0, np.int64)
+    halo = np.asarray(part.halo)
+    if not np.array_equal(halo, expected):
+        both = min(halo.size, expected.size)
+        differ = np.flatnonzero(halo[:both] != expected[:both])
+        i = int(differ[0]) if differ.size else both
+        got = halo[i] if i < halo.size else "absent"
+        want = expected[i] if i < expected.size else "absent"
+        raise PartitionFormatError(f"{path}: entry {i} is {got}, expected {want}; the halo "
+                                   f"is the sorted, distinct sources in indices.npy outside "
+                                   f"the part's nodes [{lo}, {hi})")
+
+
+def _check_edge_order(path: str, part: Partition) -> None:
+    """Each node's in-edges sorted by (relation, source), as the format promises."""
+    indptr = part.indptr
+    for start, etype in _block_views(part.etype, overlap=1):
+        src = np.asarray(part.indices[start:start + etype.size])
+        # Pair j compares edges start+j and start+j+1; skip pairs that cross a node.
+        stop = start + etype.size - 1
+        first = indptr[np.searchsorted(indptr, start, "right"):
+                       np.searchsorted(indptr, stop, "right")]
+        same_node = np.ones(etype.size - 1, bool)
+        same_node[np.asarray(first) - start - 1] = False
+        later = (etype[1:] < etype[:-1]) | ((etype[1:] == etype[:-1]) & (src[1:] < src[:-1]))
+        bad = same_node & later
+        if bad.any():
+            i = start + int(np.argmax(bad))
+            node = part.node_range[0] + int(np.searchsorted(indptr, i, "right")) - 1
+            raise PartitionFormatError(
+                f"{path}: in-edges {i} and {i + 1} of node {node} are out of order: (relation "
+                f"{part.etype[i]}, source {part.indices[i]}) before (relation "
+                f"{part.etype[i + 1]}, source {part.indices[i + 1]}); etype.npy and "
+                f"indices.npy sort each node's in-edges by (relation, source)")

@@ -70,6 +70,7 @@ def assert_partition_holds_graph(graph, pg):
     for ntype, named in graph.splits.items():
         for name, idx in named.items():
             assert sum(p["splits"][ntype][name] for p in meta.parts) == idx.size
+    pg.check()          # the directory's own check (`jgraph info --check`) finds nothing
 
 
 @pytest.mark.parametrize("method", ["metis", "random"])
