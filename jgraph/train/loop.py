@@ -100,7 +100,7 @@ def run_identity(config: Experiment, dg: DistGraph) -> dict:
     the partitioning (a hash of its node map: the same ids on the same devices)."""
     resolved = dataclasses.replace(config, data=dataclasses.replace(
         config.data, num_parts=dg.mesh.size))
-    node_map = np.load(os.path.join(dg.parts.root, "node_map.npy"), mmap_mode="r")
+    node_map = dg.parts.node_map()
     return {"config": to_dict(resolved),
             "partition": {"graph": dg.meta.graph_name, "num_parts": dg.meta.num_parts,
                           "node_map_sha1": hashlib.sha1(np.ascontiguousarray(node_map))
