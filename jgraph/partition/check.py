@@ -88,6 +88,7 @@ def check_directory(pg: PartitionedGraph) -> None:
             f"{recorded[i]}, the parts' etype.npy hold {per_relation[i]} edges of "
             f"relation {i}")
 
+
 def _check_node_maps(pg: PartitionedGraph) -> None:
     meta, types = pg.meta, pg.meta.node_types
     forward, inverse = pg.node_map(), pg.node_map_inv()
