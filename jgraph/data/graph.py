@@ -261,7 +261,8 @@ def _row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,
         if np.issubdtype(value.dtype, np.floating):
             finite = np.isfinite(value)
             if not finite.all():
-                at = np.unravel_index(int(np.argmin(finite)), value.shape)
+                at = tuple(int(i) for i in np.unravel_index(int(np.argmin(finite)),
+                                                            value.shape))
                 raise GraphError(f"{what} holds {value[at]} at {unit} {at[0]}"
                                  f"{' (index ' + str(list(at)) + ')' if value.ndim > 1 else ''}"
                                  f"; NaN and infinity are not valid {unit} values")
