@@ -1,6 +1,7 @@
 """Balance constraints end within tolerance, and METIS cuts far fewer edges than random."""
 import numpy as np
 import pytest
+import scipy.sparse
 
 from jgraph.data import add_reverse_relations, load_dataset, load_npz, symmetrize
 from jgraph.partition import (Backend, assign, available_backends, balance, constraints_for,
@@ -89,3 +90,45 @@ def test_metis_cuts_at_most_a_third_of_random_at_8_parts(shared_data, name, tran
     metis = edge_cut_fraction(graph, assign(graph, 8, "metis"))
     random = edge_cut_fraction(graph, assign(graph, 8, "random"))
     assert metis <= random / 3, (metis, random)
+
+
+def _hub_and_full_parts(n):
+    """4 partitions of n nodes, tolerance 0, that rebalance only by about 0.75 n swaps.
+
+    Partition 0 holds a hub of in-degree n + 1 and n - 1 nodes of in-degree 1 (six of
+    them in the tiny train split, limit 2); the others hold n nodes of in-degree 0 or 2.
+    Every partition is at its node limit, so a degree-1 node can leave partition 0 only
+    in exchange for a degree-0 node, as on kgbench AM after METIS. Swapping one pair
+    per round, rescoring the whole partition each time, took 750 rounds and 40 s at
+    n = 1000 (quadratic); batched swaps take about 10 rounds at any n.
+    """
+    from jgraph.partition.assignment import Constraints
+    rng = np.random.default_rng(0)
+    parts = np.repeat(np.arange(4), n).astype(np.int32)
+    others = np.where(np.arange(n) < n // 2, 0.0, 2.0)
+    in_degree = np.concatenate([np.ones(n), others, others, others])
+    in_degree[0] = n + 1
+    train = np.zeros(4 * n)
+    train[1:7] = 1.0
+    weights = np.stack([np.ones(4 * n), train, in_degree], axis=1)
+    src, dst = rng.integers(4 * n, size=(2, 6 * n))
+    adj = scipy.sparse.coo_matrix((np.ones(src.size), (src, dst)), shape=(4 * n, 4 * n))
+    adj = (adj + adj.T).tocsr()
+    adj.setdiag(0)
+    adj.eliminate_zeros()
+    return adj, parts, Constraints(("nodes", "train", "edges"), weights)
+
+
+@pytest.mark.parametrize("n", [250, 4000])
+def test_refine_swaps_in_batches_so_rounds_stay_few_and_scoring_linear(n):
+    from jgraph.partition.assignment import _loads, refine
+    adj, parts, constraints = _hub_and_full_parts(n)
+    refined, stats = refine(adj, parts, constraints, 4, 0.0)
+    loads = _loads(refined, constraints.weights, 4)
+    assert stats.converged
+    assert (loads <= constraints.limits(4, 0.0) + 1e-9).all(), loads
+    assert stats.swaps >= n // 2            # the work needed ...
+    assert stats.rounds <= 16               # ... in a few rounds, not one per swap
+    assert stats.scored <= 4 * 4 * n        # each candidate scored about once or twice
+    again, _ = refine(adj, parts, constraints, 4, 0.0)
+    np.testing.assert_array_equal(refined, again)
