@@ -23,6 +23,10 @@ class WorkdirError(ValueError):
 
 def prepare(workdir: str) -> str:
     """Create `workdir` if needed and check that it is a writable directory; returns it."""
+    if any(c in workdir for c in "*?["):
+        # Orbax finds checkpoints with glob patterns built from the path.
+        raise WorkdirError(f"workdir {workdir} contains * ? or [, which the checkpoint "
+                           f"writer reads as a pattern; choose a name without them")
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise WorkdirError(f"workdir {workdir} exists and is not a directory")
     try:

@@ -164,6 +164,14 @@ def test_a_workdir_that_is_a_file_is_refused(tmp_path, capsys):
     assert (tmp_path / "run").read_text() == "not a directory"
 
 
+def test_a_workdir_whose_name_is_a_glob_pattern_is_refused(tmp_path, capsys):
+    code, out, err = run(capsys, "train", EXPERIMENT, "--quiet", "--devices", 2,
+                         "--workdir", tmp_path / "runs**")
+    assert code == 2 and out == ""
+    one_clear_line(err, "runs**", "contains * ? or [")
+    assert not (tmp_path / "runs**").exists()
+
+
 def test_a_workdir_that_cannot_be_created_is_refused(tmp_path, capsys):
     code, out, err = run(capsys, "train", EXPERIMENT, "--quiet", "--devices", 2,
                          "--workdir", "/proc/jgraph-cannot-write-here/run")
