@@ -215,12 +215,13 @@ def check_features(config: Experiment, dg: DistGraph) -> None:
         arrays = {t: sorted(specs) for t, specs in dg.meta.node_data.items()}
         raise ConfigError(f"data.feature {name!r} is not a node array of {dg.parts.root}; "
                           f"its node arrays are {arrays}")
+    # Only the shape: opening the partition already refused data that is not numbers.
     for ntype, spec in held.items():
-        if len(spec["shape"]) != 1 or not _numeric(spec["dtype"]):
+        if len(spec["shape"]) != 1:
             raise ConfigError(
                 f"data.feature {name!r} of node type {ntype!r} in {dg.parts.root} is "
-                f"{spec['dtype']}{['N', *spec['shape']]}; features are numbers, one row "
-                f"per node ([N, width])")
+                f"{spec['dtype']}{['N', *spec['shape']]}; features are one row per node "
+                f"([N, width])")
 
 
 def check_labels(config: Experiment, dg: DistGraph, target: str, labels: np.ndarray) -> int:
@@ -248,10 +249,6 @@ def check_labels(config: Experiment, dg: DistGraph, target: str, labels: np.ndar
                               f"{missing} of its {ids.size} nodes without a label (-1 in "
                               f"data.label {name!r})")
     return int(labels.max(initial=0)) + 1
-
-
-def _numeric(dtype: str) -> bool:
-    return np.issubdtype(np.dtype(dtype), np.number) or np.dtype(dtype) == np.bool_
 
 
 def check_stats(stats) -> None:
