@@ -7,22 +7,29 @@ the exchange, forward, backward, update. The step is compiled (timed on its own)
 warm-up epoch runs, then `epochs` measured ones.
 
 Figures: `seeds_per_s` (real training seeds, padding excluded), `step_seconds` (mean
-wall time of a step), `compile_seconds`.
+wall time of a step), `compile_seconds`. With `breakdown` (or `profile`), also
+`phase_seconds`: seconds per step of each phase (see `jgraph.bench.profile`); with
+`profile`, a JAX profiler trace of a few more steps is written there (open it in
+Perfetto or TensorBoard).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import jax
 import jax.numpy as jnp
 
 from jgraph.bench.common import partition_on_mesh
+from jgraph.bench.profile import phase_breakdown
 from jgraph.dist import ExchangeConfig, Strategy
 from jgraph.models import Aggregator
 from jgraph.progress import Progress
 from jgraph.train.experiment import DataConfig, Experiment, ModelConfig, TrainConfig
-from jgraph.train.run import build_run
+from jgraph.train.run import build_run, check_stats
+
+PROFILE_STEPS = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +47,8 @@ class TrainBench:
     growth: float = 2.0
     symmetrize: bool = False
     seed: int = 0
+    profile: str | None = None
+    breakdown: bool = False
 
     def experiment(self, partition_dir: str) -> Experiment:
         return Experiment(
@@ -90,10 +99,26 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
             outs += got
         seconds = time.perf_counter() - start
     outs = jax.device_get(outs)
-    from jgraph.train.run import check_stats
     for m in outs:
         check_stats(m["stats"])
     seeds = sum(int(m["count"]) for m in outs)
+    extra = {}
+    if cfg.profile:
+        with progress.phase(f"tracing {min(steps, PROFILE_STEPS)} steps into {cfg.profile}"):
+            with jax.profiler.trace(cfg.profile):
+                order = loader.epoch_order(cfg.epochs + 1)
+                for i in range(min(steps, PROFILE_STEPS)):
+                    state, m = step(state, data, order, jnp.int32(i), job.stop_votes())
+                jax.block_until_ready((state, m))
+        # The optimised program, so the trace's kernel names can be read as source lines.
+        with open(os.path.join(cfg.profile, "train_step.hlo.txt"), "w") as f:
+            f.write(step.as_text())
+        extra["profile"] = cfg.profile
+    if cfg.breakdown or cfg.profile:
+        with progress.phase("timing each phase of the step"):
+            phases = phase_breakdown(job, data, state, step, loader.epoch_order(0),
+                                     seconds / len(outs))
+        extra["phase_seconds"] = phases
     return {
         "bench": "train", "graph": meta.graph_name, "devices": dg.mesh.size,
         "method": meta.method, "model": "graphsage", "layers": len(cfg.fanouts),
@@ -103,5 +128,5 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         "seconds": seconds, "seeds_per_s": seeds / seconds, "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "final_loss": float(outs[-1]["loss"]),
         "strategy": job.exchange.config.strategy.value,
-        "backend": jax.default_backend(),
+        "backend": jax.default_backend(), **extra,
     }

@@ -40,13 +40,20 @@ def sample_fanouts(text: str) -> tuple[int, ...]:
     return fanouts(text, allow_all=True)
 
 
+def _plain(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_plain(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
 def emitter(as_json: bool):
     def emit(row):
         if as_json:
             print(json.dumps(row), flush=True)
         else:
-            print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                            for k, v in row.items()), flush=True)
+            print(", ".join(f"{k}={_plain(v)}" for k, v in row.items()), flush=True)
     return emit
 
 
@@ -121,6 +128,12 @@ def add_commands(sub) -> None:
                                       "layer per hop")
     tr.add_argument("--hidden", type=int, default=256)
     tr.add_argument("--aggregator", choices=["mean", "gcn", "pool"], default="mean")
+    tr.add_argument("--breakdown", action="store_true",
+                    help="also time each phase of the step (sample, exchange, gather, "
+                         "forward, backward, optimizer, host): phase_seconds")
+    tr.add_argument("--profile", metavar="DIR",
+                    help="write a JAX profiler trace of a few steps to DIR (open it in "
+                         "Perfetto or TensorBoard); implies --breakdown")
     tr.set_defaults(run=run_train)
 
 
@@ -208,6 +221,7 @@ def run_train(args) -> int:
                      fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden,
                      aggregator=Aggregator(args.aggregator), epochs=args.epochs,
                      strategy=Strategy(args.strategy), growth=args.growth,
-                     symmetrize=args.symmetrize, seed=args.seed)
+                     symmetrize=args.symmetrize, seed=args.seed, profile=args.profile,
+                     breakdown=args.breakdown)
     emitter(args.json)(bench_train(cfg, Progress(enabled=True)))
     return 0

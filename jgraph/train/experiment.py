@@ -110,6 +110,8 @@ class TrainConfig:
     embedding_optimizer, embedding_lr: the sparse optimizer of learnable embeddings.
     epochs, batch_size, eval_batch_size, drop_last, seed: as usual; seed fixes the
       model's initialisation, the shuffles, the sampling and dropout.
+    profile: a directory ("" = none; relative: in the workdir) to write a JAX profiler
+      trace of `profile_steps` training steps into, from the run's second step on.
     """
 
     fanouts: tuple[int, ...] = (10, 10)
@@ -125,6 +127,8 @@ class TrainConfig:
     eval_batch_size: int = 1024
     drop_last: bool = False
     seed: int = 0
+    profile: str = ""
+    profile_steps: int = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +184,8 @@ class Experiment:
         for key, value in (("train.epochs", t.epochs), ("train.batch_size", t.batch_size),
                            ("train.eval_batch_size", t.eval_batch_size),
                            ("model.hidden", m.hidden), ("model.num_layers", m.num_layers),
-                           ("model.embedding_dim", m.embedding_dim)):
+                           ("model.embedding_dim", m.embedding_dim),
+                           ("train.profile_steps", t.profile_steps)):
             if value < 1:
                 raise ConfigError(f"{key} must be >= 1, got {value}")
         if m.one_hot_inputs and m.kind is not ModelKind.RGCN:

@@ -12,6 +12,7 @@ metrics as if it had never stopped. SIGINT or SIGTERM makes it save and stop
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -38,10 +39,11 @@ from jgraph.train.experiment import Experiment
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
 from jgraph.train.run import Run, build_run, check_stats, open_graph, run_mesh
 from jgraph.train.step import TrainState
+from jgraph.train.trace import StepTrace
 from jgraph.train.workdir import WorkdirLock, prepare
 
 # Fields a resumed run may change: how long it trains and how it checkpoints.
-RESUMABLE_CHANGES = ("name", "train.epochs", "checkpoint.")
+RESUMABLE_CHANGES = ("name", "train.epochs", "train.profile", "checkpoint.")
 
 
 class Resume(enum.Enum):
@@ -270,7 +272,9 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
         return c.every_steps > 0 and s % c.every_steps == 0
 
     stop, vote = StopRequest(), None
-    with stop:
+    trace = StepTrace(t.profile and os.path.join(workdir, t.profile), t.profile_steps)
+    start_step = step
+    with stop, contextlib.closing(trace):
         epoch, first = position
         while epoch < t.epochs:
             order = job.loader.epoch_order(epoch)
@@ -282,6 +286,7 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
                 state, metrics = train(state, data, order, jnp.int32(index),
                                        job.stop_votes(stop.requested or 0))
                 step += 1
+                trace.after(step - start_step, (state, metrics))
                 pending.append((step, epoch, index, metrics))
                 if on_step is not None:
                     on_step(step)

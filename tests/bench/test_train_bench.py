@@ -85,3 +85,22 @@ def test_bad_bench_train_arguments_exit_2_naming_the_value(capsys, argv, message
         code = exit.code
     _, err = capsys.readouterr()
     assert code == 2 and message in err
+
+
+def test_bench_train_profile_writes_a_trace_and_a_breakdown_that_adds_up_to_the_step(
+        tmp_path, capsys):
+    from jgraph.bench.profile import PHASES
+    trace = tmp_path / "trace"
+    code = main(["bench", "train", "cora", "--epochs", "1", "--profile", str(trace), *SMALL])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    row = json.loads(out.strip().splitlines()[-1])
+    phases = row["phase_seconds"]
+    assert list(phases) == list(PHASES)
+    assert all(np.isfinite(v) for v in phases.values())
+    # The phases are differences of the cumulative programs, ending in the loop's
+    # measured time per step: together they are the step.
+    assert sum(phases.values()) == pytest.approx(row["step_seconds"])
+    assert row["profile"] == str(trace)
+    assert list(trace.glob("plugins/profile/*/*.xplane.pb"))
+    assert "HloModule" in (trace / "train_step.hlo.txt").read_text()

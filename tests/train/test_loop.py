@@ -22,7 +22,8 @@ EPOCHS = 20
 # a larger learning rate, and a one-rung exchange ladder (one compiled branch: the
 # same numbers, half the compile time). Seed 0 reaches test accuracy 0.81 (seed 1: 0.78).
 SMALL = ["data.num_parts=4", f"train.epochs={EPOCHS}", "train.batch_size=64",
-         "train.lr=0.03", "exchange.max_rungs=1"]
+         "train.lr=0.03", "exchange.max_rungs=1", "train.profile=trace",
+         "train.profile_steps=3"]
 ROW_FIELDS = {"epoch", "step", "loss", "train_acc", "val_acc", "epoch_seconds", "seeds_per_s",
               "compile_seconds"}
 RESULT_FIELDS = {"val_acc", "test_acc", "val_macro_f1", "test_macro_f1", "best_epoch",
@@ -98,6 +99,11 @@ def test_result_json_holds_the_result_and_one_train_step_compilation(trained):
 def test_config_yaml_in_the_workdir_loads_back_to_the_run_config(trained):
     config, workdir, _, _ = trained
     assert load(Experiment, str(workdir / "config.yaml")) == config
+
+
+def test_train_profile_writes_a_profiler_trace_in_the_workdir(trained):
+    _, workdir, _, _ = trained
+    assert list((workdir / "trace").glob("plugins/profile/*/*.xplane.pb"))
 
 
 def test_curves_png_is_written(trained):
