@@ -26,8 +26,9 @@ from jgraph.bench.profile import phase_breakdown
 from jgraph.dist import ExchangeConfig, Strategy
 from jgraph.models import Aggregator
 from jgraph.progress import Progress
-from jgraph.train.experiment import DataConfig, Experiment, ModelConfig, TrainConfig
-from jgraph.train.run import build_run, check_stats
+from jgraph.train.experiment import (DataConfig, Experiment, ModelConfig, Precision,
+                                     TrainConfig)
+from jgraph.train.run import build_run, calibrated_job, check_stats
 
 PROFILE_STEPS = 5
 
@@ -49,6 +50,8 @@ class TrainBench:
     seed: int = 0
     profile: str | None = None
     breakdown: bool = False
+    precision: Precision = Precision.F32
+    calibrate: bool = True
 
     def experiment(self, partition_dir: str) -> Experiment:
         return Experiment(
@@ -57,7 +60,9 @@ class TrainBench:
             model=ModelConfig(hidden=self.hidden, num_layers=len(self.fanouts),
                               aggregator=self.aggregator, dropout=0.0),
             train=TrainConfig(fanouts=self.fanouts, eval_fanouts=self.fanouts, lr=self.lr,
-                              batch_size=self.batch_size, seed=self.seed),
+                              batch_size=self.batch_size, seed=self.seed,
+                              precision=self.precision,
+                              calibrate_capacities=self.calibrate),
             exchange=ExchangeConfig(strategy=self.strategy, growth=self.growth, relay=False))
 
 
@@ -67,7 +72,7 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
                            splits=("train",),
                            node_data=("feat", "label")) as (meta, dg):
         run = build_run(cfg.experiment(dg.parts.root), dg)
-    job = run.job
+        job = calibrated_job(run, progress) if cfg.calibrate else run.job
     loader = job.loader
     step = job.compile_train(dg.graph)
     data = job.data(dg.graph)
@@ -99,9 +104,12 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
             outs += got
         seconds = time.perf_counter() - start
     outs = jax.device_get(outs)
-    for m in outs:
+    # A step whose sample outgrew the capacities is refused (and, in `jgraph train`,
+    # run again): count the seeds of the applied steps only.
+    applied = [m for m in outs if bool(m["applied"])]
+    for m in applied:
         check_stats(m["stats"])
-    seeds = sum(int(m["count"]) for m in outs)
+    seeds = sum(int(m["count"]) for m in applied)
     extra = {}
     if cfg.profile:
         with progress.phase(f"tracing {min(steps, PROFILE_STEPS)} steps into {cfg.profile}"):
@@ -127,6 +135,10 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         "steps": len(outs), "seeds_per_epoch": loader.num_seeds,
         "seconds": seconds, "seeds_per_s": seeds / seconds, "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "final_loss": float(outs[-1]["loss"]),
-        "strategy": job.exchange.config.strategy.value,
+        "strategy": job.exchange.config.strategy.value, "precision": cfg.precision.value,
+        "capacities": list(job.sampler.capacities or job.sampler.worst_case(
+            dg.graph, loader.batch_size)),
+        "worst_case_capacities": job.sampler.worst_case(dg.graph, loader.batch_size),
+        "refused_steps": len(outs) - len(applied),
         "backend": jax.default_backend(), **extra,
     }

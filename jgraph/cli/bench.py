@@ -128,6 +128,12 @@ def add_commands(sub) -> None:
                                       "layer per hop")
     tr.add_argument("--hidden", type=int, default=256)
     tr.add_argument("--aggregator", choices=["mean", "gcn", "pool"], default="mean")
+    tr.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                    help="what the layers compute in (bf16: float32 parameters, "
+                         "optimizer and loss)")
+    tr.add_argument("--worst-case-capacities", action="store_true",
+                    help="size the sampled blocks for the worst case instead of "
+                         "frontiers measured on the graph")
     tr.add_argument("--breakdown", action="store_true",
                     help="also time each phase of the step (sample, exchange, gather, "
                          "forward, backward, optimizer, host): phase_seconds")
@@ -214,6 +220,7 @@ def run_train(args) -> int:
         raise UsageError(f"--growth must be > 1, got {args.growth}")
     use_devices(args.devices)
     from jgraph.bench.train import TrainBench, bench_train
+    from jgraph.train.experiment import Precision
     from jgraph.dist.exchange import Strategy
     from jgraph.models import Aggregator
     from jgraph.progress import Progress
@@ -222,6 +229,7 @@ def run_train(args) -> int:
                      aggregator=Aggregator(args.aggregator), epochs=args.epochs,
                      strategy=Strategy(args.strategy), growth=args.growth,
                      symmetrize=args.symmetrize, seed=args.seed, profile=args.profile,
-                     breakdown=args.breakdown)
+                     breakdown=args.breakdown, precision=Precision(args.precision),
+                     calibrate=not args.worst_case_capacities)
     emitter(args.json)(bench_train(cfg, Progress(enabled=True)))
     return 0

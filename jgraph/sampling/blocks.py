@@ -106,6 +106,16 @@ def build_block(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | Non
     sampled neighbour ids, -1 where none; num_src: the static size of `src`, at least
     n_dst and the most distinct ids the hop can produce (`src_capacity`).
     """
+    return build_block_counted(dst, nbr_ids, etype, num_src, num_nodes)[0]
+
+
+def build_block_counted(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | None,
+                        num_src: int, num_nodes: int) -> tuple[Block, jnp.ndarray]:
+    """`build_block`, and the int32 number of src rows the hop needs (real dst and
+    distinct new neighbours). With a `num_src` below `src_capacity`, more than
+    `num_src` is an overflow: the ids past it are left out of `src` and their slots
+    masked, so the block is incomplete and its step must be run again with more room
+    (see `NeighborSampler.capacities`)."""
     n_dst, width = nbr_ids.shape
     real = jnp.sum(dst >= 0, dtype=jnp.int32)          # the new nodes start here
     flat = nbr_ids.reshape(-1)
@@ -120,6 +130,7 @@ def build_block(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | Non
             True, mode="drop")
         new = seen & (where_dst < 0)
         rank = running_count(new) - 1
+        extra = jnp.sum(new, dtype=jnp.int32)
         safe = jnp.maximum(flat, 0)
         index = jnp.where(where_dst[safe] >= 0, where_dst[safe], real + rank[safe])
         src = src.at[jnp.where(new, real + rank, num_src)].set(
@@ -131,13 +142,15 @@ def build_block(dst: jnp.ndarray, nbr_ids: jnp.ndarray, etype: jnp.ndarray | Non
         first = first_occurrence(cand)
         is_new = (cand >= 0) & (first == pos) & (pos >= n_dst)
         rank = running_count(is_new) - 1
+        extra = jnp.sum(is_new, dtype=jnp.int32)
         index = jnp.where(first < n_dst, first, real + rank[first])[n_dst:]
         src = src.at[jnp.where(is_new, real + rank, num_src)].set(cand, mode="drop")
-    nbr = jnp.where(flat >= 0, index, -1).reshape(n_dst, width)
+    fits = (flat >= 0) & (index < num_src)
+    nbr = jnp.where(fits, index, -1).reshape(n_dst, width)
     # Materialise the block here: left to itself XLA:CPU fuses these gathers into every
     # consumer (a reduction over the mask ran 10x slower, measured).
     src, nbr = jax.lax.optimization_barrier((src, nbr))
-    mask = (flat >= 0).reshape(n_dst, width)
+    mask = fits.reshape(n_dst, width)
     if etype is not None:
         etype = jnp.where(mask, etype, -1)
-    return Block(dst=dst, src=src, nbr=nbr, mask=mask, etype=etype)
+    return Block(dst=dst, src=src, nbr=nbr, mask=mask, etype=etype), real + extra

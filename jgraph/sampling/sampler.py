@@ -25,7 +25,7 @@ from jax import lax
 from jgraph.dist.exchange import Exchange
 from jgraph.dist.graph import ShardedGraph
 from jgraph.kernels.sample import Impl, check_impl, draw_positions, fmix32, hash32
-from jgraph.sampling.blocks import build_block, compact_front, src_capacity
+from jgraph.sampling.blocks import build_block_counted, compact_front, src_capacity
 from jgraph.sampling.weighted import bisect, bisect_steps, weighted_edges, weighted_positions
 
 Fanout = Union[int, tuple[int, ...]]
@@ -51,16 +51,36 @@ class SampleStats:
       truncated: int32 — nodes whose degree exceeded a -1 fanout's cap, so they got
         `max_fanout` neighbours instead of all.
       exchange: tuple of per-hop `ExchangeStats`.
+      needed: int32[hops] — per hop (seeds outward), the most src rows any device
+        needed (its real dst and distinct new neighbours): the frontier sizes that
+        capacities are calibrated from.
+      capacity: int32[hops] — the hops' static src capacities.
+      overflow: int32 — src rows that did not fit their capacity, summed over devices
+        and hops: nonzero means the blocks are incomplete (see
+        `NeighborSampler.capacities`).
     """
 
     sampled_edges: jax.Array
     truncated: jax.Array
     exchange: tuple
+    needed: jax.Array
+    capacity: jax.Array
+    overflow: jax.Array
 
     def check(self) -> "SampleStats":
         for hop, stats in enumerate(self.exchange):
             stats.check(f"sampling hop {hop}")
+        if int(self.overflow):
+            raise SampleOverflowError(
+                f"sampling needed {[int(x) for x in self.needed]} src rows per hop, more "
+                f"than the capacities {[int(x) for x in self.capacity]}: "
+                f"{int(self.overflow)} rows did not fit; sample with larger "
+                f"NeighborSampler.capacities (or None, the worst case)")
         return self
+
+
+class SampleOverflowError(RuntimeError):
+    """A batch's frontier needed more rows than a hop's calibrated capacity."""
 
 
 @jax.tree_util.register_dataclass
@@ -96,6 +116,12 @@ class NeighborSampler:
     impl: the draw kernel, "auto" (Pallas in a program lowered for a GPU, XLA
     elsewhere), "xla" or "pallas" (interpreted off GPU);
     weighted draws always run in XLA.
+    capacities: per hop (seeds outward), the static number of src rows the hop's block
+    holds; None (or a value above it) = the worst case, where every sampled slot is a
+    new node (`src_capacity`), which no batch can exceed. Smaller capacities, measured
+    from the graph (`jgraph.sampling.capacity`), make every later hop and layer
+    smaller; a batch that needs more is reported in `SampleStats.overflow`, never
+    silently cut.
     """
 
     fanouts: tuple[Fanout, ...]
@@ -103,6 +129,7 @@ class NeighborSampler:
     weighted: bool = False
     max_fanout: int | None = None
     impl: Impl = "auto"
+    capacities: tuple[int, ...] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "fanouts", tuple(
@@ -118,6 +145,11 @@ class NeighborSampler:
                         f"neighbours (not with replace=True)")
         if self.max_fanout is not None and self.max_fanout < 1:
             raise ValueError(f"max_fanout must be >= 1, got {self.max_fanout}")
+        if self.capacities is not None:
+            object.__setattr__(self, "capacities", tuple(int(c) for c in self.capacities))
+            if len(self.capacities) != len(self.fanouts) or min(self.capacities) < 1:
+                raise ValueError(f"capacities {list(self.capacities)}: give one count "
+                                 f">= 1 per hop ({len(self.fanouts)} hops)")
         check_impl(self.impl)
 
     # -- shapes --------------------------------------------------------------------------
@@ -137,15 +169,22 @@ class NeighborSampler:
         return out
 
     def shapes(self, graph: ShardedGraph, num_seeds: int) -> list[tuple[int, int, int]]:
-        """(n_dst, width, n_src) of each hop, seeds outward: the worst case, so no batch
-        can overflow them (see `src_capacity`)."""
+        """(n_dst, width, n_src) of each hop, seeds outward: the worst case (see
+        `src_capacity`), or `capacities` where they are smaller (never below n_dst)."""
         shapes, n_dst = [], num_seeds
-        for f in self.hop_fanouts(graph):
+        for hop, f in enumerate(self.hop_fanouts(graph)):
             width = sum(f)
             n_src = src_capacity(n_dst, width, graph.num_nodes)
+            if self.capacities is not None:
+                n_src = max(n_dst, min(n_src, self.capacities[hop]))
             shapes.append((n_dst, width, n_src))
             n_dst = n_src
         return shapes
+
+    def worst_case(self, graph: ShardedGraph, num_seeds: int) -> list[int]:
+        """Per hop, the src capacity no batch of `num_seeds` seeds can exceed."""
+        unbounded = dataclasses.replace(self, capacities=None)
+        return [n_src for _, _, n_src in unbounded.shapes(graph, num_seeds)]
 
     # -- the step ------------------------------------------------------------------------
 
@@ -168,6 +207,7 @@ class NeighborSampler:
             raise ValueError("a weighted sampler needs edge_weights (see edge_weight_cumsum)")
         dst = compact_front(jnp.where(seed_mask, seeds.astype(jnp.int32), -1))
         blocks, stats, edges, truncated = [], [], jnp.int32(0), jnp.int32(0)
+        needed, capacity = [], []
         hops = zip(self.hop_fanouts(graph), self._given(graph),
                    self.shapes(graph, dst.shape[0]))
         for hop, (fanout, given, (_, _, n_src)) in enumerate(hops):
@@ -179,18 +219,24 @@ class NeighborSampler:
                 # once: the draw is compiled once, not once per capacity rung.
                 got, hop_stats = exchange.gather(dst, dst >= 0, owner_fn, distinct=True,
                                                  once=True)
-            block = build_block(dst, got["nbr"] - 1,
-                                got["rel"] - 1 if "rel" in got else None,
-                                n_src, graph.num_nodes)
+            block, need = build_block_counted(dst, got["nbr"] - 1,
+                                              got["rel"] - 1 if "rel" in got else None,
+                                              n_src, graph.num_nodes)
             blocks.append(block)
+            needed.append(need)
+            capacity.append(n_src)
             stats.append(hop_stats)
             edges = edges + jnp.sum(block.mask, dtype=jnp.int32)
             if "cut" in got:
                 truncated = truncated + jnp.sum(got["cut"], dtype=jnp.int32)
             dst = lax.optimization_barrier(block.src)
         axis = exchange.axis
+        needed = jnp.stack(needed)
+        overflow = jnp.sum(jnp.maximum(needed - jnp.asarray(capacity, jnp.int32), 0))
         return Sample(tuple(reversed(blocks)), SampleStats(
-            lax.psum(edges, axis), lax.psum(truncated, axis), tuple(stats)))
+            lax.psum(edges, axis), lax.psum(truncated, axis), tuple(stats),
+            lax.pmax(needed, axis), jnp.asarray(capacity, jnp.int32),
+            lax.psum(overflow, axis)))
 
     def _owner_fn(self, graph, fanout, capped, stream, edge_weights, axis):
         """Answers, for owned ids, {"nbr": neighbour id + 1, "rel": relation + 1 (graphs

@@ -127,13 +127,14 @@ def abstract_job(config: Experiment, counts: Counts, mesh, platform: str):
     graphdef, params = nnx.split(model, nnx.Param)
     job = NodeClassification(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
                              loader, Exchange(offsets, config.exchange, platform=platform),
-                             inputs, labels, seed=t.seed)
+                             inputs, labels, seed=t.seed, compute_dtype=t.precision.dtype)
     return job, graph, params
 
 
 def abstract_train_args(job: NodeClassification, graph: ShardedGraph, params, mesh):
     """The training step's arguments as shape structs on `mesh` (no embeddings)."""
     state = jax.eval_shape(lambda p: TrainState(p, job.tx.init(p), {},
+                                                jnp.zeros((), jnp.int32),
                                                 jnp.zeros((), jnp.int32)), params)
     P = mesh.size
     return (abstract_like(state, job.state_specs(), mesh),

@@ -31,6 +31,19 @@ class SparseOptimizerKind(enum.Enum):
     ADAGRAD = "adagrad"
 
 
+class Precision(enum.Enum):
+    """What the layers compute in: `f32`, or `bf16` (bfloat16 layers over float32
+    parameters, optimizer state and loss)."""
+
+    F32 = "f32"
+    BF16 = "bf16"
+
+    @property
+    def dtype(self):
+        import jax.numpy as jnp
+        return jnp.bfloat16 if self is Precision.BF16 else jnp.float32
+
+
 class Inference(enum.Enum):
     """How the final evaluation runs: `sampled` with `eval_fanouts`, or `full`:
     layer-wise inference over every node's whole in-neighbourhood."""
@@ -110,6 +123,11 @@ class TrainConfig:
     embedding_optimizer, embedding_lr: the sparse optimizer of learnable embeddings.
     epochs, batch_size, eval_batch_size, drop_last, seed: as usual; seed fixes the
       model's initialisation, the shuffles, the sampling and dropout.
+    precision: f32, or bf16 (the layers in bfloat16; parameters, optimizer state and
+      loss stay float32).
+    calibrate_capacities: size the sampled blocks from frontiers measured on the graph
+      (plus capacity_headroom, a fraction) instead of the worst case; a batch that
+      needs more is run again with more room, never cut (jgraph.sampling.capacity).
     profile: a directory ("" = none; relative: in the workdir) to write a JAX profiler
       trace of `profile_steps` training steps into, from the run's second step on.
     """
@@ -127,6 +145,9 @@ class TrainConfig:
     eval_batch_size: int = 1024
     drop_last: bool = False
     seed: int = 0
+    precision: Precision = Precision.F32
+    calibrate_capacities: bool = True
+    capacity_headroom: float = 0.1
     profile: str = ""
     profile_steps: int = 5
 
@@ -176,6 +197,9 @@ class Experiment:
         for key, value in (("train.lr", t.lr), ("train.embedding_lr", t.embedding_lr)):
             if value <= 0:
                 raise ConfigError(f"{key} must be > 0, got {value}")
+        if t.capacity_headroom < 0:
+            raise ConfigError(f"train.capacity_headroom must be >= 0, got "
+                              f"{t.capacity_headroom}")
         if t.weight_decay < 0:
             raise ConfigError(f"train.weight_decay must be >= 0, got {t.weight_decay}")
         if m.num_bases < 0:

@@ -30,6 +30,7 @@ import yaml
 from jgraph.config import to_dict
 from jgraph.dist import DistGraph
 from jgraph.progress import Progress
+from jgraph.sampling.capacity import grow
 from jgraph.sampling.loader import LoaderState
 from jgraph.dist.mesh import host_sync
 from jgraph.train.checkpoint import (CheckpointError, Checkpoints, Restored, StopRequest,
@@ -37,12 +38,14 @@ from jgraph.train.checkpoint import (CheckpointError, Checkpoints, Restored, Sto
 from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
 from jgraph.train.experiment import Experiment
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
-from jgraph.train.run import Run, build_run, check_stats, open_graph, run_mesh
+from jgraph.train.run import (Run, build_run, calibrated_job, check_stats, open_graph,
+                              run_mesh)
 from jgraph.train.step import TrainState
 from jgraph.train.trace import StepTrace
 from jgraph.train.workdir import WorkdirLock, prepare
 
 # Fields a resumed run may change: how long it trains and how it checkpoints.
+FLUSH_STEPS = 10
 RESUMABLE_CHANGES = ("name", "train.epochs", "train.profile", "checkpoint.")
 
 
@@ -210,31 +213,58 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     if writer:
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
             yaml.safe_dump(to_dict(config), f, sort_keys=False)
-    # Compiled here, before the first step, so that users see it and epoch 0's seconds
-    # are the steps' own.
-    with progress.phase(f"compiling the training step for {mesh.size} device(s)"):
-        compile_start = time.perf_counter()
-        train = job.compile_train(dg.graph, on_trace=counter("train_step")).lower(
-            state, data, job.loader.epoch_order(position.epoch), jnp.int32(position.step),
-            job.stop_votes()).compile()
-        compile_seconds = time.perf_counter() - compile_start
+    # The sampler's capacities: those the checkpoint's run had grown to (so a resumed
+    # run computes with the same shapes), else measured from the graph.
+    if restored is not None and meta.get("capacities"):
+        job = dataclasses.replace(job, sampler=dataclasses.replace(
+            job.sampler, capacities=tuple(meta["capacities"])))
+    elif t.calibrate_capacities:
+        job = calibrated_job(run, progress)
+
+    def compile_train(job):
+        # Compiled before the first step, so that users see it and epoch 0's seconds
+        # are the steps' own.
+        with progress.phase(f"compiling the training step for {mesh.size} device(s)"):
+            begin = time.perf_counter()
+            train = job.compile_train(dg.graph, on_trace=counter("train_step")).lower(
+                state, data, job.loader.epoch_order(position.epoch), jnp.int32(position.step),
+                job.stop_votes()).compile()
+            return train, time.perf_counter() - begin
+    train, compile_seconds = compile_train(job)
+    regrown = []                  # each capacity growth: step, needed, old, new
     log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, rows)
     step_log = JsonLog(os.path.join(workdir, "steps.jsonl"), writer,
                        [r for r in read_json_lines(os.path.join(workdir, "steps.jsonl"))
                         if r["step"] <= step] if restored is not None else [])
 
     # -- Loop ---------------------------------------------------------------------------
+    # Steps are dispatched without waiting for each other; the host reads their metrics
+    # (and the stop votes) at flush points: every FLUSH_STEPS batches, before a save
+    # and at an epoch's end, all of them determined by the step count, so every process
+    # flushes, and stops, after the same steps.
     steps = job.loader.steps_per_epoch
     pending: list = []            # (step, epoch, batch, metrics) not yet on the host
     tick = time.perf_counter()
 
-    def flush():
+    def flush(keep_last: bool = False):
         """Bring the pending steps' metrics to the host: check, log and sum them (and
-        the seconds since the last flush, which the epoch's steps took)."""
+        the seconds since the last flush, which the epoch's steps took). keep_last:
+        leave the newest step running (the device stays busy while the host reads).
+
+        Returns (refused, vote): the first step the device refused (its sample
+        overflowed the capacities; None if none), with its metrics, and the largest
+        stop vote read."""
         nonlocal tick
-        if not pending:
-            return
-        for s, e, i, m in jax.device_get(pending):
+        if keep_last and len(pending) < 2:
+            return None, 0
+        now_pending = pending[:-1] if keep_last else list(pending)
+        del pending[:len(now_pending)]
+        vote = 0
+        for s, e, i, m in jax.device_get(now_pending):
+            vote = max(vote, int(m["stop"]))
+            if not bool(m["applied"]):
+                pending.clear()         # it and every later step are run again
+                return (s, e, i, m), vote
             check_stats(m["stats"])
             sums.add(m)
             step_log.write({"step": s, "epoch": e, "batch": i, "loss": float(m["loss"]),
@@ -245,16 +275,15 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
                     f"the training loss became {float(m['loss'])} at step {s} (epoch {e}); "
                     f"the run stops, keeping the checkpoints saved before it. Lower "
                     f"train.lr (now {t.lr:g}) or check the inputs")
-        pending.clear()
         now = time.perf_counter()
         sums.seconds += now - tick
         tick = now
+        return None, vote
 
     saved = None if restored is None else restored.step
 
     def save(position: LoaderState, wait: bool = False):
         nonlocal saved
-        flush()
         if step == saved:
             # Stopped after an epoch's last batch and resumed there: the epoch's end
             # runs again, at a step whose checkpoint already exists (and holds it).
@@ -266,47 +295,81 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
                    {"step": step, "position": list(position),
                     "sums": dataclasses.asdict(sums), "rows": log.rows,
                     "best": {"val_acc": best["val_acc"], "epoch": best["epoch"]},
-                    "rng": {"seed": t.seed, "step": step}, **identity}, wait=wait)
+                    "rng": {"seed": t.seed, "step": step},
+                    "capacities": list(job.sampler.capacities or ()), **identity},
+                   wait=wait)
 
     def due(s: int) -> bool:
         return c.every_steps > 0 and s % c.every_steps == 0
 
-    stop, vote = StopRequest(), None
+    def settle(keep_last: bool = False) -> int:
+        """flush(); if the device refused a step, grow the capacities, recompile, and
+        rewind to it (`step`, `index`), with the state it left untouched. Returns the
+        largest stop vote read."""
+        nonlocal job, train, compile_seconds, state, step, index, tick
+        refused, vote = flush(keep_last)
+        if refused is None:
+            return vote
+        s, _, i, m = refused
+        sample = m["stats"][0]
+        needed = [int(x) for x in sample.needed]
+        old = job.sampler.capacities
+        job = dataclasses.replace(job, sampler=grow(
+            job.sampler, dg.graph, job.loader.batch_size, sample.needed, sample.capacity,
+            t.capacity_headroom))
+        progress.note(f"step {s}: its sample needed {needed} rows per hop, more than the "
+                      f"capacities {list(old or ())}; running it again with "
+                      f"{list(job.sampler.capacities)}")
+        regrown.append({"step": s, "needed": needed,
+                        "capacities": list(job.sampler.capacities)})
+        state = dataclasses.replace(state, halted=jax.device_put(
+            jnp.zeros((), jnp.int32), state.halted.sharding))
+        train, seconds = compile_train(job)
+        compile_seconds += seconds
+        tick = time.perf_counter()          # the epoch's seconds are its steps' own
+        step, index = s - 1, i
+        return vote
+
+    stop = StopRequest()
     trace = StepTrace(t.profile and os.path.join(workdir, t.profile), t.profile_steps)
     start_step = step
     with stop, contextlib.closing(trace):
-        epoch, first = position
+        epoch, index = position
         while epoch < t.epochs:
             order = job.loader.epoch_order(epoch)
             tick = time.perf_counter()
-            bar = progress.iterate(range(first, steps), f"epoch {epoch}", total=steps,
-                                   initial=first)
+            bar = progress.iterate(None, f"epoch {epoch}", total=steps, initial=index)
             stopping: signal.Signals | None = None
-            for index in bar:
+            while index < steps:
                 state, metrics = train(state, data, order, jnp.int32(index),
                                        job.stop_votes(stop.requested or 0))
                 step += 1
+                index += 1
                 trace.after(step - start_step, (state, metrics))
-                pending.append((step, epoch, index, metrics))
+                pending.append((step, epoch, index - 1, metrics))
                 if on_step is not None:
                     on_step(step)
-                # The previous step's vote (this one is still running): every process
-                # reads the same value, so all stop after the same step.
-                vote, previous = metrics["stop"], vote
-                if previous is not None and int(previous):
-                    stopping = signal.Signals(int(previous))
-                    break
-                if index % max(steps // 10, 1) == 0:
-                    bar.set_postfix(loss=f"{float(metrics['loss']):.4f}")
-                if due(step) and index + 1 < steps:
-                    save(LoaderState(epoch, index + 1))
+                save_now = due(step) and index < steps
+                if save_now or index == steps or index % FLUSH_STEPS == 0:
+                    vote = settle(keep_last=not (save_now or index == steps))
+                    if vote:
+                        # Every process read the same votes: all stop here.
+                        settle()
+                        stopping = signal.Signals(vote)
+                        break
+                    if save_now and not pending:
+                        save(LoaderState(epoch, index))
+                    if step_log.rows:
+                        bar.set_postfix(loss=f"{step_log.rows[-1]['loss']:.4f}")
+                bar.n = index
+                bar.refresh()
+            bar.close()
             if stopping is not None:
-                save(LoaderState(epoch, index + 1), wait=True)
+                save(LoaderState(epoch, index), wait=True)
                 ckpts.close()
                 host_sync("jgraph stopped")
                 raise RunStopped(stopping, step,
                                  f"{ckpts.directory}/{step}")
-            flush()
             count = max(sums.count, 1)
             row = {"epoch": epoch, "step": step, "loss": sums.loss / count,
                    "train_acc": sums.correct / count, "val_acc": None,
@@ -323,7 +386,7 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
             log.write(row)
             progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                    for k, v in row.items()))
-            epoch, first, sums = epoch + 1, 0, EpochSums()
+            epoch, index, sums = epoch + 1, 0, EpochSums()
             if c.every_steps == 0 or due(step) or epoch == t.epochs:
                 save(LoaderState(epoch, 0))
     ckpts.close()
@@ -346,6 +409,7 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
         "val_macro_f1": pick("val", "macro_f1"), "test_macro_f1": pick("test", "macro_f1"),
         "best_epoch": best["epoch"], "final_loss": rows[-1]["loss"] if rows else None,
         "compiles": traces["train_step"], "compiles_by_step": dict(traces),
+        "capacities": list(job.sampler.capacities or ()), "capacity_growths": regrown,
         "compile_seconds": compile_seconds,
         "eval_compile_seconds": val_eval.compile_seconds if val_eval is not None else None,
         "seconds": time.perf_counter() - start,

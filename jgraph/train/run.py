@@ -23,6 +23,7 @@ from jgraph.partition import partition_graph
 from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sampling.capacity import calibrate
 from jgraph.sampling.sampler import SampleStats
 from jgraph.train.experiment import (DataConfig, Experiment, ModelKind, Optimizer,
                                      SparseOptimizerKind)
@@ -200,8 +201,20 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
         raise ConfigError(f"train.batch_size: {e}") from None
     job = NodeClassification(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
                              loader, dg.exchange(config.exchange, platform), inputs, labels,
-                             seed=t.seed)
+                             seed=t.seed, compute_dtype=t.precision.dtype)
     return Run(config, dg, target, num_classes, job, params)
+
+
+def calibrated_job(run: Run, progress: Progress) -> NodeClassification:
+    """The run's job with sampling capacities measured from its graph (see
+    `jgraph.sampling.capacity`) instead of the worst case."""
+    job, t = run.job, run.config.train
+    worst = job.sampler.worst_case(run.dg.graph, job.loader.batch_size)
+    with progress.phase("measuring the sampled frontiers"):
+        sampler = calibrate(job.sampler, run.dg.graph, job.exchange, job.loader,
+                            seed=t.seed, headroom=t.capacity_headroom)
+    progress.note(f"src rows per hop: {list(sampler.capacities)} (worst case {worst})")
+    return dataclasses.replace(job, sampler=sampler)
 
 
 def check_features(config: Experiment, dg: DistGraph) -> None:

@@ -60,12 +60,17 @@ def masked_cross_entropy(logits, labels, mask):
 class TrainState:
     """params: the model's nnx.Param state (replicated); opt_state: optax state
     (replicated); embeddings: {ntype: EmbeddingState} (row-sharded tables and their
-    sparse optimizer state); step: int32 global step (keys the sampler and dropout)."""
+    sparse optimizer state); step: int32 global step (keys the sampler and dropout),
+    the number of steps applied; halted: int32, 1 from a step whose sample overflowed
+    the sampler's capacities on: that step and every later one leave the state as it
+    was, until the host grows the capacities, clears it and runs them again (see
+    `NodeClassification.train_step`)."""
 
     params: Any
     opt_state: Any
     embeddings: dict
     step: jax.Array
+    halted: jax.Array
 
 
 class StepData(NamedTuple):
@@ -93,7 +98,9 @@ class Batch(NamedTuple):
 class NodeClassification:
     """What the step closes over (static): the model's graph definition, the optimizer,
     the sampler, loader, exchange, the inputs and the label tensor. `seed` keys the
-    sampler, dropout and embedding initialisation."""
+    sampler, dropout and embedding initialisation. `compute_dtype`: what the layers
+    compute in (bfloat16 for mixed precision: parameters, their gradients, the
+    optimizer and the loss stay float32)."""
 
     graphdef: Any
     tx: optax.GradientTransformation
@@ -103,6 +110,7 @@ class NodeClassification:
     inputs: NodeInputs
     labels: DistTensor
     seed: int = 0
+    compute_dtype: Any = jnp.float32
 
     # -- host side ---------------------------------------------------------------------
 
@@ -118,9 +126,10 @@ class NodeClassification:
         # The step donates the state, so it must not share buffers with the caller's
         # params (device_put may reuse a buffer as one of the replicas).
         params = jax.tree.map(jnp.copy, params)
-        dense = jax.device_put((params, self.tx.init(params), jnp.zeros((), jnp.int32)),
-                               replicated(self.mesh))
-        return TrainState(dense[0], dense[1], embeddings, dense[2])
+        # Two zeros, not one twice: the step donates each buffer once.
+        dense = jax.device_put((params, self.tx.init(params), jnp.zeros((), jnp.int32),
+                                jnp.zeros((), jnp.int32)), replicated(self.mesh))
+        return TrainState(dense[0], dense[1], embeddings, dense[2], dense[3])
 
     def data(self, graph: ShardedGraph) -> StepData:
         return StepData(graph, self.inputs.arrays(), self.labels.array)
@@ -129,7 +138,8 @@ class NodeClassification:
         return StepData(graph.specs(), self.inputs.specs(), ROWS)
 
     def state_specs(self) -> TrainState:
-        return TrainState(REPLICATED, REPLICATED, self.inputs.embedding_specs(), REPLICATED)
+        return TrainState(REPLICATED, REPLICATED, self.inputs.embedding_specs(), REPLICATED,
+                          REPLICATED)
 
     def compile_train(self, graph: ShardedGraph, on_trace=None, mesh=None):
         """jit(shard_map(train_step)): (state, data, order, index, stop) -> (state,
@@ -190,11 +200,18 @@ class NodeClassification:
     def batch_loss(self, params, embedding_rows, batch: Batch, key=None):
         """(loss sum, (correct, count)) of one device's batch; `embedding_rows`
         {ntype: rows} replace those types' rows of `batch` (they are differentiated)."""
-        model = nnx.merge(self.graphdef, params)
         rows = {**batch.rows, **embedding_rows}
-        logits = model(rows, batch.valid, batch.blocks, key)
+        if self.compute_dtype != jnp.float32:
+            params, rows = jax.tree.map(self._compute, (params, rows))
+        model = nnx.merge(self.graphdef, params)
+        logits = model(rows, batch.valid, batch.blocks, key).astype(jnp.float32)
         loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
         return loss, (correct, count, logits)
+
+    def _compute(self, x):
+        """x in the compute dtype if it is floating point (the cast's gradient brings
+        float32 gradients back to float32 parameters)."""
+        return x.astype(self.compute_dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
 
     def dropout_key(self, step):
         """Dropout differs per device and per step, from the run's seed."""
@@ -204,7 +221,14 @@ class NodeClassification:
     def train_step(self, state: TrainState, data: StepData, order, index, stop):
         """Per device (under shard_map): one optimizer step on batch `index` of the
         epoch whose shuffled seeds are `order`. Returns (state, metrics); `stop` is this
-        device's block of `stop_votes`."""
+        device's block of `stop_votes`.
+
+        A step is applied only if its sample fit the sampler's capacities and no
+        earlier step halted the state; otherwise the state is returned unchanged
+        but for `halted` = 1, and metrics["applied"] is False. The host, reading the
+        metrics later (no step waits for it), grows the capacities and runs the
+        refused steps again from the first one: the same batches with the same
+        random draws, so no id is ever dropped."""
         axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
         batch = self.fetch(data, state.embeddings, seeds, mask, state.step)
@@ -216,19 +240,26 @@ class NodeClassification:
         # params are replicated (not varying over the axis), so shard_map's autodiff
         # already sums their cotangents over devices: no psum here.
         grads = jax.tree.map(lambda g: g / total, grads)
+        # The sample's overflow is summed over devices: every device agrees.
+        applied = (state.halted == 0) & (batch.stats[0].overflow == 0)
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        keep = lambda new, old: jax.tree.map(   # noqa: E731
+            lambda a, b: jnp.where(applied, a, b), new, old)
+        params = keep(optax.apply_updates(state.params, updates), state.params)
+        opt_state = keep(opt_state, state.opt_state)
         embeddings, emb_stats = dict(state.embeddings), []
         src = batch.blocks[0].src
         for t, table in self.inputs.embeddings.items():
             embeddings[t], st = table.apply_gradients(
-                self.exchange, state.embeddings[t], src, batch.valid[t], emb_grads[t] / total)
+                self.exchange, state.embeddings[t], src, batch.valid[t] & applied,
+                emb_grads[t] / total)
             emb_stats.append(st)
         metrics = {"loss": lax.psum(loss, axis) / total,
                    "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
                    "stats": (*batch.stats, tuple(emb_stats)),
-                   "stop": lax.pmax(stop[0], axis)}
-        return TrainState(params, opt_state, embeddings, state.step + 1), metrics
+                   "stop": lax.pmax(stop[0], axis), "applied": applied}
+        return TrainState(params, opt_state, embeddings, state.step + applied,
+                          (~applied).astype(jnp.int32)), metrics
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
         """Per device: {"loss": sum, "correct", "count", "classes": int32[3, C]} of

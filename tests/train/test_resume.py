@@ -125,10 +125,11 @@ def test_sigterm_saves_stops_and_the_resumed_run_matches(reference, tmp_path, si
         if step == signalled:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    # The signal lands during step s; the vote rides on step s+1, is read after step s+2
-    # is dispatched, and every device stops after step s+2: step 7 is epoch 2's first
-    # batch (mid-epoch), step 9 its last (the epoch's end runs after resuming).
-    stop = signalled + 2
+    # The signal lands during step s; the vote rides on step s+1 and is read at the
+    # first flush point after it (a save every 2 steps, an epoch's end every 3), where
+    # every device stops: step 6 is epoch 1's last batch (the epoch's end runs after
+    # resuming), step 8 is epoch 2's second (mid-epoch).
+    stop = {5: 6, 7: 8}[signalled]
     with pytest.raises(RunStopped, match=f"SIGTERM stopped training after step {stop}") as e:
         train_and_evaluate(config(), str(tmp_path), quiet(), on_step=on_step)
     assert e.value.signum == signal.SIGTERM
