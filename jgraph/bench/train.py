@@ -20,10 +20,12 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jgraph.bench.common import partition_on_mesh
 from jgraph.bench.profile import phase_breakdown
 from jgraph.dist import ExchangeConfig, Strategy
+from jgraph.dist.exchange import ExchangeStats
 from jgraph.models import Aggregator
 from jgraph.progress import Progress
 from jgraph.train.experiment import (DataConfig, Experiment, ModelConfig, Precision,
@@ -31,6 +33,10 @@ from jgraph.train.experiment import (DataConfig, Experiment, ModelConfig, Precis
 from jgraph.train.run import build_run, calibrated_job, check_stats
 
 PROFILE_STEPS = 5
+
+
+def is_exchange_stats(x) -> bool:
+    return isinstance(x, ExchangeStats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +58,8 @@ class TrainBench:
     breakdown: bool = False
     precision: Precision = Precision.F32
     calibrate: bool = True
+    cache: float = 0.0
+    cache_by: str = "degree"
 
     def experiment(self, partition_dir: str) -> Experiment:
         return Experiment(
@@ -63,7 +71,8 @@ class TrainBench:
                               batch_size=self.batch_size, seed=self.seed,
                               precision=self.precision,
                               calibrate_capacities=self.calibrate),
-            exchange=ExchangeConfig(strategy=self.strategy, growth=self.growth, relay=False))
+            exchange=ExchangeConfig(strategy=self.strategy, growth=self.growth, relay=False,
+                                    cache=self.cache, cache_by=self.cache_by))
 
 
 def bench_train(cfg: TrainBench, progress: Progress) -> dict:
@@ -110,6 +119,8 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
     for m in applied:
         check_stats(m["stats"])
     seeds = sum(int(m["count"]) for m in applied)
+    exchanges = [[s for s in jax.tree.leaves(m["stats"], is_leaf=is_exchange_stats)
+                  if is_exchange_stats(s)] for m in applied]
     extra = {}
     if cfg.profile:
         with progress.phase(f"tracing {min(steps, PROFILE_STEPS)} steps into {cfg.profile}"):
@@ -140,5 +151,11 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
             dg.graph, loader.batch_size)),
         "worst_case_capacities": job.sampler.worst_case(dg.graph, loader.batch_size),
         "refused_steps": len(outs) - len(applied),
+        "cache": cfg.cache, "cache_by": cfg.cache_by,
+        "cache_rows": sum(len(c) for c in job.inputs.caches.values()),
+        "wire_bytes_per_step": float(np.mean([sum(float(s.wire_bytes) for s in e)
+                                              for e in exchanges])) if exchanges else 0.0,
+        "cached_per_step": float(np.mean([sum(int(s.cached) for s in e)
+                                          for e in exchanges])) if exchanges else 0.0,
         "backend": jax.default_backend(), **extra,
     }

@@ -134,6 +134,11 @@ def add_commands(sub) -> None:
     tr.add_argument("--worst-case-capacities", action="store_true",
                     help="size the sampled blocks for the worst case instead of "
                          "frontiers measured on the graph")
+    tr.add_argument("--cache", type=float, default=0.0,
+                    help="hot-node feature cache, as a fraction of the nodes (0 = off)")
+    tr.add_argument("--cache-by", choices=["degree", "frequency"], default="degree",
+                    help="rank cached nodes by out-degree or by requests counted on "
+                         "training batches")
     tr.add_argument("--breakdown", action="store_true",
                     help="also time each phase of the step (sample, exchange, gather, "
                          "forward, backward, optimizer, host): phase_seconds")
@@ -218,6 +223,8 @@ def run_train(args) -> int:
         raise UsageError("--devices, --batch-size, --epochs and --hidden must be >= 1")
     if args.growth <= 1:
         raise UsageError(f"--growth must be > 1, got {args.growth}")
+    if not 0.0 <= args.cache <= 1.0:
+        raise UsageError(f"--cache is a fraction of the nodes in [0, 1], got {args.cache}")
     use_devices(args.devices)
     from jgraph.bench.train import TrainBench, bench_train
     from jgraph.train.experiment import Precision
@@ -230,6 +237,7 @@ def run_train(args) -> int:
                      strategy=Strategy(args.strategy), growth=args.growth,
                      symmetrize=args.symmetrize, seed=args.seed, profile=args.profile,
                      breakdown=args.breakdown, precision=Precision(args.precision),
-                     calibrate=not args.worst_case_capacities)
+                     calibrate=not args.worst_case_capacities, cache=args.cache,
+                     cache_by=args.cache_by)
     emitter(args.json)(bench_train(cfg, Progress(enabled=True)))
     return 0

@@ -89,6 +89,12 @@ class ExchangeConfig:
         capacity chosen to minimise traffic are dealt round-robin to intermediate
         devices, which fetch them from the owners and pass the answers back: two more
         all_to_alls, each balanced.
+      cache: the hot-node cache of training and evaluation: the feature rows of this
+        fraction of each node type's nodes (0 = none), replicated on every device and
+        answered without communication (`jgraph.dist.cache`).
+      cache_by: which nodes are hot: "degree" (out-degree: the number of
+        neighbourhoods a node is in) or "frequency" (requests counted on sampled
+        training batches).
     """
 
     strategy: Strategy = Strategy.AUTO
@@ -97,6 +103,8 @@ class ExchangeConfig:
     max_capacity: int | None = None
     max_rungs: int = 4
     relay: bool = False
+    cache: float = 0.0
+    cache_by: str = "degree"
 
     def __post_init__(self):
         object.__setattr__(self, "strategy", Strategy(self.strategy))
@@ -108,6 +116,12 @@ class ExchangeConfig:
             raise ValueError(f"exchange min_capacity must be >= 1, got {self.min_capacity}")
         if self.max_capacity is not None and self.max_capacity < 1:
             raise ValueError(f"exchange max_capacity must be >= 1, got {self.max_capacity}")
+        if not 0.0 <= self.cache <= 1.0:
+            raise ValueError(f"exchange cache is a fraction of the nodes in [0, 1], got "
+                             f"{self.cache}")
+        if self.cache_by not in ("degree", "frequency"):
+            raise ValueError(f"exchange cache_by must be 'degree' or 'frequency', got "
+                             f"{self.cache_by!r}")
 
     def ladder(self, natural_top: int, bounded: bool = True) -> tuple[int, ...]:
         """Capacities for a transfer that can never need more than `natural_top`:

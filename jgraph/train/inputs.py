@@ -16,7 +16,8 @@ import jax
 from jgraph.dist.embedding import DistEmbedding, EmbeddingState
 from jgraph.dist.exchange import Exchange
 from jgraph.dist.graph import DistGraph
-from jgraph.dist.mesh import ROWS
+from jgraph.dist.cache import HotCache
+from jgraph.dist.mesh import REPLICATED, ROWS
 from jgraph.dist.sparse_optim import SparseAdam, SparseOptimizer
 from jgraph.dist.tensor import DistTensor
 
@@ -27,11 +28,13 @@ class NodeInputs:
       features: {ntype: DistTensor [rows of that type, F_t]} for types with features.
       embeddings: {ntype: DistEmbedding} for the others.
       layouts: {ntype: RowLayout} of every type, in the graph's type order.
+      caches: {ntype: HotCache} for feature types whose hot rows every device holds.
     """
 
     features: Mapping[str, DistTensor]
     embeddings: Mapping[str, DistEmbedding]
     layouts: Mapping
+    caches: Mapping[str, HotCache] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, dg: DistGraph, *, feature: str = "feat", embedding_dim: int = 64,
@@ -66,6 +69,13 @@ class NodeInputs:
     def specs(self) -> dict:
         return {t: ROWS for t in self.features}
 
+    def cache_arrays(self) -> dict:
+        """{ntype: (ids, rows)} replicated: the step's cache argument."""
+        return {t: c.device_args(self.features[t]) for t, c in self.caches.items()}
+
+    def cache_specs(self) -> dict:
+        return {t: (REPLICATED, REPLICATED) for t in self.caches}
+
     def init_embeddings(self, mesh, key) -> dict[str, EmbeddingState]:
         return {t: e.init(mesh, jax.random.fold_in(key, i))
                 for i, (t, e) in enumerate(self.embeddings.items())}
@@ -76,8 +86,9 @@ class NodeInputs:
     # -- inside the step (per device, under shard_map) --------------------------------
 
     def fetch(self, exchange: Exchange, features: Mapping, embeddings: Mapping, ids,
-              distinct: bool = True):
-        """Rows of global ids `ids` (int32[n], -1 = padding), per type.
+              distinct: bool = True, caches: Mapping | None = None):
+        """Rows of global ids `ids` (int32[n], -1 = padding), per type; caches: this
+        step's `cache_arrays()`, answered without the exchange.
 
         Returns (rows {ntype: [n, F_t]}, valid {ntype: bool[n]}, stats): a row is real
         where `valid[ntype]` (the id is a node of that type), zero elsewhere.
@@ -87,7 +98,8 @@ class NodeInputs:
             ok = (ids >= 0) & layout.contains(ids)
             if ntype in self.features:
                 got, st = self.features[ntype].lookup(exchange, features[ntype], ids, ok,
-                                                     distinct=distinct)
+                                                     distinct=distinct,
+                                                     cache=(caches or {}).get(ntype))
             else:
                 got, st = self.embeddings[ntype].lookup(exchange, embeddings[ntype], ids, ok,
                                                        distinct=distinct)

@@ -7,6 +7,7 @@ import os
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -16,7 +17,8 @@ from jgraph.data import (add_reverse_relations, load_dataset, normalize_features
                          symmetrize)
 from jgraph.dist import DistGraph, make_mesh
 from jgraph.dist.exchange import ExchangeStats
-from jgraph.dist.mesh import first_devices, host_sync
+from jgraph.dist.cache import HotCache, request_counts
+from jgraph.dist.mesh import REPLICATED, ROWS, first_devices, host_sync
 from jgraph.dist.sparse_optim import SparseAdagrad, SparseAdam
 from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier, one_hot_width
 from jgraph.partition import partition_graph
@@ -202,7 +204,52 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
     job = NodeClassification(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
                              loader, dg.exchange(config.exchange, platform), inputs, labels,
                              seed=t.seed, compute_dtype=t.precision.dtype)
+    if config.exchange.cache > 0 and inputs.features:
+        job = dataclasses.replace(job, inputs=dataclasses.replace(
+            inputs, caches=hot_caches(config, dg, job)))
     return Run(config, dg, target, num_classes, job, params)
+
+
+CACHE_BATCHES = 8       # training batches whose requests rank nodes for cache_by=frequency
+
+
+def hot_caches(config: Experiment, dg: DistGraph, job: NodeClassification) -> dict:
+    """{ntype: HotCache} of each feature type: the exchange.cache fraction of its nodes
+    with the highest out-degree, or the most requests over the first CACHE_BATCHES
+    training batches' input nodes (exchange.cache_by)."""
+    x = config.exchange
+    if x.cache_by == "degree":
+        scores = dg.degrees()[1]
+    else:
+        scores = request_counts(sampled_inputs(job, dg.graph, CACHE_BATCHES),
+                                dg.meta.num_nodes)
+    everyone = jnp.arange(dg.meta.num_nodes, dtype=jnp.int32)
+    caches = {}
+    for ntype in job.inputs.features:
+        mine = np.asarray(job.inputs.layouts[ntype].contains(everyone))
+        caches[ntype] = HotCache.top(np.where(mine, scores, -1),
+                                     int(round(x.cache * int(mine.sum()))))
+    return caches
+
+
+def sampled_inputs(job: NodeClassification, graph, batches: int) -> list[np.ndarray]:
+    """Per device and batch, the input nodes (blocks[0].src) it asked other devices
+    for, over the first `batches` training batches of epoch 0."""
+    def inputs(graph, order, index):
+        seeds, mask = job.loader.batch(order, index)
+        return job.sampler.sample(graph, job.exchange, seeds, mask, seed=job.seed,
+                                  step=index, local_seeds=True).input_nodes
+    program = jax.jit(jax.shard_map(inputs, mesh=job.mesh,
+                                    in_specs=(graph.specs(), ROWS, REPLICATED),
+                                    out_specs=ROWS))
+    order = job.loader.epoch_order(0)
+    offsets = job.exchange.offsets
+    out = []
+    for i in range(min(batches, job.loader.steps_per_epoch)):
+        got = np.asarray(program(graph, order, jnp.int32(i))).reshape(job.mesh.size, -1)
+        out += [ids[(ids >= 0) & ((ids < offsets[k]) | (ids >= offsets[k + 1]))]
+                for k, ids in enumerate(got)]
+    return out
 
 
 def calibrated_job(run: Run, progress: Progress) -> NodeClassification:

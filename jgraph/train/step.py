@@ -75,11 +75,13 @@ class TrainState:
 
 class StepData(NamedTuple):
     """The arrays a step reads and never changes: graph (`ShardedGraph`), features
-    {ntype: row-sharded array}, labels (row-sharded, of the target type)."""
+    {ntype: row-sharded array}, labels (row-sharded, of the target type), caches
+    {ntype: (ids, rows)} (replicated hot-node feature rows)."""
 
     graph: ShardedGraph
     features: dict
     labels: jax.Array
+    caches: dict = {}
 
 
 class Batch(NamedTuple):
@@ -132,10 +134,11 @@ class NodeClassification:
         return TrainState(dense[0], dense[1], embeddings, dense[2], dense[3])
 
     def data(self, graph: ShardedGraph) -> StepData:
-        return StepData(graph, self.inputs.arrays(), self.labels.array)
+        return StepData(graph, self.inputs.arrays(), self.labels.array,
+                        self.inputs.cache_arrays())
 
     def data_specs(self, graph: ShardedGraph) -> StepData:
-        return StepData(graph.specs(), self.inputs.specs(), ROWS)
+        return StepData(graph.specs(), self.inputs.specs(), ROWS, self.inputs.cache_specs())
 
     def state_specs(self) -> TrainState:
         return TrainState(REPLICATED, REPLICATED, self.inputs.embedding_specs(), REPLICATED,
@@ -190,7 +193,7 @@ class NodeClassification:
         sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
                                      step=step, local_seeds=True)
         rows, valid, input_stats = self.inputs.fetch(self.exchange, data.features, embeddings,
-                                                     sample.input_nodes)
+                                                     sample.input_nodes, caches=data.caches)
         dst = sample.seeds
         y, label_stats = self.labels.lookup(self.exchange, data.labels, dst, dst >= 0,
                                             local=True)

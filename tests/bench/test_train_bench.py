@@ -104,3 +104,22 @@ def test_bench_train_profile_writes_a_trace_and_a_breakdown_that_adds_up_to_the_
     assert row["profile"] == str(trace)
     assert list(trace.glob("plugins/profile/*/*.xplane.pb"))
     assert "HloModule" in (trace / "train_step.hlo.txt").read_text()
+
+
+@pytest.mark.parametrize("cache_by", ["degree", "frequency"])
+def test_the_hot_node_cache_in_training_moves_fewer_bytes_and_trains_the_same(
+        capsys, cache_by):
+    rows = {}
+    for cache in ("0", "0.25"):
+        code = main(["bench", "train", "cora", "--epochs", "1", "--cache", cache,
+                     "--cache-by", cache_by, *SMALL])
+        out, _ = capsys.readouterr()
+        assert code == 0
+        rows[cache] = json.loads(out.strip().splitlines()[-1])
+    off, on = rows["0"], rows["0.25"]
+    assert off["cache_rows"] == 0 and off["cached_per_step"] == 0
+    assert on["cache_rows"] == round(0.25 * 2708)
+    assert on["cached_per_step"] > 0
+    assert on["wire_bytes_per_step"] < off["wire_bytes_per_step"]
+    # The cache answers the same rows: the same training, step for step.
+    assert on["final_loss"] == off["final_loss"]

@@ -9,13 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jgraph.dist import REPLICATED, ROWS
+from jgraph.dist import REPLICATED, ROWS, ExchangeConfig
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.capacity import ROUND, calibrate, grow, measure_frontiers, with_headroom
 from jgraph.sampling.sampler import SampleOverflowError
 
-from tests.sampling.conftest import ONE_RUNG
 
+ONE_RUNG = ExchangeConfig(relay=False, max_rungs=1)     # one compiled branch: faster
 FANOUTS = (5, 4)
 BATCH = 16
 
