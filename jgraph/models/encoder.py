@@ -39,14 +39,20 @@ class InputEncoder(nnx.Module):
     def __call__(self, rows: Mapping, valid: Mapping) -> jax.Array:
         if self.identity:
             (t,) = self.types
-            return rows[t].astype(jnp.float32)
+            return _floating(rows[t])
         x = 0.0
         for t in self.types:
-            r = rows[t].astype(jnp.float32)
+            r = _floating(rows[t])
             if t in self.project:
                 r = self.project[t](r)
             x = x + jnp.where(valid[t][:, None], r, 0.0)
         return x
+
+
+def _floating(x: jax.Array) -> jax.Array:
+    """Floating rows as they are (float32, or bfloat16 under mixed precision), others
+    (integer or boolean features) as float32."""
+    return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
 
 
 class NodeClassifier(nnx.Module):

@@ -205,7 +205,8 @@ class NodeClassification:
         {ntype: rows} replace those types' rows of `batch` (they are differentiated)."""
         rows = {**batch.rows, **embedding_rows}
         if self.compute_dtype != jnp.float32:
-            params, rows = jax.tree.map(self._compute, (params, rows))
+            params = jax.tree.map(self._compute, params)
+            rows = {t: r.astype(self.compute_dtype) for t, r in rows.items()}
         model = nnx.merge(self.graphdef, params)
         logits = model(rows, batch.valid, batch.blocks, key).astype(jnp.float32)
         loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
