@@ -3,7 +3,10 @@
 Every device trains on the seeds it owns (as DistDGL's `node_split`). Each epoch a
 device shuffles its seeds, deterministically from (seed, epoch), and deals them in
 batches of `batch_size`; all devices take the same number of steps, and a device that
-runs out pads its batches with masked seeds (id -1, mask False).
+runs out pads its batches with masked seeds (id -1, mask False). A batch's shape is
+static, so a last partial batch would cost a whole batch's work: unless `drop_last`,
+the busiest device's seeds are spread evenly over the steps (1,000 seeds in 5 steps of
+200 for a batch size of 256, rather than 3 of 256 and one of 232 padded).
 
 The loader's position is explicit, `LoaderState(epoch, step)`, so a checkpoint can
 resume mid-epoch: batch `step` of epoch `epoch` is a pure function of the loader and
@@ -39,8 +42,9 @@ class NodeLoader:
       seeds: int32[P * T] row-sharded — device k's own seeds (sorted global ids) in
         block k, -1 after them; T = `per_device`, a multiple of `batch_size`.
       counts: int64[P] — real seeds per device (host).
-      batch_size: seeds per device per step: as given, or the most seeds any device has
-        when that is fewer (one step per epoch).
+      batch_size: seeds per device per step: as given with drop_last; otherwise the
+        busiest device's seeds over the number of steps batches of the given size
+        take (never more than given).
       drop_last, seed: as given; mesh, axis: where `seeds` lives.
     """
 
@@ -93,6 +97,8 @@ class NodeLoader:
         # A batch larger than every device's seeds is the whole split: one step, with
         # buffers the size of the seeds, not of the number asked for.
         batch_size = min(batch_size, max(most, 1))
+        if not drop_last and most:
+            batch_size = -(-most // -(-most // batch_size))     # as many steps, evenly
         per_device = max(-(-most // batch_size), 1) * batch_size
         seeds = shard_rows(mesh, per_device, (), np.int32,
                            lambda k: np.asarray(part_ids(k), np.int32), fill=-1)
