@@ -82,6 +82,10 @@ def test_result_json_holds_the_result_and_one_train_step_compilation(trained):
     assert saved == json.loads(json.dumps(result))          # what was returned, on disk
     assert RESULT_FIELDS <= set(saved), sorted(saved)
     assert saved["compiles"] == 1                            # one program for all epochs
+    # Block sizes measured from cora: the second hop's below the worst case (every
+    # node, 2708), and large enough that no step had to grow them (one compile).
+    assert saved["capacity_growths"] == []
+    assert len(saved["capacities"]) == 2 and saved["capacities"][1] < 2708
     # One evaluation program per split: the per-epoch val evaluator is reused at the end.
     assert saved["compiles_by_step"] == {"train_step": 1, "eval_step": 2}
     rows = metrics(workdir)
