@@ -27,25 +27,32 @@ from jgraph.sampling.sampler import NeighborSampler
 ROUND = 64          # capacities are multiples of this (fewer distinct shapes)
 
 
+def sample_first_batches(sampler: NeighborSampler, graph: ShardedGraph, exchange: Exchange,
+                         loader: NodeLoader, take, out_specs, *, seed: int,
+                         batches: int) -> list:
+    """`take(sample)` (per device, under shard_map; `out_specs` for its result) of each
+    of the first `batches` batches of the loader's epoch 0, on the host."""
+    def one(graph, order, index):
+        seeds, mask = loader.batch(order, index)
+        return take(sampler.sample(graph, exchange, seeds, mask, seed=seed, step=index,
+                                   local_seeds=True))
+
+    program = jax.jit(jax.shard_map(one, mesh=loader.mesh,
+                                    in_specs=(graph.specs(), ROWS, REPLICATED),
+                                    out_specs=out_specs))
+    order = loader.epoch_order(0)
+    return jax.device_get([program(graph, order, jnp.int32(i))
+                           for i in range(min(batches, loader.steps_per_epoch))])
+
+
 def measure_frontiers(sampler: NeighborSampler, graph: ShardedGraph, exchange: Exchange,
                       loader: NodeLoader, *, seed: int, batches: int = 8) -> np.ndarray:
     """int64[hops]: per hop (seeds outward), the most src rows any device needed over
     the first `batches` batches of the loader's epoch 0, sampled at the worst case."""
-    worst = dataclasses.replace(sampler, capacities=None)
-
-    def needed(graph, order, index):
-        seeds, mask = loader.batch(order, index)
-        sample = worst.sample(graph, exchange, seeds, mask, seed=seed, step=index,
-                              local_seeds=True)
-        return sample.stats.needed
-
-    program = jax.jit(jax.shard_map(needed, mesh=loader.mesh,
-                                    in_specs=(graph.specs(), ROWS, REPLICATED),
-                                    out_specs=REPLICATED))
-    order = loader.epoch_order(0)
-    counts = [program(graph, order, jnp.int32(i))
-              for i in range(min(batches, loader.steps_per_epoch))]
-    return np.max(np.stack(jax.device_get(counts)), axis=0).astype(np.int64)
+    counts = sample_first_batches(dataclasses.replace(sampler, capacities=None), graph,
+                                  exchange, loader, lambda s: s.stats.needed, REPLICATED,
+                                  seed=seed, batches=batches)
+    return np.max(np.stack(counts), axis=0).astype(np.int64)
 
 
 def with_headroom(needed, worst, headroom: float) -> tuple[int, ...]:

@@ -18,14 +18,14 @@ from jgraph.data import (add_reverse_relations, load_dataset, normalize_features
 from jgraph.dist import DistGraph, make_mesh
 from jgraph.dist.exchange import ExchangeStats
 from jgraph.dist.cache import HotCache, request_counts
-from jgraph.dist.mesh import REPLICATED, ROWS, first_devices, host_sync
+from jgraph.dist.mesh import ROWS, first_devices, host_sync
 from jgraph.dist.sparse_optim import SparseAdagrad, SparseAdam
 from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier, one_hot_width
 from jgraph.partition import partition_graph
 from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
-from jgraph.sampling.capacity import calibrate
+from jgraph.sampling.capacity import calibrate, sample_first_batches
 from jgraph.sampling.sampler import SampleStats
 from jgraph.train.experiment import (DataConfig, Experiment, ModelKind, Optimizer,
                                      SparseOptimizerKind)
@@ -235,18 +235,12 @@ def hot_caches(config: Experiment, dg: DistGraph, job: NodeClassification) -> di
 def sampled_inputs(job: NodeClassification, graph, batches: int) -> list[np.ndarray]:
     """Per device and batch, the input nodes (blocks[0].src) it asked other devices
     for, over the first `batches` training batches of epoch 0."""
-    def inputs(graph, order, index):
-        seeds, mask = job.loader.batch(order, index)
-        return job.sampler.sample(graph, job.exchange, seeds, mask, seed=job.seed,
-                                  step=index, local_seeds=True).input_nodes
-    program = jax.jit(jax.shard_map(inputs, mesh=job.mesh,
-                                    in_specs=(graph.specs(), ROWS, REPLICATED),
-                                    out_specs=ROWS))
-    order = job.loader.epoch_order(0)
     offsets = job.exchange.offsets
     out = []
-    for i in range(min(batches, job.loader.steps_per_epoch)):
-        got = np.asarray(program(graph, order, jnp.int32(i))).reshape(job.mesh.size, -1)
+    for got in sample_first_batches(job.sampler, graph, job.exchange, job.loader,
+                                    lambda s: s.input_nodes, ROWS, seed=job.seed,
+                                    batches=batches):
+        got = np.asarray(got).reshape(job.mesh.size, -1)
         out += [ids[(ids >= 0) & ((ids < offsets[k]) | (ids >= offsets[k + 1]))]
                 for k, ids in enumerate(got)]
     return out
