@@ -1,5 +1,8 @@
 """Test session setup: 8 simulated CPU devices, configured before JAX initialises."""
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -7,6 +10,14 @@ import pytest
 # Entry-point configuration (never done by the library itself): JAX on the CPU with 8
 # devices, so sharded code runs on a simulated 8-device mesh.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the session and the processes its tests start:
+# the many runs of one config (a reference, then killed, resumed, relaunched runs)
+# compile each program once. Keyed by the program itself, so nothing changes but time.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="jgraph-tests-jax-cache-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 from jgraph.cli.devices import use_devices  # noqa: E402
 
 use_devices(8)      # also sets the XLA:CPU flag the exchange's collectives need

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgraph.bench.common import memory_shortage, partition_on_mesh
+from jgraph.data import SparseRows
 from jgraph.dist import (REPLICATED, ROWS, DistEmbedding, DistGraph, Exchange, ExchangeConfig,
                          HotCache, RowLayout, SparseAdam, Strategy, make_mesh, request_counts)
 from jgraph.dist.mesh import first_devices, rows_sharding
@@ -151,12 +152,18 @@ def time_calls(fn, args_list, check) -> tuple[float, list]:
 
 
 def check_rows(what: str, features: np.ndarray, ids: np.ndarray, rows: jax.Array) -> None:
-    """Compare answers [P * n, ...] with a numpy gather of `ids`, one device's block at a
-    time (host memory: three blocks of n rows)."""
-    for shard in rows.addressable_shards:
-        block = ids[shard.index[0]]
+    """Compare answers [P * n, ...] (or sparse rows) with a numpy gather of `ids`, one
+    device's block at a time (host memory: three blocks of n dense rows)."""
+    if isinstance(rows, SparseRows):
+        shards = [(i.index[0], SparseRows(i.data, v.data, rows.width).toarray())
+                  for i, v in zip(rows.indices.addressable_shards,
+                                  rows.values.addressable_shards)]
+    else:
+        shards = [(shard.index[0], np.asarray(shard.data)) for shard in rows.addressable_shards]
+    for index, got in shards:
+        block = ids[index]
         want = np.where((block >= 0)[:, None], features[np.maximum(block, 0)], 0)
-        if not np.array_equal(np.asarray(shard.data), want):
+        if not np.array_equal(got, want):
             raise AssertionError(f"{what} returned wrong rows")
 
 
@@ -170,7 +177,10 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
         mesh = dg.mesh
         devices = list(mesh.devices.flat)
         feat = dg.ndata("feat")
-        row_bytes = int(np.prod(feat.shape[1:])) * feat.dtype.itemsize
+        # Bytes of one row as stored (for sparse rows, its indices and values).
+        row_bytes = sum(int(np.prod(x.shape[1:])) * x.dtype.itemsize
+                        for x in jax.tree.leaves(feat.array))
+        dense_bytes = int(np.prod(feat.shape[1:])) * feat.dtype.itemsize
         with progress.phase("sampling request batches"):
             batches = request_batches(dg, cfg, rng)
         cache = HotCache.empty()
@@ -206,7 +216,7 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
             # Compiled, nothing allocated yet: does one call fit? Beside the program's own
             # buffers, checking holds three blocks of one device's answers.
             shortage = memory_shortage(fn, devices, arguments_allocated=True,
-                                       host_extra=3 * batches.shape[-1] * row_bytes)
+                                       host_extra=3 * batches.shape[-1] * dense_bytes)
             if shortage:
                 skip = shortage.fields(what, "choose another --strategy, fewer --num-parts "
                                              "or a smaller --batch-size")

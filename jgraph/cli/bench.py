@@ -20,6 +20,8 @@ def counts(text: str) -> tuple[int, ...]:
         if not m:
             raise argparse.ArgumentTypeError(f"{item!r} is not a count like 1M or 500k")
         out.append(int(float(m[1]) * _SUFFIX[m[2].lower()]))
+        if out[-1] < 1:
+            raise argparse.ArgumentTypeError(f"{item!r} is not a count of at least 1")
     return tuple(out)
 
 

@@ -153,6 +153,7 @@ def run_info(args) -> int:
         return 0
     print(summary(meta, os.path.abspath(args.dir)))
     data = ", ".join(f"{t}.{name} {spec['dtype']}{spec['shape']}"
+                     + (f" sparse ({spec['sparse']} per row)" if "sparse" in spec else "")
                      for t, named in meta.node_data.items() for name, spec in named.items())
     if data:
         print(f"node data: {data}")

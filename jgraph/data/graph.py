@@ -12,6 +12,8 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
+from jgraph.data.sparse import SparseRows
+
 DEFAULT_NTYPE = "_N"
 DEFAULT_REL = "_E"
 
@@ -248,8 +250,11 @@ def _row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,
     out = {}
     for key, value in arrays.items():
         _check_name(f"{unit} data", key)
-        value = np.asarray(value)
         what = f"{unit} data {key!r} of {owner}"
+        if isinstance(value, SparseRows):
+            out[key] = _sparse_rows(value, rows, unit, what)
+            continue
+        value = np.asarray(value)
         if value.ndim == 0 or value.shape[0] != rows:
             count = value.shape[0] if value.ndim else "no"
             raise GraphError(f"{what} has {count} rows, expected {rows} (one per {unit})")
@@ -268,6 +273,27 @@ def _row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,
                                  f"; NaN and infinity are not valid {unit} values")
         out[key] = value
     return out
+
+
+def _sparse_rows(value: SparseRows, rows: int, unit: str, what: str) -> SparseRows:
+    """Sparse rows, checked as `_row_arrays` checks dense ones, and their columns."""
+    idx, val = np.asarray(value.indices), np.asarray(value.values)
+    if idx.ndim != 2 or idx.shape != val.shape or idx.shape[0] != rows:
+        raise GraphError(f"{what}: sparse indices {list(idx.shape)} and values "
+                         f"{list(val.shape)} must both be [{rows}, K] (one row per {unit})")
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise GraphError(f"{what}: sparse indices have dtype {idx.dtype}, expected integers")
+    if not (np.issubdtype(val.dtype, np.floating) or np.issubdtype(val.dtype, np.integer)):
+        raise GraphError(f"{what}: sparse values have dtype {val.dtype}; they hold numbers")
+    if idx.size and (idx.min() < 0 or idx.max() >= value.width):
+        at = np.unravel_index(int(np.argmax((idx < 0) | (idx >= value.width))), idx.shape)
+        raise GraphError(f"{what}: column {int(idx[at])} of {unit} {int(at[0])} is out of "
+                         f"range [0, {value.width})")
+    if np.issubdtype(val.dtype, np.floating) and not np.isfinite(val).all():
+        at = np.unravel_index(int(np.argmin(np.isfinite(val))), val.shape)
+        raise GraphError(f"{what} holds {val[at]} at {unit} {int(at[0])}; NaN and infinity "
+                         f"are not valid {unit} values")
+    return SparseRows(idx.astype(np.int32, copy=False), val, value.width)
 
 
 def _check_conventions(arrays: Mapping[str, np.ndarray], owner: str) -> None:
@@ -293,4 +319,6 @@ def _check_conventions(arrays: Mapping[str, np.ndarray], owner: str) -> None:
 
 
 def _describe(a: np.ndarray) -> str:
+    if isinstance(a, SparseRows):
+        return f"{a.dtype}[{a.width}] sparse ({a.nnz_per_row} per row)"
     return f"{a.dtype}{list(a.shape[1:])}" if a.ndim > 1 else str(a.dtype)

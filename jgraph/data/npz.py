@@ -13,7 +13,9 @@ Three layouts, told apart by their keys (see the data README):
   `featcsr__{type}__{indptr,indices,data,shape}`; `label` for `target_type`;
   `<split>_idx` and `<split>_idx__{k}` splits of the target type.
 
-CSR features are made dense (their dtype kept) so that rows can be gathered by id.
+CSR features stay sparse (`SparseRows`, padded index/value rows) unless padding every
+row to the fullest one would take more memory than the dense matrix; then they are
+made dense, their dtype kept.
 `save_npz` writes whichever layout fits the graph, and `load_npz` reads it back.
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ import zipfile
 import numpy as np
 
 from jgraph.data.graph import DEFAULT_NTYPE, DEFAULT_REL, Graph, GraphError, Relation
+from jgraph.data.sparse import SparseRows
 
 _SPLIT_KEY = re.compile(r"^(?P<name>.+)_idx(__(?P<k>\d+))?$")
 
@@ -60,15 +63,30 @@ def load_npz(path: str | os.PathLike, name: str | None = None) -> Graph:
                        f"(heterogeneous); found {sorted(arrays)}")
 
 
-def _dense_features(arrays: dict, prefix: str) -> np.ndarray:
-    """A dense matrix from `{prefix}indptr/indices/data/shape` CSR arrays."""
-    import scipy.sparse
+def _csr_features(arrays: dict, prefix: str) -> SparseRows | np.ndarray:
+    """Sparse rows from `{prefix}indptr/indices/data/shape` CSR arrays, or the dense
+    matrix where padded rows would be larger (see `SparseRows.pays`)."""
+    shape = arrays[prefix + "shape"]
+    if np.shape(shape) != (2,):
+        raise GraphError(f"{prefix}shape must be [rows, columns], got {shape!r}")
+    try:
+        rows = SparseRows.from_csr(arrays[prefix + "indptr"], arrays[prefix + "indices"],
+                                   arrays[prefix + "data"], shape, what=f"{prefix}*")
+    except ValueError as e:
+        raise GraphError(str(e)) from e
+    return rows if rows.pays() else rows.toarray()
 
-    shape = tuple(int(s) for s in arrays[prefix + "shape"])
-    csr = scipy.sparse.csr_matrix(
-        (arrays[prefix + "data"], arrays[prefix + "indices"], arrays[prefix + "indptr"]),
-        shape=shape)
-    return csr.toarray()
+
+def _csr_arrays(prefix: str, rows: SparseRows) -> dict[str, np.ndarray]:
+    indptr, indices, data = rows.to_csr()
+    return {prefix + "indptr": indptr, prefix + "indices": indices, prefix + "data": data,
+            prefix + "shape": np.array(rows.shape, np.int64)}
+
+
+def _dense(values) -> np.ndarray:
+    """Sparse node data other than the features, written dense (the layouts store only
+    features as CSR)."""
+    return values.toarray() if isinstance(values, SparseRows) else values
 
 
 def _splits(arrays: dict) -> dict[str, np.ndarray]:
@@ -90,7 +108,7 @@ def _homogeneous_node_data(arrays: dict) -> dict[str, np.ndarray]:
     if "feat" in arrays:
         data["feat"] = arrays["feat"]
     elif "feat_indptr" in arrays:
-        data["feat"] = _dense_features(arrays, "feat_")
+        data["feat"] = _csr_features(arrays, "feat_")
     if "label" in arrays:
         data["label"] = arrays["label"]
     if "node_is_literal" in arrays:
@@ -150,7 +168,7 @@ def _heterogeneous(arrays: dict, name: str) -> Graph:
         if f"feat__{t}" in arrays:
             node_data[t]["feat"] = arrays[f"feat__{t}"]
         elif f"featcsr__{t}__indptr" in arrays:
-            node_data[t]["feat"] = _dense_features(arrays, f"featcsr__{t}__")
+            node_data[t]["feat"] = _csr_features(arrays, f"featcsr__{t}__")
         node_data[t].update(_extra(arrays, f"ndata__{t}__"))
     target = str(arrays["target_type"]) if "target_type" in arrays else None
     splits = {}
@@ -200,7 +218,10 @@ def _single_type_arrays(graph: Graph) -> dict[str, np.ndarray]:
         for k in names:
             arrays[f"edata__{k}"] = np.concatenate([_edge_array(graph, r, k) for r in rels])
     for k, v in graph.node_data.get(ntype, {}).items():
-        arrays[k if k in ("feat", "label") else f"ndata__{k}"] = v
+        if k == "feat" and isinstance(v, SparseRows):
+            arrays.update(_csr_arrays("feat_", v))
+        else:
+            arrays[k if k in ("feat", "label") else f"ndata__{k}"] = _dense(v)
     for k, v in graph.splits.get(ntype, {}).items():
         arrays[f"{k}_idx"] = v
     return arrays
@@ -232,10 +253,12 @@ def _heterogeneous_arrays(graph: Graph) -> dict[str, np.ndarray]:
         for k, v in graph.node_data.get(t, {}).items():
             if k == "label":
                 arrays["label"] = v
+            elif k == "feat" and isinstance(v, SparseRows):
+                arrays.update(_csr_arrays(f"featcsr__{t}__", v))
             elif k == "feat":
                 arrays[f"feat__{t}"] = v
             else:
-                arrays[f"ndata__{t}__{k}"] = v
+                arrays[f"ndata__{t}__{k}"] = _dense(v)
     keys = []
     for rel, index in graph.edges.items():
         key = "__".join(rel)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from jgraph.data.graph import Graph, GraphError, Relation
+from jgraph.data.sparse import SparseRows
 
 
 def _select(graph: Graph, rel: Relation, keep: np.ndarray):
@@ -119,7 +120,15 @@ def normalize_features(graph: Graph, name: str = "feat") -> Graph:
     node_data = {}
     for ntype, arrays in graph.node_data.items():
         arrays = dict(arrays)
-        if name in arrays:
+        if name in arrays and isinstance(arrays[name], SparseRows):
+            x = arrays[name]
+            values = x.values
+            if not np.issubdtype(values.dtype, np.floating):
+                values = values.astype(np.float32)
+            total = np.abs(values).sum(1, keepdims=True)
+            arrays[name] = x.with_values(
+                (values / np.where(total == 0, 1, total)).astype(values.dtype))
+        elif name in arrays:
             x = np.asarray(arrays[name])
             if not np.issubdtype(x.dtype, np.floating):
                 x = x.astype(np.float32)

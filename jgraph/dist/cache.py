@@ -79,4 +79,6 @@ class HotCache:
 
     def nbytes(self, tensor: DistTensor) -> int:
         """Memory the cached rows of `tensor` take on each device."""
-        return len(self) * int(np.prod(tensor.shape[1:], dtype=np.int64)) * tensor.dtype.itemsize
+        row = sum(int(np.prod(x.shape[1:], dtype=np.int64)) * x.dtype.itemsize
+                  for x in jax.tree.leaves(tensor.array))
+        return len(self) * row

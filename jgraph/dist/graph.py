@@ -150,7 +150,8 @@ class DistGraph:
         return self.node_types[0]
 
     def ndata(self, name: str, ntype: str | None = None):
-        """The node array `name` of `ntype` (the only type, if there is one) as a DistTensor."""
+        """The node array `name` of `ntype` (the only type, if there is one) as a
+        DistTensor (of `SparseRows` where the partition stores sparse rows)."""
         from jgraph.dist.tensor import DistTensor
         ntype = ntype or self._single_type()
         specs = self.meta.node_data.get(ntype, {})
@@ -158,8 +159,15 @@ class DistGraph:
             raise KeyError(f"node data {name!r} of type {ntype!r} is not in {self.parts.root}; "
                            f"it has {sorted(specs)}")
         spec = specs[name]
-        return DistTensor.load(self.mesh, self.layout(ntype), name,
-                               lambda k: self.parts.part(k).node_data[ntype][name],
+
+        def load(k):
+            return self.parts.part(k).node_data[ntype][name]
+
+        if "sparse" in spec:
+            return DistTensor.load_sparse(self.mesh, self.layout(ntype), name, load,
+                                          spec["shape"][0], spec["sparse"],
+                                          np.dtype(spec["dtype"]))
+        return DistTensor.load(self.mesh, self.layout(ntype), name, load,
                                tuple(spec["shape"]), np.dtype(spec["dtype"]))
 
     def split_mask(self, split: str, ntype: str | None = None):

@@ -16,6 +16,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh
 
+from jgraph.data.sparse import SparseRows
 from jgraph.dist.exchange import Exchange, ExchangeStats, OwnerFn
 from jgraph.dist.layout import RowLayout
 from jgraph.dist.mesh import AXIS, replicated, shard_rows
@@ -71,6 +72,25 @@ class DistTensor:
                    layout, name, mesh)
 
     @classmethod
+    def load_sparse(cls, mesh: Mesh, layout: RowLayout, name: str,
+                    load: Callable[[int], SparseRows], width: int, nnz_per_row: int,
+                    dtype) -> "DistTensor":
+        """Sparse rows [width] from per-partition `SparseRows` blocks of `nnz_per_row`
+        entries per row; `array` is then a `SparseRows` of two row-sharded arrays."""
+        def block(k, leaf):
+            rows = load(k)
+            if (not isinstance(rows, SparseRows) or rows.width != width
+                    or rows.indices.shape != (int(layout.counts[k]), nnz_per_row)):
+                raise ValueError(f"{name}: partition {k} has rows {rows!r}, expected "
+                                 f"{int(layout.counts[k])} sparse rows of width {width} "
+                                 f"with {nnz_per_row} entries each")
+            return getattr(rows, leaf)
+        shard = functools.partial(shard_rows, mesh, layout.rows_per_part, (nnz_per_row,))
+        array = SparseRows(shard(np.int32, lambda k: block(k, "indices")),
+                           shard(dtype, lambda k: block(k, "values")), width)
+        return cls(array, layout, name, mesh)
+
+    @classmethod
     def from_numpy(cls, mesh: Mesh, layout: RowLayout, values, name: str = "tensor"
                    ) -> "DistTensor":
         """From an array in row order (`values[r]` is row r)."""
@@ -93,6 +113,7 @@ class DistTensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """(rows, *row shape); for sparse rows, their dense shape."""
         return (self.layout.num_rows, *self.array.shape[1:])
 
     @property
@@ -122,13 +143,21 @@ class DistTensor:
                                f"[{-len(self)}, {len(self)})")
         return np.where(rows < 0, rows + len(self), rows)
 
+    @property
+    def sparse(self) -> bool:
+        """Whether the rows are `SparseRows` (indexing then returns them dense)."""
+        return isinstance(self.array, SparseRows)
+
     def __getitem__(self, key) -> np.ndarray:
         rows = self._rows(key)
         pos = self.layout.padded_of_rows(rows.reshape(-1))
         out = _take_rows(self.array, jnp.asarray(pos, jnp.int32), replicated(self.mesh))
-        return np.asarray(out).reshape(rows.shape + self.array.shape[1:])
+        out = out.toarray() if self.sparse else np.asarray(out)
+        return out.reshape(rows.shape + self.shape[1:])
 
     def __setitem__(self, key, values) -> None:
+        if self.sparse:
+            raise TypeError(f"{self.name}: sparse rows are read-only")
         rows = self._rows(key).reshape(-1)
         values = np.broadcast_to(np.asarray(values, self.dtype),
                                  (rows.size, *self.array.shape[1:]))

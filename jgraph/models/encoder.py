@@ -13,14 +13,16 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jgraph.data.sparse import dense
 from jgraph.models.stack import LayerStack
 
 
 class InputEncoder(nnx.Module):
     """{ntype: rows [n, F_t]} and {ntype: valid bool[n]} -> x float32[n, width].
 
-    One node type: its rows, as they are. Several: each featured type through its own
-    Linear(F_t, width); embedded types must already have `width` columns.
+    One node type: its rows, as they are (sparse rows too: the first layer takes them,
+    or densifies them). Several: each featured type through its own Linear(F_t, width),
+    sparse rows as an embedding bag; embedded types must already have `width` columns.
     """
 
     def __init__(self, widths: Mapping[str, int], featured: tuple[str, ...], width: int,
@@ -44,14 +46,15 @@ class InputEncoder(nnx.Module):
         for t in self.types:
             r = _floating(rows[t])
             if t in self.project:
-                r = self.project[t](r)
-            x = x + jnp.where(valid[t][:, None], r, 0.0)
+                layer = self.project[t]
+                r = r @ layer.kernel[...] + layer.bias[...]
+            x = x + jnp.where(valid[t][:, None], dense(r), 0.0)
         return x
 
 
-def _floating(x: jax.Array) -> jax.Array:
+def _floating(x):
     """Floating rows as they are (float32, or bfloat16 under mixed precision), others
-    (integer or boolean features) as float32."""
+    (integer or boolean features) as float32; sparse rows stay sparse."""
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
 
 

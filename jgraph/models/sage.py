@@ -14,7 +14,9 @@ A node with no neighbour aggregates zeros.
 
 When a mean or gcn layer narrows (in > out), fc_neigh's kernel is applied to each source
 row before the neighbour sum rather than after (DGL's `lin_before_mp`): the same
-function, but the gather moves `out` columns per neighbour slot instead of `in`.
+function, but the gather moves `out` columns per neighbour slot instead of `in`. Such a
+layer takes sparse input rows (`SparseRows`) as they are: its kernels multiply them as
+an embedding bag.
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ class SAGEConv(MessagePassing):
         self.fc_neigh = nnx.Linear(in_features, out_features, use_bias=use_bias, rngs=rngs)
         self.project_first = (self.aggregator is not Aggregator.POOL
                               and in_features > out_features)
+        # Projecting first, the layer only multiplies its input by kernels, which
+        # sparse rows do as an embedding bag.
+        self.accepts_sparse = self.project_first
 
     def message(self, h: jax.Array) -> jax.Array:
         if self.aggregator is Aggregator.POOL:
@@ -87,7 +92,7 @@ class SAGEConv(MessagePassing):
             return self._neigh((partial["sum"] + own) / (count + 1), self.project_first)
         mean = partial["sum"] / jnp.maximum(count, 1)
         if self.project_first:
-            return self.fc_self(h_dst) + self._neigh(mean, projected=True)
+            return h_dst @ self.fc_self.kernel[...] + self._neigh(mean, projected=True)
         return self._self_and_neigh(h_dst, mean)
 
 

@@ -17,12 +17,15 @@ key named "max" merges by maximum, every other key by sum.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax import lax
+
+from jgraph.data.sparse import SparseRows, dense
 
 
 class Neighbourhood(NamedTuple):
@@ -56,7 +59,13 @@ def slot_count(mask: jax.Array, dtype) -> jax.Array:
 
 
 class MessagePassing(nnx.Module):
-    """Base of a layer: subclasses define message, reduce and update."""
+    """Base of a layer: subclasses define message, reduce and update.
+
+    A layer whose `accepts_sparse` is True takes `SparseRows` as h_src (sparse input
+    features) in `message` and `update`; others are given them dense (`layer_input`).
+    """
+
+    accepts_sparse: bool = False
 
     def message(self, h: jax.Array) -> jax.Array:
         return h
@@ -127,18 +136,28 @@ class LayerStack(nnx.Module):
     def layer(self, i: int, h_src: jax.Array, hood, key: jax.Array | None = None) -> jax.Array:
         """Layer i alone on one neighbourhood (anything with nbr, mask, etype).
         key: dropout randomness; None = evaluation (no dropout)."""
-        return self.post(i, self.convs[i](h_src, hood.nbr, hood.mask, hood.etype), key)
+        conv = self.convs[i]
+        return self.post(i, conv(layer_input(conv, h_src), hood.nbr, hood.mask, hood.etype),
+                         key)
 
     def __call__(self, h: jax.Array, neighbourhoods: Sequence, key: jax.Array | None = None
                  ) -> jax.Array:
         if len(neighbourhoods) != len(self.convs):
             raise ValueError(f"{len(neighbourhoods)} blocks for a {len(self.convs)}-layer model")
         if key is not None and self.input_dropout.rate > 0:
-            h = self.input_dropout(h, deterministic=False,
-                                   rngs=jax.random.fold_in(key, len(self.convs)))
+            # Sparse rows drop stored entries: the zeros they leave out stay zero anyway.
+            drop = functools.partial(self.input_dropout, deterministic=False,
+                                     rngs=jax.random.fold_in(key, len(self.convs)))
+            h = h.with_values(drop(h.values)) if isinstance(h, SparseRows) else drop(h)
         for i, hood in enumerate(neighbourhoods):
             h = self.layer(i, h, hood, key)
         return h
+
+
+def layer_input(conv: MessagePassing, h):
+    """The input rows of `conv`: as they are, or dense if they are `SparseRows` the
+    layer does not take."""
+    return h if conv.accepts_sparse else dense(h)
 
 
 def layer_sizes(in_features: int, hidden: int, out_features: int, num_layers: int) -> list[int]:

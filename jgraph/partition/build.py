@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from jgraph.data.graph import Graph
+from jgraph.data.sparse import SparseRows
 from jgraph.partition.assignment import (Method, PartitionError, assign, balance,
                                          check_request, constraints_for, parse_method,
                                          undirected_adjacency)
@@ -134,7 +135,12 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
             # Original type-local ids of this part's nodes of type t, in new-id order.
             rows = node_map[ntype_offsets[k, t]:ntype_offsets[k, t + 1]] - orig_offsets[t]
             for name, values in graph.node_data.get(ntype, {}).items():
-                save_array(os.path.join(d, "node", ntype, f"{name}.npy"), values[rows])
+                path = os.path.join(d, "node", ntype, name)
+                if isinstance(values, SparseRows):
+                    save_array(os.path.join(path, "indices.npy"), values.indices[rows])
+                    save_array(os.path.join(path, "values.npy"), values.values[rows])
+                else:
+                    save_array(path + ".npy", values[rows])
         split_counts = {}
         for ntype, named in graph.splits.items():
             t = graph.node_types.index(ntype)
@@ -187,7 +193,9 @@ def _spec(what: str, values: np.ndarray) -> dict:
         raise PartitionError(f"{what} has dtype {values.dtype}; partitioned node and edge "
                              f"data must be numbers or booleans")
     spec = {"dtype": values.dtype.name, "shape": list(values.shape[1:])}
-    if values.dtype.kind in "iu" and values.size:
+    if isinstance(values, SparseRows):
+        spec["sparse"] = values.nnz_per_row
+    elif values.dtype.kind in "iu" and values.size:
         spec["min"], spec["max"] = int(values.min()), int(values.max())
     return spec
 

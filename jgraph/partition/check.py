@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from jgraph.data.sparse import SparseRows
 from jgraph.partition.store import Partition, PartitionedGraph, PartitionFormatError
 
 # Elements a check reads at a time: bounds the memory of its temporaries (a check of
@@ -24,7 +25,8 @@ def check_part(pg: PartitionedGraph, k: int, deep: bool = False) -> Partition:
     Always, what a training step relies on (one vectorised pass over each array):
     CSC offsets that do not decrease, sources that are node ids, relations in
     range, splits sorted, unique and of the part's nodes of their type, integer
-    node data inside the range meta.json records. deep=True adds the halo, the
+    node data inside the range meta.json records, sparse rows' columns inside their
+    width. deep=True adds the halo, the
     (relation, source) order of each node's in-edges, edge ids in range, integer
     edge data in range, and finite float data.
     """
@@ -44,8 +46,14 @@ def check_part(pg: PartitionedGraph, k: int, deep: bool = False) -> Partition:
             _check_range(path, ids, lo, hi - 1,
                          f"part {k}'s nodes of type {ntype!r} are [{lo}, {hi})")
         for name, values in part.node_data[ntype].items():
-            _check_values(pg.array_path(k, "node", ntype, name), values,
-                          meta.node_data[ntype][name], deep)
+            spec = meta.node_data[ntype][name]
+            paths = pg.node_paths(k, ntype, name, spec)
+            if isinstance(values, SparseRows):
+                _check_range(paths[0], values.indices, 0, values.width - 1,
+                             f"sparse rows of width {values.width} hold columns "
+                             f"[0, {values.width})")
+                values = values.values
+            _check_values(paths[-1], values, spec, deep)
     if deep:
         _check_range(pg.array_path(k, "edge_ids"), part.edge_ids, 0, meta.num_edges - 1,
                      f"edge ids are in [0, {meta.num_edges})")

@@ -36,6 +36,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from jgraph.data.sparse import SparseRows
 from jgraph.partition.book import PartitionBook
 
 FORMAT_VERSION = 1
@@ -64,8 +65,10 @@ class PartitionMeta:
       offsets: [P+1]; ntype_offsets: [P][T+1] (see `PartitionBook`);
         orig_type_offsets: [T+1] for original homogeneous ids.
       node_data: {type: {name: {"dtype": str, "shape": [row shape], "min": int,
-        "max": int}}}, "min"/"max" (the value range) only for integer arrays and
-        absent in directories written before they were recorded;
+        "max": int, "sparse": int}}}, "min"/"max" (the value range) only for integer
+        arrays and absent in directories written before they were recorded; "sparse"
+        (entries per row, K) only for sparse rows [width] (`SparseRows`), stored as
+        node/<type>/<name>/indices.npy int32[n, K] and values.npy [n, K];
         edge_data: {name: {"dtype", "shape", "min", "max"}}; splits: {type: [names]}.
       parts: per partition {"num_nodes", "num_nodes_per_type", "num_edges",
         "num_halo", "splits": {type: {name: count}}}.
@@ -116,7 +119,8 @@ class Partition:
       indices: int64[E] — global id of each in-edge's source.
       etype: int32[E] — relation index; edge_ids: int64[E] — original edge id.
       halo: int64[H] — sorted global ids of in-neighbours owned by other partitions.
-      node_data: {type: {name: array[n_type, ...]}}; edge_data: {name: array[E, ...]}.
+      node_data: {type: {name: array[n_type, ...] or SparseRows}};
+        edge_data: {name: array[E, ...]}.
       splits: {type: {name: int64[k]}} — sorted global ids.
     """
 
@@ -274,6 +278,11 @@ def _spec_problem(spec) -> str | None:
     shape = spec["shape"]
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         return f"shape {shape!r} is not a list of sizes"
+    if "sparse" in spec:
+        k = spec["sparse"]
+        if not (isinstance(k, int) and k >= 1 and len(shape) == 1):
+            return (f"sparse rows need one width in 'shape' and 'sparse' >= 1 entries per "
+                    f"row, got shape {shape!r}, sparse {k!r}")
     if "min" in spec or "max" in spec:
         lo, hi = spec.get("min"), spec.get("max")
         if not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi):
@@ -340,12 +349,29 @@ class PartitionedGraph:
                for name in ("meta.json", "node_map.npy", "node_map_inv.npy")]
         for k in range(meta.num_parts) if parts is None else parts:
             out += [self.array_path(k, name) for name in PART_ARRAYS]
-            out += [self.array_path(k, "node", t, name)
-                    for t, named in meta.node_data.items() for name in named]
+            out += [path for t, named in meta.node_data.items()
+                    for name, spec in named.items()
+                    for path in self.node_paths(k, t, name, spec)]
             out += [self.array_path(k, "edge", name) for name in meta.edge_data]
             out += [self.array_path(k, "split", t, name)
                     for t, names in meta.splits.items() for name in names]
         return out
+
+    def node_paths(self, k: int, ntype: str, name: str, spec: dict) -> list[str]:
+        """The files of one node array of partition k: <name>.npy, or for sparse rows
+        <name>/indices.npy and <name>/values.npy."""
+        if "sparse" in spec:
+            return [self.array_path(k, "node", ntype, name, leaf)
+                    for leaf in ("indices", "values")]
+        return [self.array_path(k, "node", ntype, name)]
+
+    def _node_array(self, k: int, ntype: str, name: str, spec: dict, rows: int):
+        paths = self.node_paths(k, ntype, name, spec)
+        if "sparse" in spec:
+            shape = (rows, spec["sparse"])
+            return SparseRows(load_array(paths[0], shape, np.int32),
+                              load_array(paths[1], shape, spec["dtype"]), spec["shape"][0])
+        return load_array(paths[0], (rows, *spec["shape"]), spec["dtype"])
 
     def node_map(self) -> np.ndarray:
         """int64[N]: new global id -> original homogeneous id (memory-mapped)."""
@@ -376,8 +402,7 @@ class PartitionedGraph:
                                        f"{e}, runs from {indptr[0]} to {indptr[-1]}")
         counts = self.book.type_counts()[k]
         node_data = {
-            t: {name: load_array(self.array_path(k, "node", t, name),
-                                 (int(counts[i]), *spec["shape"]), spec["dtype"])
+            t: {name: self._node_array(k, t, name, spec, int(counts[i]))
                 for name, spec in meta.node_data.get(t, {}).items()}
             for i, t in enumerate(meta.node_types)}
         edge_data = {name: load_array(self.array_path(k, "edge", name),

@@ -21,6 +21,7 @@ from flax import nnx
 from jax import lax
 
 from jgraph.dist.mesh import REPLICATED, ROWS
+from jgraph.models.stack import layer_input
 from jgraph.train.report import scores
 from jgraph.train.step import class_counts, masked_cross_entropy
 
@@ -100,6 +101,7 @@ def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
     gnn = model.gnn
     lost = jnp.int32(0)
     for i, conv in enumerate(gnn.convs):
+        h = layer_input(conv, h)
         width = conv.message(jnp.zeros((1, h.shape[1]), h.dtype)).shape[1]
         window = edge_window(graph.edges_per_part, width, window_floats, smallest_window)
         out, missed = full_layer(conv, h, graph, exchange, window)

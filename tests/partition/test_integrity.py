@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from jgraph.cli.main import main
-from jgraph.data import Graph
+from jgraph.data import Graph, SparseRows
 from jgraph.partition import PartitionError, PartitionFormatError, open_partitions, partition_graph
 from jgraph.partition.build import OutputExistsError
 
 PAPERS, AUTHORS = 120, 80
+WORDS = 30                      # width of the papers' sparse node data
 N = PAPERS + AUTHORS
 
 
@@ -31,7 +32,9 @@ def tiny_graph() -> Graph:
     return Graph(
         name="tiny", num_nodes={"paper": PAPERS, "author": AUTHORS}, edges=edges,
         node_data={"paper": {"feat": rng.standard_normal((PAPERS, 4)).astype(np.float32),
-                             "label": rng.integers(0, 5, PAPERS)},
+                             "label": rng.integers(0, 5, PAPERS),
+                             "words": SparseRows.from_dense(
+                                 (rng.random((PAPERS, WORDS)) < 0.1).astype(np.float32))},
                    "author": {"feat": rng.standard_normal((AUTHORS, 4)).astype(np.float32)}},
         edge_data={rel: {"weight": rng.random(e.shape[1]).astype(np.float32),
                          "kind": rng.integers(0, 3, e.shape[1])} for rel, e in edges.items()},
@@ -136,6 +139,15 @@ def _tamper(parts, case) -> str:
     if case == "nan feature":
         edit(p1 / "node" / "author" / "feat.npy", lambda a: a.__setitem__((2, 1), np.nan))
         return r"part-1/node/author/feat.npy: entry \[2, 1\] is nan; float data must be finite"
+    if case == "sparse column outside the width":
+        edit(p1 / "node" / "paper" / "words" / "indices.npy",
+             lambda a: a.__setitem__((2, 0), WORDS))
+        return (rf"part-1/node/paper/words/indices.npy: entry \[2, 0\] is {WORDS}; sparse "
+                rf"rows of width {WORDS} hold columns \[0, {WORDS}\)")
+    if case == "nan in sparse values":
+        edit(p1 / "node" / "paper" / "words" / "values.npy",
+             lambda a: a.__setitem__((4, 0), np.nan))
+        return r"part-1/node/paper/words/values.npy: entry \[4, 0\] is nan; float data"
     if case == "edge data outside recorded range":
         edit(p1 / "edge" / "kind.npy", lambda a: a.__setitem__(4, 7))
         return r"part-1/edge/kind.npy: entry 4 is 7; meta.json records the range \[0, 2\]"
@@ -149,7 +161,23 @@ def _tamper(parts, case) -> str:
 CASES = ["source id out of range", "indptr decreases", "label outside recorded range",
          "node_map not a permutation", "meta num_edges", "relation out of range", "halo",
          "in-edge order", "edge stored twice", "split id of another type", "nan feature",
-         "edge data outside recorded range", "string labels"]
+         "edge data outside recorded range", "string labels", "sparse column outside the width",
+         "nan in sparse values"]
+
+
+def test_sparse_node_data_is_stored_as_index_and_value_rows_of_each_parts_nodes(written):
+    pg = open_partitions(written)
+    words = tiny_graph().node_data["paper"]["words"]
+    assert pg.meta.node_data["paper"]["words"] == {"dtype": "float32", "shape": [WORDS],
+                                                  "sparse": words.nnz_per_row}
+    orig = pg.node_map()
+    for k in range(pg.num_parts):
+        part = pg.part(k)
+        got = part.node_data["paper"]["words"]
+        assert isinstance(got, SparseRows) and got.width == WORDS
+        lo, hi = (int(x) for x in pg.book.ntype_offsets[k, :2])
+        assert not os.path.exists(pg.array_path(k, "node", "paper", "words"))
+        np.testing.assert_array_equal(got.toarray(), words.toarray()[orig[lo:hi]])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -160,7 +188,8 @@ def test_info_check_names_the_damaged_file_and_value(parts, capsys, case):
 
 # What a training step relies on fails when the partition is opened, not only in --check.
 OPEN_CASES = ["source id out of range", "indptr decreases", "label outside recorded range",
-              "relation out of range", "split id of another type"]
+              "relation out of range", "split id of another type",
+              "sparse column outside the width"]
 
 
 @pytest.mark.parametrize("case", OPEN_CASES)
@@ -179,7 +208,8 @@ def test_dist_graph_refuses_a_corrupt_local_part(parts):
 
 
 @pytest.mark.parametrize("missing", ["node_map.npy", "part-2/split/paper/val.npy",
-                                     "part-0/edge/weight.npy"])
+                                     "part-0/edge/weight.npy",
+                                     "part-1/node/paper/words/values.npy"])
 def test_plain_info_names_a_missing_file(parts, capsys, missing):
     os.remove(parts / missing)
     assert_one_line_error(*info(capsys, parts)[::2], rf"{missing}: missing")
