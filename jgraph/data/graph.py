@@ -67,7 +67,8 @@ class Graph:
       edges: {Relation: int64[2, E_r]} — row 0 source, row 1 destination, as indices
         local to the relation's source and destination node types.
       node_data: {node_type: {name: array[num_nodes[type], ...]}} — features
-        (`feat`), labels (`label`, -1 where unlabelled) and any other per-node arrays.
+        (`feat`), labels (`label`, -1 where unlabelled) and any other per-node arrays;
+        a `SparseRows` in place of a matrix holds sparse rows (bag-of-words features).
       edge_data: {Relation: {name: array[E_r, ...]}} — per-edge arrays (e.g. `weight`).
       splits: {node_type: {name: int64[k]}} — sorted, unique node indices of each split
         (`train`, `val`, `test`, and any other named node set).

@@ -9,16 +9,19 @@ numpy arrays on the host (a `Graph`'s node data, a partition's memory-mapped fil
 and jax arrays inside the step, where the exchange moves its two leaves row by row and
 the first layer multiplies it by a kernel without densifying (`rows @ kernel`, an
 embedding bag: each row's sum of `value * kernel[index]`).
+
+Importing this module does not import JAX (the command line starts without it): the
+pytree registration happens on import if JAX is loaded already, else when jgraph's
+JAX-side packages (`jgraph.dist`, `jgraph.models`) are imported, or by
+`register_pytree()`.
 """
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,8 +148,10 @@ class SparseRows:
         indptr = np.concatenate([[0], np.cumsum(keep.sum(1))]).astype(np.int64)
         return indptr, idx[keep].astype(np.int64), val[keep]
 
-    def todense(self) -> jax.Array:
+    def todense(self):
         """The dense jax matrix [n, width] (inside a jitted function)."""
+        import jax.numpy as jnp
+
         n = self.indices.shape[0]
         rows = jnp.broadcast_to(jnp.arange(n)[:, None], self.indices.shape)
         out = jnp.zeros((n, self.width), self.values.dtype)
@@ -154,15 +159,19 @@ class SparseRows:
 
     # -- the embedding bag -------------------------------------------------------------
 
-    def __matmul__(self, kernel) -> jax.Array:
+    def __matmul__(self, kernel):
         """rows @ kernel [width, out] -> [n, out], as the dense product: each row's sum
         of value * kernel[index], one slot column at a time (a [n, out] gather per
         column, never the [n, K, out] one)."""
         if kernel.shape[0] != self.width:
             raise ValueError(f"sparse rows of width {self.width} @ kernel of shape "
                              f"{list(kernel.shape)}")
+        import jax.numpy as jnp
+        from jax import lax
+
         dtype = jnp.result_type(self.values.dtype, kernel.dtype)
         values = self.values.astype(dtype)
+        kernel = _vary_like(kernel, values)
 
         def column(k):
             idx = lax.dynamic_index_in_dim(self.indices, k, axis=1, keepdims=False)
@@ -174,8 +183,45 @@ class SparseRows:
         return lax.fori_loop(1, self.nnz_per_row, lambda k, acc: acc + column(k), column(0))
 
 
-jax.tree_util.register_dataclass(SparseRows, data_fields=["indices", "values"],
-                                 meta_fields=["width"])
+def _vary_like(x, like):
+    """x, marked as varying over the manual mesh axes `like` varies over (under
+    shard_map). A replicated kernel gathered by per-device indices is made varying
+    once, before the loop over slot columns: its gradient is then summed over
+    devices once, after the loop, instead of by one all-reduce per column inside it
+    (which also trips XLA:CPU's collectives when devices run loop iterations apart)."""
+    from jax import lax
+
+    missing = tuple(sorted(_varying(like) - _varying(x)))
+    return lax.pcast(x, missing, to="varying") if missing else x
+
+
+def _varying(x) -> frozenset:
+    """The manual mesh axes x varies over (`vma`; JAX 0.10 keeps it in `mat.varying`)."""
+    import jax
+
+    aval = jax.typeof(x)
+    vma = getattr(aval, "vma", None)
+    if vma is None:
+        vma = getattr(getattr(aval, "mat", None), "varying", None)
+    return frozenset(vma or ())
+
+
+_registered = False
+
+
+def register_pytree() -> None:
+    """Make `SparseRows` a JAX pytree (its arrays the leaves, `width` static); once."""
+    global _registered
+    if not _registered:
+        import jax
+
+        jax.tree_util.register_dataclass(SparseRows, data_fields=["indices", "values"],
+                                         meta_fields=["width"])
+        _registered = True
+
+
+if "jax" in sys.modules:
+    register_pytree()
 
 
 def dense(x):

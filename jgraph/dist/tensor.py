@@ -16,11 +16,13 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh
 
-from jgraph.data.sparse import SparseRows
+from jgraph.data.sparse import SparseRows, register_pytree
 from jgraph.dist.exchange import Exchange, ExchangeStats, OwnerFn
 from jgraph.dist.layout import RowLayout
 from jgraph.dist.mesh import AXIS, replicated, shard_rows
 from jgraph.partition.book import IdRangeError
+
+register_pytree()      # sparse rows cross jit and shard_map here
 
 
 def owner_gather(layout: RowLayout, shard: jnp.ndarray, axis: str = AXIS) -> OwnerFn:

@@ -25,7 +25,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-from jgraph.data.sparse import SparseRows, dense
+from jgraph.data.sparse import SparseRows, dense, register_pytree
+
+register_pytree()      # sparse rows cross jit and shard_map here
 
 
 class Neighbourhood(NamedTuple):

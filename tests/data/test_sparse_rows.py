@@ -1,13 +1,23 @@
 """Sparse feature rows (`SparseRows`): built from CSR like scipy's matrix, multiplied by
 a kernel as the dense product (values and gradients), kept sparse by the npz layouts,
-normalised like dense rows, and refused with the field named when inconsistent."""
+normalised like dense rows, and refused with the field named when inconsistent; under
+shard_map a replicated kernel's gradient is summed once."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from jgraph.data import Graph, GraphError, SparseRows, load_npz, normalize_features, save_npz
+
+
+@pytest.fixture(scope="module")
+def mesh8():
+    return Mesh(np.array(jax.devices()[:8]), ("parts",))
 
 
 def random_csr(n=40, width=30, density=0.1, seed=0):
@@ -115,3 +125,33 @@ def test_normalize_features_scales_sparse_rows_like_dense_ones():
     assert isinstance(got, SparseRows)
     np.testing.assert_allclose(got.toarray(), want, rtol=1e-6)
     assert not got.toarray()[7].any()
+
+
+def _while_bodies(hlo: str) -> dict[str, str]:
+    """{name: text} of the computations compiled HLO runs as while-loop bodies."""
+    names = set(re.findall(r"body=%?([\w.\-]+)", hlo))
+    blocks = re.split(r"\n(?=\S)", hlo)
+    return {name: block for block in blocks for name in names
+            if re.match(rf"%?{re.escape(name)}\b", block)}
+
+
+def test_under_shard_map_a_replicated_kernels_gradient_is_summed_once_not_per_column(mesh8):
+    """The kernel is replicated and the rows differ per device, so the kernel's
+    gradient is summed over devices: once, after the loop over slot columns, never by
+    an all-reduce inside the loop."""
+    m = random_csr(n=8 * 16, width=50, density=0.2, seed=7)
+    rows = SparseRows.from_csr(m.indptr, m.indices, m.data, m.shape)
+    kernel = jnp.asarray(np.random.default_rng(8).standard_normal((50, 4)), jnp.float32)
+
+    def per_device(kernel, rows):
+        return jax.grad(lambda k: jnp.sum((rows @ k) ** 2))(kernel)
+
+    fn = jax.jit(jax.shard_map(per_device, mesh=mesh8, in_specs=(P(), P("parts")),
+                               out_specs=P()))
+    hlo = fn.lower(kernel, rows).compile().as_text()
+    bodies = _while_bodies(hlo)
+    assert bodies and not any("all-reduce" in text for text in bodies.values())
+    assert "all-reduce" in hlo
+    dense = jnp.asarray(m.toarray())
+    want = jax.grad(lambda k: jnp.sum((dense @ k) ** 2))(kernel)
+    np.testing.assert_allclose(np.asarray(fn(kernel, rows)), np.asarray(want), rtol=1e-4)
