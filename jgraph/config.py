@@ -13,7 +13,8 @@ import enum
 import math
 import types
 import typing
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import yaml
 

@@ -23,6 +23,7 @@ This is the local launcher. Several machines run the same command under SLURM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import signal
@@ -116,10 +117,8 @@ class Rank:
     def signal(self, signum: int) -> None:
         """Send `signum` to the process and everything it started."""
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signum)
-            except ProcessLookupError:
-                pass
 
     def drain(self, timeout: float = 2.0) -> None:
         for t in self.copiers:

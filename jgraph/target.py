@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from jgraph.dist.mesh import AXIS, first_devices
+from jgraph.mesh import AXIS, first_devices
 
 GPU_DEVICES_PER_HOST = 8
 
@@ -95,7 +95,7 @@ def target_mesh(target: Target, devices: int) -> Mesh:
 def check_gpu_compiler() -> None:
     """Raise `TargetError` unless the CUDA compiler plugin is installed."""
     try:
-        import jax_plugins.xla_cuda12  # noqa: F401
+        import jax_plugins.xla_cuda12
     except ImportError:
         try:
             import jax_plugins.xla_cuda13  # noqa: F401
@@ -150,7 +150,7 @@ class Analysis:
     hlo_bytes: int
 
     @classmethod
-    def of(cls, compiled) -> "Analysis":
+    def of(cls, compiled) -> Analysis:
         text = compiled.as_text()
         mem = compiled.memory_analysis()
         ops = collections.Counter(m[1] for m in _OP.finditer(text))

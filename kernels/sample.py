@@ -30,24 +30,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
+from jgraph.hashing import hash32
+
 Impl = Literal["auto", "xla", "pallas"]
-
-_GOLDEN = 0x9E3779B9
-
-
-def fmix32(h: jnp.ndarray) -> jnp.ndarray:
-    """MurmurHash3's 32-bit finaliser: a bijection of uint32 with full avalanche."""
-    h = h ^ (h >> 16)
-    h = h * jnp.uint32(0x85EBCA6B)
-    h = h ^ (h >> 13)
-    h = h * jnp.uint32(0xC2B2AE35)
-    return h ^ (h >> 16)
-
-
-def hash32(key: jnp.ndarray, counter) -> jnp.ndarray:
-    """uint32 hash of (key, counter): the counter-based random stream of one key."""
-    return fmix32(key + jnp.uint32(_GOLDEN) * (jnp.asarray(counter, jnp.uint32) + 1))
-
 
 def mulhi32(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     """High 32 bits of the 64-bit product of uint32 a and b, in 32-bit arithmetic.
@@ -188,7 +173,7 @@ def _draw_kernel(lo, deg, key, fanout: int, replace: bool, tile: int, interpret:
     m = lo.shape[0]
     padded = max(-(-m // tile), 1) * tile
     width = _next_pow2(max(fanout, 1))
-    pad = lambda x, dtype: jnp.pad(x.astype(dtype), (0, padded - m))   # noqa: E731
+    pad = lambda x, dtype: jnp.pad(x.astype(dtype), (0, padded - m))
     lo, deg, key = pad(lo, jnp.int32), pad(deg, jnp.int32), pad(key, jnp.uint32)
     if interpret and _varying(lo):
         out = _on_grid((lo, deg, key), fanout, width, replace, tile)

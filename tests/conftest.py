@@ -18,7 +18,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
-from jgraph.cli.devices import use_devices  # noqa: E402
+from jgraph.cli.devices import use_devices
 
 use_devices(8)      # also sets the XLA:CPU flag the exchange's collectives need
 

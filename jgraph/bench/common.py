@@ -5,15 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import jax
 
 from jgraph.data import DatasetError, load_dataset, symmetrize
-from jgraph.dist import DistGraph, make_mesh
-from jgraph.dist.mesh import first_devices
+from jgraph.mesh import first_devices
 from jgraph.partition import PartitionMeta, partition_graph
 from jgraph.progress import Progress
+from jgraph.sharded import DistGraph, make_mesh
 
 
 @contextlib.contextmanager
@@ -44,7 +45,7 @@ def partition_on_mesh(spec: str, num_parts: int, method: str, *, symmetrized: bo
         if splits and not all(len(graph.splits.get(ntypes[0], {}).get(s, ())) for s in splits):
             raise DatasetError(f"{spec}: jgraph bench {bench} needs a non-empty "
                                f"{'/'.join(splits)} split; the graph has "
-                               f"{ {k: len(v) for k, v in graph.splits.get(ntypes[0], {}).items()} }")
+                               f"{ {k: len(v) for k, v in graph.splits.get(ntypes[0], {}).items()} }")  # noqa: E501
         with progress.phase(f"partitioning ({method}, {num_parts} parts)"):
             meta = partition_graph(graph, num_parts, method, tmp, seed=seed)
         del graph

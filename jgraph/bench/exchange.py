@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -31,11 +31,23 @@ import numpy as np
 
 from jgraph.bench.common import memory_shortage, partition_on_mesh
 from jgraph.data import SparseRows
-from jgraph.dist import (REPLICATED, ROWS, DistEmbedding, DistGraph, Exchange, ExchangeConfig,
-                         HotCache, RowLayout, SparseAdam, Strategy, make_mesh, request_counts)
-from jgraph.dist.mesh import first_devices, rows_sharding
+from jgraph.mesh import first_devices, rows_sharding
 from jgraph.partition import PartitionBook
 from jgraph.progress import Progress
+from jgraph.sharded import (
+    REPLICATED,
+    ROWS,
+    DistEmbedding,
+    DistGraph,
+    Exchange,
+    ExchangeConfig,
+    HotCache,
+    RowLayout,
+    SparseAdam,
+    Strategy,
+    make_mesh,
+    request_counts,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jgraph.dist.mesh import REPLICATED, ROWS
+from jgraph.mesh import REPLICATED, ROWS
 from jgraph.train.step import NodeClassification, StepData, TrainState
 
 PHASES = ("sample", "exchange", "gather", "forward", "backward", "optimizer", "host")
@@ -147,7 +147,7 @@ def phase_breakdown(job: NodeClassification, data: StepData, state: TrainState, 
     per step."""
     steps = job.loader.steps_per_epoch
     programs = PhasePrograms(job, data)
-    index = lambda i: jnp.int32(i % steps)    # noqa: E731
+    index = lambda i: jnp.int32(i % steps)
     cumulative = {name: _median_seconds(lambda i, fn=fn: fn(state, data, order, index(i)),
                                         calls)
                   for name, fn in programs.prefixes.items()}

@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgraph.bench.common import partition_on_mesh
-from jgraph.dist import REPLICATED, ROWS, ExchangeConfig, Strategy
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sharded import REPLICATED, ROWS, ExchangeConfig, Strategy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,12 +24,11 @@ import numpy as np
 
 from jgraph.bench.common import partition_on_mesh
 from jgraph.bench.profile import phase_breakdown
-from jgraph.dist import ExchangeConfig, Strategy
-from jgraph.dist.exchange import ExchangeStats
+from jgraph.exchange import ExchangeStats
 from jgraph.models import Aggregator
 from jgraph.progress import Progress
-from jgraph.train.experiment import (DataConfig, Experiment, ModelConfig, Precision,
-                                     TrainConfig)
+from jgraph.sharded import ExchangeConfig, Strategy
+from jgraph.train.experiment import DataConfig, Experiment, ModelConfig, Precision, TrainConfig
 from jgraph.train.run import build_run, calibrated_job, check_stats
 
 PROFILE_STEPS = 5
@@ -123,12 +122,12 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
                   if is_exchange_stats(s)] for m in applied]
     extra = {}
     if cfg.profile:
-        with progress.phase(f"tracing {min(steps, PROFILE_STEPS)} steps into {cfg.profile}"):
-            with jax.profiler.trace(cfg.profile):
-                order = loader.epoch_order(cfg.epochs + 1)
-                for i in range(min(steps, PROFILE_STEPS)):
-                    state, m = step(state, data, order, jnp.int32(i), job.stop_votes())
-                jax.block_until_ready((state, m))
+        with (progress.phase(f"tracing {min(steps, PROFILE_STEPS)} steps into {cfg.profile}"),
+              jax.profiler.trace(cfg.profile)):
+            order = loader.epoch_order(cfg.epochs + 1)
+            for i in range(min(steps, PROFILE_STEPS)):
+                state, m = step(state, data, order, jnp.int32(i), job.stop_votes())
+            jax.block_until_ready((state, m))
         # The optimised program, so the trace's kernel names can be read as source lines.
         with open(os.path.join(cfg.profile, "train_step.hlo.txt"), "w") as f:
             f.write(step.as_text())

@@ -7,7 +7,7 @@ import re
 
 from jgraph.cli.devices import UsageError, use_devices
 
-# jgraph.dist.Strategy's values, listed here so that building the parser imports no JAX.
+# jgraph.sharded.Strategy's values, listed here so that building the parser imports no JAX.
 STRATEGIES = ["auto", "all_to_all", "all_gather", "ppermute", "ragged_all_to_all"]
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
@@ -29,7 +29,8 @@ def fanouts(text: str, allow_all: bool = False) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of ints")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of ints") from None
     low = -1 if allow_all else 1
     if not values or any(v < low or v == 0 for v in values):
         raise argparse.ArgumentTypeError(
@@ -61,7 +62,8 @@ def emitter(as_json: bool):
 
 def add_commands(sub) -> None:
     bench = sub.add_parser("bench", help="measure jgraph's distributed pieces",
-                           description="Benchmarks; each prints figures, or JSON lines with --json.")
+                           description="Benchmarks; each prints figures, or JSON lines "
+                                       "with --json.")
     kinds = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     ex = kinds.add_parser(
         "exchange", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -177,7 +179,7 @@ def run_exchange(args) -> int:
         raise UsageError(f"--num-parts must be >= 1, got {args.num_parts}")
     use_devices(args.num_parts)
     from jgraph.bench.exchange import ExchangeBench, bench_embedding, bench_exchange
-    from jgraph.dist.exchange import Strategy
+    from jgraph.exchange import Strategy
     from jgraph.progress import Progress
     if min(args.num_parts, args.batch_size, args.batches, args.embedding_dim,
            args.embedding_batch) < 1:
@@ -209,7 +211,7 @@ def run_sample(args) -> int:
         raise UsageError(f"--growth must be > 1, got {args.growth}")
     use_devices(args.devices)
     from jgraph.bench.sample import SampleBench, bench_sample
-    from jgraph.dist.exchange import Strategy
+    from jgraph.exchange import Strategy
     from jgraph.progress import Progress
     cfg = SampleBench(graph=args.graph, devices=args.devices, method=args.method,
                       fanouts=args.fanouts, batch_size=args.batch_size, epochs=args.epochs,
@@ -229,10 +231,10 @@ def run_train(args) -> int:
         raise UsageError(f"--cache is a fraction of the nodes in [0, 1], got {args.cache}")
     use_devices(args.devices)
     from jgraph.bench.train import TrainBench, bench_train
-    from jgraph.train.experiment import Precision
-    from jgraph.dist.exchange import Strategy
+    from jgraph.exchange import Strategy
     from jgraph.models import Aggregator
     from jgraph.progress import Progress
+    from jgraph.train.experiment import Precision
     cfg = TrainBench(graph=args.graph, devices=args.devices, method=args.method,
                      fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden,
                      aggregator=Aggregator(args.aggregator), epochs=args.epochs,

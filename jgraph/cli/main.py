@@ -24,7 +24,7 @@ USER_ERRORS = (DatasetError, GraphError, PartitionError, PartitionFormatError, I
 
 def user_errors() -> tuple[type[Exception], ...]:
     """USER_ERRORS plus those of modules that import JAX, if the command loaded them."""
-    dist = sys.modules.get("jgraph.dist")
+    dist = sys.modules.get("jgraph.sharded")
     checkpoint = sys.modules.get("jgraph.train.checkpoint")
     target = sys.modules.get("jgraph.target")
     loop = sys.modules.get("jgraph.train.loop")

@@ -8,10 +8,15 @@ import resource
 import sys
 import time
 
-from jgraph.data import (add_reverse_relations, add_self_loops, deduplicate, load_dataset,
-                         remove_self_loops, symmetrize)
-from jgraph.partition import (Method, PartitionError, PartitionMeta, open_partitions,
-                              partition_graph)
+from jgraph.data import (
+    add_reverse_relations,
+    add_self_loops,
+    deduplicate,
+    load_dataset,
+    remove_self_loops,
+    symmetrize,
+)
+from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.build import OutputExistsError, check_out_dir
 from jgraph.progress import Progress
 

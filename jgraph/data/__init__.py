@@ -5,12 +5,19 @@ from jgraph.data.npz import DatasetError, load_npz, save_npz
 from jgraph.data.ogb import load_ogb
 from jgraph.data.sparse import SparseRows
 from jgraph.data.synthetic import Kind, SyntheticSpec, generate, parse_spec
-from jgraph.data.transforms import (add_reverse_relations, add_self_loops, deduplicate,
-                                    normalize_features, remove_self_loops, symmetrize)
+from jgraph.data.transforms import (
+                                    add_reverse_relations,
+                                    add_self_loops,
+                                    deduplicate,
+                                    normalize_features,
+                                    remove_self_loops,
+                                    symmetrize,
+)
 
 __all__ = [
     "BUILTIN", "DEFAULT_NTYPE", "DEFAULT_REL", "DatasetError", "Graph", "GraphError", "Kind",
-    "Relation", "SparseRows", "SyntheticSpec", "add_reverse_relations", "add_self_loops", "deduplicate",
+    "Relation", "SparseRows", "SyntheticSpec", "add_reverse_relations", "add_self_loops",
+    "deduplicate",
     "generate", "load_dataset", "load_npz", "load_ogb", "normalize_features", "parse_spec",
     "remove_self_loops",
     "save_npz", "symmetrize",

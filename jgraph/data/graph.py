@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -165,7 +166,7 @@ class Graph:
     def homogeneous(cls, src, dst, num_nodes: int | None = None, *, name: str = "graph",
                     node_data: Mapping[str, np.ndarray] | None = None,
                     edge_data: Mapping[str, np.ndarray] | None = None,
-                    splits: Mapping[str, np.ndarray] | None = None) -> "Graph":
+                    splits: Mapping[str, np.ndarray] | None = None) -> Graph:
         """A one-type, one-relation graph from an edge list `src -> dst`."""
         src, dst = np.asarray(src), np.asarray(dst)
         if src.shape != dst.shape or src.ndim != 1:
@@ -173,7 +174,8 @@ class Graph:
                              f"{list(src.shape)} and {list(dst.shape)}")
         if num_nodes is None:
             sizes = [len(v) for v in (node_data or {}).values()]
-            num_nodes = sizes[0] if sizes else int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
+            largest = max(src.max(initial=-1), dst.max(initial=-1))
+            num_nodes = sizes[0] if sizes else int(largest + 1)
         rel = Relation(DEFAULT_NTYPE, DEFAULT_REL, DEFAULT_NTYPE)
         return cls(name=name, num_nodes={DEFAULT_NTYPE: num_nodes},
                    edges={rel: np.stack([src, dst])},
@@ -181,7 +183,7 @@ class Graph:
                    edge_data={rel: dict(edge_data)} if edge_data else {},
                    splits={DEFAULT_NTYPE: dict(splits or {})})
 
-    def replace(self, **changes) -> "Graph":
+    def replace(self, **changes) -> Graph:
         return dataclasses.replace(self, **changes)
 
     # -- views --------------------------------------------------------------------------
@@ -232,7 +234,8 @@ class Graph:
     def __repr__(self) -> str:
         lines = [f"Graph {self.name!r}: {self.total_nodes:,} nodes, {self.num_edges:,} edges"]
         for ntype, n in self.num_nodes.items():
-            data = ", ".join(f"{k} {_describe(v)}" for k, v in self.node_data.get(ntype, {}).items())
+            data = ", ".join(f"{k} {_describe(v)}"
+                             for k, v in self.node_data.get(ntype, {}).items())
             splits = ", ".join(f"{k} {len(v):,}" for k, v in self.splits.get(ntype, {}).items())
             lines.append(f"  nodes {ntype}: {n:,}" + (f"; {data}" if data else "")
                          + (f"; splits {splits}" if splits else ""))

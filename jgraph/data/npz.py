@@ -193,10 +193,7 @@ def save_npz(graph: Graph, path: str | os.PathLike, compress: bool = False) -> N
     relational layout, anything else in the heterogeneous layout.
     """
     single_type = len(graph.num_nodes) == 1
-    if single_type:
-        arrays = _single_type_arrays(graph)
-    else:
-        arrays = _heterogeneous_arrays(graph)
+    arrays = _single_type_arrays(graph) if single_type else _heterogeneous_arrays(graph)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     (np.savez_compressed if compress else np.savez)(path, **arrays)
 

@@ -12,7 +12,7 @@ embedding bag: each row's sum of `value * kernel[index]`).
 
 Importing this module does not import JAX (the command line starts without it): the
 pytree registration happens on import if JAX is loaded already, else when jgraph's
-JAX-side packages (`jgraph.dist`, `jgraph.models`) are imported, or by
+JAX-side packages (`jgraph.sharded`, `jgraph.models`) are imported, or by
 `register_pytree()`.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ class SparseRows:
 
     @classmethod
     def from_csr(cls, indptr, indices, data, shape, what: str = "sparse rows"
-                 ) -> "SparseRows":
+                 ) -> SparseRows:
         """From CSR arrays (as scipy's `csr_matrix((data, indices, indptr), shape)`);
         duplicate entries of a row add up, as scipy's `toarray` does. Raises ValueError
         naming `what` and the field for inconsistent arrays."""
@@ -75,7 +75,7 @@ class SparseRows:
         return cls(out_idx, out_val, width)
 
     @classmethod
-    def from_dense(cls, x) -> "SparseRows":
+    def from_dense(cls, x) -> SparseRows:
         """The non-zeros of a dense matrix [n, width]."""
         x = np.asarray(x)
         if x.ndim != 2:
@@ -116,15 +116,15 @@ class SparseRows:
     def __len__(self) -> int:
         return self.indices.shape[0]
 
-    def __getitem__(self, key) -> "SparseRows":
+    def __getitem__(self, key) -> SparseRows:
         if isinstance(key, tuple):
             raise IndexError("sparse rows are indexed by row only")
         return SparseRows(self.indices[key], self.values[key], self.width)
 
-    def astype(self, dtype) -> "SparseRows":
+    def astype(self, dtype) -> SparseRows:
         return SparseRows(self.indices, self.values.astype(dtype), self.width)
 
-    def with_values(self, values) -> "SparseRows":
+    def with_values(self, values) -> SparseRows:
         return SparseRows(self.indices, values, self.width)
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ Kinds:
   law with exponent `alpha`, so degrees are heavy-tailed; each edge picks its
   destination by weight and, with probability `homophily`, a source of the same class
   (otherwise any source), again by weight.
-- `uniform`: the same with equal weights (an Erdős–Rényi graph with classes).
+- `uniform`: the same with equal weights (an Erdős-Rényi graph with classes).
 - `rmat`: R-MAT recursive quadrant sampling (a, b, c, d) = (0.57, 0.19, 0.19, 0.05),
   which gives skewed in-degrees; R-MAT alone carries no label signal, so with
   probability `homophily` an edge's source is replaced by a uniformly chosen node of
@@ -149,7 +149,8 @@ def generate(spec: SyntheticSpec | str) -> Graph:
     if spec.feat:
         centroids = rng.standard_normal((spec.classes, spec.feat)) * (
             spec.signal * np.sqrt(2.0 / spec.feat))
-        node_data["feat"] = (centroids[label] + rng.standard_normal((n, spec.feat))).astype(np.float32)
+        noise = rng.standard_normal((n, spec.feat))
+        node_data["feat"] = (centroids[label] + noise).astype(np.float32)
     order = rng.permutation(n)
     sizes = np.cumsum([0] + [int(round(f * n)) for f in (spec.train, spec.val, spec.test)])
     splits = {k: np.sort(order[sizes[i]:sizes[i + 1]])

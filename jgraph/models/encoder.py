@@ -7,7 +7,7 @@ width by its own linear layer (embeddings are created at that width).
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp

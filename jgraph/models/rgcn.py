@@ -6,8 +6,9 @@ a relation per slot.
 Normalisation (`Norm`, the `normalization` argument): `relation` (the default)
 divides each relation's sum by that relation's neighbour count c_{i,r} = |N_r(i)|,
 the paper's (the formula above); `node` divides the whole sum by the node's in-degree
-over all relations, c_{i,r} = |N(i)| (DGL's `norm_by_dst`, as its R-GCN examples do). Either way the partial aggregates (sums and counts) add up window by
-window in full-graph inference. Inverse relations are relations of the graph
+over all relations, c_{i,r} = |N(i)| (DGL's `norm_by_dst`, as its R-GCN examples do).
+Either way the partial aggregates (sums and counts) add up window by window in
+full-graph inference. Inverse relations are relations of the graph
 (`jgraph.data.add_reverse_relations`); the self-connection is `W_self`.
 
 Weight decompositions (`Decomposition`):
@@ -29,13 +30,13 @@ of its neighbour. Far more expressive than one shared embedding through a W_r, a
 from __future__ import annotations
 
 import enum
+import itertools
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jgraph.models.stack import (LayerStack, MessagePassing, aggregate_slots, layer_sizes,
-                                 slot_count)
+from jgraph.models.stack import LayerStack, MessagePassing, aggregate_slots, layer_sizes, slot_count
 
 
 class Decomposition(enum.Enum):
@@ -217,7 +218,7 @@ class RGCN(LayerStack):
             RelGraphConv(a, b, num_relations, decomposition=decomposition,
                          num_bases=num_bases, self_loop=self_loop, norm=normalization,
                          rngs=rngs)
-            for a, b in zip(sizes[1:-1], sizes[2:])]
+            for a, b in itertools.pairwise(sizes[1:])]
         self.convs = nnx.List([first] + convs)
         self._between(hidden, num_layers, dropout, norm, rngs, input_dropout)
 

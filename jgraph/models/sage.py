@@ -21,6 +21,7 @@ an embedding bag.
 from __future__ import annotations
 
 import enum
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -104,5 +105,5 @@ class GraphSAGE(LayerStack):
                  input_dropout: float = 0.0, norm: bool = False, rngs: nnx.Rngs):
         sizes = layer_sizes(in_features, hidden, out_features, num_layers)
         self.convs = nnx.List([SAGEConv(a, b, aggregator=aggregator, rngs=rngs)
-                               for a, b in zip(sizes[:-1], sizes[1:])])
+                               for a, b in itertools.pairwise(sizes)])
         self._between(hidden, num_layers, dropout, norm, rngs, input_dropout)

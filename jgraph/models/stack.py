@@ -18,7 +18,8 @@ key named "max" merges by maximum, every other key by sum.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

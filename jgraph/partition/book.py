@@ -42,7 +42,8 @@ class PartitionBook:
         if ntype_offsets.shape != (p, t + 1):
             raise ValueError(f"ntype_offsets must have shape [{p}, {t + 1}], "
                              f"got {list(ntype_offsets.shape)}")
-        if (np.any(ntype_offsets[:, 0] != offsets[:-1]) or np.any(ntype_offsets[:, -1] != offsets[1:])
+        if (np.any(ntype_offsets[:, 0] != offsets[:-1])
+                or np.any(ntype_offsets[:, -1] != offsets[1:])
                 or np.any(np.diff(ntype_offsets, axis=1) < 0)):
             raise ValueError("ntype_offsets rows must run from offsets[p] to offsets[p+1]")
         object.__setattr__(self, "offsets", offsets)

@@ -20,12 +20,25 @@ import numpy as np
 
 from jgraph.data.graph import Graph
 from jgraph.data.sparse import SparseRows
-from jgraph.partition.assignment import (Method, PartitionError, assign, balance,
-                                         check_request, constraints_for, parse_method,
-                                         undirected_adjacency)
+from jgraph.partition.assignment import (
+    Method,
+    PartitionError,
+    assign,
+    balance,
+    check_request,
+    constraints_for,
+    parse_method,
+    undirected_adjacency,
+)
 from jgraph.partition.metis import Backend
-from jgraph.partition.store import (FORMAT_VERSION, READABLE_KINDS, PartitionMeta, part_dir,
-                                    save_array, write_meta)
+from jgraph.partition.store import (
+    FORMAT_VERSION,
+    READABLE_KINDS,
+    PartitionMeta,
+    part_dir,
+    save_array,
+    write_meta,
+)
 from jgraph.progress import Progress
 
 # Sibling directories of `out` named `<out><marker><host>-<pid>`: a write in progress (or

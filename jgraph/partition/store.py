@@ -32,7 +32,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -386,7 +387,8 @@ class PartitionedGraph:
     def to_new(self, ntype: str, orig_ids) -> np.ndarray:
         """Global ids of nodes given by their original type-local ids."""
         t = self.meta.node_types.index(ntype)
-        return np.asarray(self.node_map_inv()[self.meta.orig_type_offsets[t] + np.asarray(orig_ids)])
+        start = self.meta.orig_type_offsets[t]
+        return np.asarray(self.node_map_inv()[start + np.asarray(orig_ids)])
 
     def part(self, k: int) -> Partition:
         """Partition k, memory-mapped; shapes and dtypes checked against meta.json."""

@@ -13,7 +13,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jgraph.dist.exchange import running_count
+from jgraph.exchange import running_count
 
 # Deduplicating with dense [num_nodes] tables is linear time; above this many nodes the
 # tables would cost more memory than a sort (per device, int32).

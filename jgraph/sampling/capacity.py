@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jgraph.dist.exchange import Exchange
-from jgraph.dist.graph import ShardedGraph
-from jgraph.dist.mesh import REPLICATED, ROWS
+from jgraph.exchange import Exchange
+from jgraph.mesh import REPLICATED, ROWS
 from jgraph.sampling.loader import NodeLoader
 from jgraph.sampling.sampler import NeighborSampler
+from jgraph.sharded.graph import ShardedGraph
 
 ROUND = 64          # capacities are multiples of this (fewer distinct shapes)
 
@@ -76,8 +76,8 @@ def grow(sampler: NeighborSampler, graph: ShardedGraph, num_seeds: int, needed,
     """Larger capacities after a batch overflowed: `needed`/`capacity` are its
     `SampleStats` (per hop). A hop that overflowed gets its need plus headroom; the
     hops after the first one that overflowed sampled from a cut frontier, so their
-    needs are low: they grow by that hop's factor over their need (or capacity). Each call grows at least
-    one hop (towards the worst case, which cannot overflow)."""
+    needs are low: they grow by that hop's factor over their need (or capacity). Each
+    call grows at least one hop (towards the worst case, which cannot overflow)."""
     needed = np.asarray(needed, np.int64)
     capacity = np.asarray(capacity, np.int64)
     worst = np.asarray(sampler.worst_case(graph, num_seeds), np.int64)

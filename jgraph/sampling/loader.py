@@ -24,9 +24,9 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh
 
-from jgraph.dist.graph import DistGraph
-from jgraph.dist.mesh import AXIS, ROWS, shard_rows
-from jgraph.kernels.sample import fmix32, hash32
+from jgraph.hashing import fmix32, hash32
+from jgraph.mesh import AXIS, ROWS, shard_rows
+from jgraph.sharded.graph import DistGraph
 
 
 class LoaderState(NamedTuple):
@@ -58,7 +58,7 @@ class NodeLoader:
 
     @classmethod
     def from_split(cls, dg: DistGraph, split: str = "train", ntype: str | None = None, *,
-                   batch_size: int, drop_last: bool = False, seed: int = 0) -> "NodeLoader":
+                   batch_size: int, drop_last: bool = False, seed: int = 0) -> NodeLoader:
         """The nodes of `split` (of `ntype`, or the only type), each on its owner."""
         ntype = ntype or dg._single_type()
         names = dg.meta.splits.get(ntype, [])
@@ -71,7 +71,7 @@ class NodeLoader:
 
     @classmethod
     def from_ids(cls, mesh: Mesh, offsets, ids, *, batch_size: int, drop_last: bool = False,
-                 seed: int = 0) -> "NodeLoader":
+                 seed: int = 0) -> NodeLoader:
         """Any distinct global ids (host array), each dealt to the device owning it."""
         offsets = np.asarray(offsets, np.int64)
         ids = np.unique(np.asarray(ids, np.int64))

@@ -16,19 +16,19 @@ the same relabelled graph).
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jgraph.dist.exchange import Exchange
-from jgraph.dist.graph import ShardedGraph
-from jgraph.kernels.sample import Impl, check_impl, draw_positions, fmix32, hash32
+from jgraph.exchange import Exchange
+from jgraph.hashing import fmix32, hash32
+from jgraph.kernels.sample import Impl, check_impl, draw_positions
 from jgraph.sampling.blocks import build_block_counted, compact_front, src_capacity
 from jgraph.sampling.weighted import bisect, bisect_steps, weighted_edges, weighted_positions
+from jgraph.sharded.graph import ShardedGraph
 
-Fanout = Union[int, tuple[int, ...]]
+Fanout = int | tuple[int, ...]
 
 
 def stream_key(seed, step, hop) -> jnp.ndarray:
@@ -67,7 +67,7 @@ class SampleStats:
     capacity: jax.Array
     overflow: jax.Array
 
-    def check(self) -> "SampleStats":
+    def check(self) -> SampleStats:
         for hop, stats in enumerate(self.exchange):
             stats.check(f"sampling hop {hop}")
         if int(self.overflow):

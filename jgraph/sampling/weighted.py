@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jgraph.dist.graph import DistGraph
-from jgraph.dist.mesh import shard_rows
-from jgraph.kernels.sample import hash32
+from jgraph.hashing import hash32
+from jgraph.mesh import shard_rows
+from jgraph.sharded.graph import DistGraph
 
 # float32's smallest normal: the least step between running weights, so the gap of a
 # positive weight survives flush-to-zero of subnormal differences.

@@ -24,14 +24,14 @@ from jax.sharding import PartitionSpec
 
 from jgraph.config import ConfigError
 from jgraph.data.synthetic import parse_spec
-from jgraph.dist.exchange import Exchange
-from jgraph.dist.graph import ShardedGraph
-from jgraph.dist.layout import RowLayout
-from jgraph.dist.mesh import REPLICATED, ROWS
-from jgraph.dist.tensor import DistTensor
+from jgraph.exchange import Exchange
+from jgraph.mesh import REPLICATED, ROWS
 from jgraph.partition import PartitionBook
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sharded.graph import ShardedGraph
+from jgraph.sharded.layout import RowLayout
+from jgraph.sharded.tensor import DistTensor
 from jgraph.target import Target, abstract_like, target_mesh
 from jgraph.train.compile import compile_into
 from jgraph.train.experiment import Experiment

@@ -38,15 +38,16 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jgraph.dist.mesh import all_processes, host_sync
-from jgraph.kernels.sample import fmix32, hash32
+from jgraph.hashing import fmix32, hash32
+from jgraph.mesh import all_processes, host_sync
 
 CHECKPOINT_DIR = "checkpoints"
 CORRUPT_DIR = "checkpoints-corrupt"
@@ -199,7 +200,7 @@ class Checkpoints:
             max_to_keep=keep, enable_async_checkpointing=asynchronous, create=True))
         self.closed = False
 
-    def __enter__(self) -> "Checkpoints":
+    def __enter__(self) -> Checkpoints:
         return self
 
     def __exit__(self, kind, error, trace) -> None:
@@ -208,7 +209,7 @@ class Checkpoints:
             return
         try:                # leaving on an error: that error is the one to report
             self.close()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.say(f"the checkpoint in flight was not written ({read_failure(e)})")
 
     def discard_unfinished(self) -> None:
@@ -266,7 +267,7 @@ class Checkpoints:
                     meta=ocp.args.JsonRestore()))["meta"]
                 if not isinstance(meta, dict) or meta.get("format") != FORMAT:
                     raise ValueError(f"meta is not a jgraph checkpoint of format {FORMAT}")
-            except Exception as e:      # noqa: BLE001 -- any failure to read is corruption
+            except Exception as e:
                 error = e
                 quiet_abandoned_reads()
             if all_processes(error is None):
@@ -281,7 +282,7 @@ class Checkpoints:
                     if bad:
                         raise ValueError(f"restored values differ from the saved ones "
                                          f"(checksums) in {', '.join(bad[:4])}")
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     error, got = e, None
                     quiet_abandoned_reads()
                 if all_processes(error is None):
@@ -337,7 +338,7 @@ class StopRequest:
         self.requested: signal.Signals | None = None
         self.previous: dict = {}
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 self.previous[signum] = signal.signal(signum, self.handle)

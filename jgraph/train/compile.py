@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
-from jgraph.dist.mesh import REPLICATED, ROWS, first_devices, make_mesh
+from jgraph.mesh import REPLICATED, ROWS, first_devices, make_mesh
 from jgraph.progress import Progress
 from jgraph.target import Analysis, Target, abstract_like, target_mesh
 from jgraph.train.experiment import Experiment

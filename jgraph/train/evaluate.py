@@ -12,17 +12,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgraph.config import ConfigError
-from jgraph.dist import DistGraph
-from jgraph.dist.mesh import all_processes, host_sync
+from jgraph.mesh import all_processes, host_sync
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler
-from jgraph.train.checkpoint import (ModelError, check_space, checksums, mismatched,
-                                     quiet_abandoned_reads, read_failure, refused_writes)
+from jgraph.sharded import DistGraph
+from jgraph.train.checkpoint import (
+    ModelError,
+    check_space,
+    checksums,
+    mismatched,
+    quiet_abandoned_reads,
+    read_failure,
+    refused_writes,
+)
 from jgraph.train.experiment import Experiment, Inference
 from jgraph.train.report import scores
 from jgraph.train.run import PARTITION_DIR, Run, build_run, is_partition_dir, open_graph, run_mesh
 
-# -- Sampled and full-graph evaluation -----------------------------------------------------------------------------
+# -- Sampled and full-graph evaluation ---------------------------------------------------
 
 class SampledEvaluator:
     """Evaluates a split with the evaluation fanouts, batch by batch (one compilation
@@ -62,7 +69,7 @@ def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
     """{split: scores or None (the graph has no such split)}, sampled or full-graph.
     evaluators: already compiled `SampledEvaluator`s to reuse, by split."""
     present = [s for s in splits if run.has_split(s)]
-    out = {s: None for s in splits}
+    out = dict.fromkeys(splits)
     if inference is Inference.FULL:
         from jgraph.train.inference import full_graph_scores
         if present:
@@ -163,7 +170,7 @@ def load_model(workdir: str, run: Run):
     try:
         with ocp.StandardCheckpointer() as ckpt:
             got = ckpt.restore(path, target)
-    except Exception as e:      # noqa: BLE001 -- any failure to read is damage
+    except Exception as e:
         error = ModelError(f"{path} is unreadable ({read_failure(e)}); {rewrite_hint(workdir)}")
         quiet_abandoned_reads()
     agree(error)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from jgraph.dist.exchange import ExchangeConfig
+from jgraph.exchange import ExchangeConfig
 from jgraph.models.rgcn import Decomposition, Norm
 from jgraph.models.sage import Aggregator
 from jgraph.partition import Method
@@ -179,7 +179,7 @@ class Experiment:
     exchange: ExchangeConfig = ExchangeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
 
-    def check(self) -> "Experiment":
+    def check(self) -> Experiment:
         """Raise ConfigError naming the field for values no run can use."""
         from jgraph.config import ConfigError
         t, m = self.train, self.model

@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
-from jgraph.dist.mesh import REPLICATED, ROWS
+from jgraph.mesh import REPLICATED, ROWS
 from jgraph.models.stack import layer_input
 from jgraph.train.report import scores
 from jgraph.train.step import class_counts, masked_cross_entropy
@@ -143,7 +143,7 @@ def full_graph_program(run, splits, mesh=None):
     program = jax.jit(jax.shard_map(
         per_device, mesh=mesh or job.mesh,
         in_specs=(REPLICATED, inputs.embedding_specs(), job.data_specs(dg.graph),
-                  {s: ROWS for s in masks}),
+                  dict.fromkeys(masks, ROWS)),
         out_specs=REPLICATED))
     return program, masks
 
@@ -154,7 +154,7 @@ def full_graph_scores(run, params, embeddings, splits) -> dict:
     program, masks = full_graph_program(run, splits)
     out, lost = program(params, embeddings, run.job.data(run.dg.graph), masks)
     if int(lost):
-        from jgraph.dist.exchange import ExchangeOverflowError
+        from jgraph.exchange import ExchangeOverflowError
         raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost by "
                                     f"the exchange; leave ExchangeConfig.max_capacity None")
     result = {}

@@ -9,17 +9,17 @@ turns the fetched rows into one input matrix.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 
-from jgraph.dist.embedding import DistEmbedding, EmbeddingState
-from jgraph.dist.exchange import Exchange
-from jgraph.dist.graph import DistGraph
-from jgraph.dist.cache import HotCache
-from jgraph.dist.mesh import REPLICATED, ROWS
-from jgraph.dist.sparse_optim import SparseAdam, SparseOptimizer
-from jgraph.dist.tensor import DistTensor
+from jgraph.exchange import Exchange
+from jgraph.mesh import REPLICATED, ROWS
+from jgraph.sharded.cache import HotCache
+from jgraph.sharded.embedding import DistEmbedding, EmbeddingState
+from jgraph.sharded.graph import DistGraph
+from jgraph.sharded.sparse_optim import SparseAdam, SparseOptimizer
+from jgraph.sharded.tensor import DistTensor
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -38,7 +38,7 @@ class NodeInputs:
 
     @classmethod
     def of(cls, dg: DistGraph, *, feature: str = "feat", embedding_dim: int = 64,
-           optimizer: SparseOptimizer = SparseAdam(), learnable: bool = False) -> "NodeInputs":
+           optimizer: SparseOptimizer = SparseAdam(), learnable: bool = False) -> NodeInputs:
         """Each node type's `feature` array, or a learnable embedding of `embedding_dim`
         where a type has none (or for every type when `learnable`)."""
         features, embeddings = {}, {}
@@ -67,14 +67,14 @@ class NodeInputs:
         return {t: f.array for t, f in self.features.items()}
 
     def specs(self) -> dict:
-        return {t: ROWS for t in self.features}
+        return dict.fromkeys(self.features, ROWS)
 
     def cache_arrays(self) -> dict:
         """{ntype: (ids, rows)} replicated: the step's cache argument."""
         return {t: c.device_args(self.features[t]) for t, c in self.caches.items()}
 
     def cache_specs(self) -> dict:
-        return {t: (REPLICATED, REPLICATED) for t in self.caches}
+        return dict.fromkeys(self.caches, (REPLICATED, REPLICATED))
 
     def init_embeddings(self, mesh, key) -> dict[str, EmbeddingState]:
         return {t: e.init(mesh, jax.random.fold_in(key, i))

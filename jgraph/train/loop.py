@@ -20,7 +20,7 @@ import math
 import os
 import signal
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -28,18 +28,16 @@ import numpy as np
 import yaml
 
 from jgraph.config import to_dict
-from jgraph.dist import DistGraph
+from jgraph.mesh import host_sync
 from jgraph.progress import Progress
 from jgraph.sampling.capacity import grow
 from jgraph.sampling.loader import LoaderState
-from jgraph.dist.mesh import host_sync
-from jgraph.train.checkpoint import (CheckpointError, Checkpoints, Restored, StopRequest,
-                                     abstract)
+from jgraph.sharded import DistGraph
+from jgraph.train.checkpoint import CheckpointError, Checkpoints, Restored, StopRequest, abstract
 from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
 from jgraph.train.experiment import Experiment
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
-from jgraph.train.run import (Run, build_run, calibrated_job, check_stats, open_graph,
-                              run_mesh)
+from jgraph.train.run import Run, build_run, calibrated_job, check_stats, open_graph, run_mesh
 from jgraph.train.step import TrainState
 from jgraph.train.trace import StepTrace
 from jgraph.train.workdir import WorkdirLock, prepare

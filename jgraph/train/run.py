@@ -13,13 +13,9 @@ import optax
 from flax import nnx
 
 from jgraph.config import ConfigError
-from jgraph.data import (add_reverse_relations, load_dataset, normalize_features,
-                         symmetrize)
-from jgraph.dist import DistGraph, make_mesh
-from jgraph.dist.exchange import ExchangeStats
-from jgraph.dist.cache import HotCache, request_counts
-from jgraph.dist.mesh import ROWS, first_devices, host_sync
-from jgraph.dist.sparse_optim import SparseAdagrad, SparseAdam
+from jgraph.data import add_reverse_relations, load_dataset, normalize_features, symmetrize
+from jgraph.exchange import ExchangeStats
+from jgraph.mesh import ROWS, first_devices, host_sync
 from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier, one_hot_width
 from jgraph.partition import partition_graph
 from jgraph.partition.store import read_meta
@@ -27,8 +23,16 @@ from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.capacity import calibrate, sample_first_batches
 from jgraph.sampling.sampler import SampleStats
-from jgraph.train.experiment import (DataConfig, Experiment, ModelKind, Optimizer,
-                                     SparseOptimizerKind)
+from jgraph.sharded import DistGraph, make_mesh
+from jgraph.sharded.cache import HotCache, request_counts
+from jgraph.sharded.sparse_optim import SparseAdagrad, SparseAdam
+from jgraph.train.experiment import (
+    DataConfig,
+    Experiment,
+    ModelKind,
+    Optimizer,
+    SparseOptimizerKind,
+)
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.step import NodeClassification
 

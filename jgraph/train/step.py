@@ -25,11 +25,11 @@ import optax
 from flax import nnx
 from jax import lax
 
-from jgraph.dist.exchange import Exchange
-from jgraph.dist.graph import ShardedGraph
-from jgraph.dist.mesh import REPLICATED, ROWS, replicated, shard_rows
-from jgraph.dist.tensor import DistTensor
+from jgraph.exchange import Exchange
+from jgraph.mesh import REPLICATED, ROWS, replicated, shard_rows
 from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sharded.graph import ShardedGraph
+from jgraph.sharded.tensor import DistTensor
 from jgraph.train.inputs import NodeInputs
 
 
@@ -81,7 +81,7 @@ class StepData(NamedTuple):
     graph: ShardedGraph
     features: dict
     labels: jax.Array
-    caches: dict = {}
+    caches: dict = {}      # noqa: RUF012 (a pytree node; never mutated)
 
 
 class Batch(NamedTuple):
@@ -247,7 +247,7 @@ class NodeClassification:
         # The sample's overflow is summed over devices: every device agrees.
         applied = (state.halted == 0) & (batch.stats[0].overflow == 0)
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
-        keep = lambda new, old: jax.tree.map(   # noqa: E731
+        keep = lambda new, old: jax.tree.map(
             lambda a, b: jnp.where(applied, a, b), new, old)
         params = keep(optax.apply_updates(state.params, updates), state.params)
         opt_state = keep(opt_state, state.opt_state)

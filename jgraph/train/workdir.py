@@ -51,7 +51,7 @@ class WorkdirLock:
         self.enabled = enabled
         self.file = None
 
-    def __enter__(self) -> "WorkdirLock":
+    def __enter__(self) -> WorkdirLock:
         if not self.enabled:
             return self
         file = open(self.path, "a+")

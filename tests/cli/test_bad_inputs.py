@@ -216,8 +216,8 @@ def test_a_diverging_run_stops_with_an_error_after_recovering_a_partial_partitio
 def test_an_absurd_batch_size_is_the_whole_split_not_a_giant_buffer():
     import jax
 
-    from jgraph.dist import make_mesh
     from jgraph.sampling import NodeLoader
+    from jgraph.sharded import make_mesh
     mesh = make_mesh(2, jax.devices()[:2])
     loader = NodeLoader.from_ids(mesh, [0, 50, 100], np.arange(0, 100, 3),
                                  batch_size=10**9)

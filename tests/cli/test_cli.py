@@ -70,7 +70,7 @@ def test_synthetic_spec_partitions(tmp_path, capsys):
     (["partition", "synthetic:nodes=10,edgez=5", "--num-parts", "2"], "valid keys"),
 ])
 def test_bad_partition_input_exits_2_with_a_clear_message(tmp_path, capsys, argv, message):
-    code, out, err = run(capsys, *argv, "--out", str(tmp_path / "p"))
+    code, _, err = run(capsys, *argv, "--out", str(tmp_path / "p"))
     assert code == 2
     assert message in err and "Traceback" not in err
 

@@ -228,7 +228,7 @@ def test_type_offsets_and_node_type_ids_follow_num_nodes_order():
     np.testing.assert_array_equal(offsets, [0, 4, 7])
     ids = g.node_type_ids()
     expected = []
-    for t, (ntype, n) in enumerate(num_nodes.items()):
+    for t, n in enumerate(num_nodes.values()):
         expected += [t] * n
     np.testing.assert_array_equal(ids, expected)
     assert ids.shape == (g.total_nodes,) == (7,)

@@ -7,8 +7,17 @@ import numpy as np
 import pytest
 import scipy.sparse
 
-from jgraph.data import (DEFAULT_NTYPE, DEFAULT_REL, DatasetError, Graph, Relation, SparseRows,
-                         load_dataset, load_npz, save_npz)
+from jgraph.data import (
+    DEFAULT_NTYPE,
+    DEFAULT_REL,
+    DatasetError,
+    Graph,
+    Relation,
+    SparseRows,
+    load_dataset,
+    load_npz,
+    save_npz,
+)
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 N = DEFAULT_NTYPE

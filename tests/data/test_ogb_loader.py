@@ -7,8 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jgraph.data import (DEFAULT_NTYPE, DEFAULT_REL, DatasetError, Graph, Relation, load_dataset,
-                         load_ogb)
+from jgraph.data import (
+    DEFAULT_NTYPE,
+    DEFAULT_REL,
+    DatasetError,
+    Graph,
+    Relation,
+    load_dataset,
+    load_ogb,
+)
 
 N = DEFAULT_NTYPE
 E = Relation(N, DEFAULT_REL, N)
@@ -260,7 +267,7 @@ def test_load_dataset_reads_a_mag_style_directory(tmp_path):
     _check_mag(load_dataset(str(root)), w)
 
 
-# -- splits and errors ------------------------------------------------------------------------------
+# -- splits and errors -----------------------------------------------------------------
 
 
 def test_named_split_is_chosen_and_a_missing_one_lists_the_available(tmp_path):

@@ -6,8 +6,18 @@ import dataclasses
 import numpy as np
 import pytest
 
-from jgraph.data import (DEFAULT_NTYPE, DEFAULT_REL, DatasetError, Graph, Kind, Relation,
-                         SyntheticSpec, generate, load_dataset, parse_spec)
+from jgraph.data import (
+    DEFAULT_NTYPE,
+    DEFAULT_REL,
+    DatasetError,
+    Graph,
+    Kind,
+    Relation,
+    SyntheticSpec,
+    generate,
+    load_dataset,
+    parse_spec,
+)
 
 N = DEFAULT_NTYPE
 E = Relation(N, DEFAULT_REL, N)

@@ -4,9 +4,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jgraph.data import (DEFAULT_NTYPE, DEFAULT_REL, Graph, GraphError, Relation,
-                         add_reverse_relations, add_self_loops, deduplicate, remove_self_loops,
-                         symmetrize)
+from jgraph.data import (
+    DEFAULT_NTYPE,
+    DEFAULT_REL,
+    Graph,
+    GraphError,
+    Relation,
+    add_reverse_relations,
+    add_self_loops,
+    deduplicate,
+    remove_self_loops,
+    symmetrize,
+)
 
 N = DEFAULT_NTYPE
 E = Relation(N, DEFAULT_REL, N)

@@ -16,12 +16,12 @@ import dataclasses
 import platform
 
 import pytest
+from jgraph.kernels.sample import draw_positions, draw_positions_pallas
 
 from jgraph.config import load
-from jgraph.dist import make_mesh
-from jgraph.dist.mesh import first_devices
-from jgraph.kernels.sample import draw_positions, draw_positions_pallas
+from jgraph.mesh import first_devices
 from jgraph.progress import Progress
+from jgraph.sharded import make_mesh
 from jgraph.target import Analysis, Target, abstract_like, target_mesh
 from jgraph.train.compile import build, compile_step, eval_step_args
 from jgraph.train.evaluate import SampledEvaluator

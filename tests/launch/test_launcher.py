@@ -123,7 +123,7 @@ JAX_JOB = textwrap.dedent("""
     from jgraph.cli.devices import use_devices
     use_devices(None)
     import jax, numpy as np
-    from jgraph.dist import REPLICATED, ROWS, make_mesh
+    from jgraph.sharded import REPLICATED, ROWS, make_mesh
     mesh = make_mesh()
     x = jax.make_array_from_callback((mesh.size,), jax.sharding.NamedSharding(mesh, ROWS),
                                      lambda i: np.ones(1, np.float32))

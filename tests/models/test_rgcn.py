@@ -8,9 +8,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jgraph.models import (RGCN, Aggregator, Decomposition, Neighbourhood, Norm,
-                           OneHotRelGraphConv, RelGraphConv, SAGEConv, gather_neighbours,
-                           one_hot_width)
+from jgraph.models import (
+    RGCN,
+    Aggregator,
+    Decomposition,
+    Neighbourhood,
+    Norm,
+    OneHotRelGraphConv,
+    RelGraphConv,
+    SAGEConv,
+    gather_neighbours,
+    one_hot_width,
+)
 
 IN, OUT, RELS, N_DST, N_SRC, WIDTH = 6, 4, 5, 12, 30, 4
 

@@ -4,8 +4,15 @@ import pytest
 import scipy.sparse
 
 from jgraph.data import add_reverse_relations, load_dataset, load_npz, symmetrize
-from jgraph.partition import (Backend, assign, available_backends, balance, constraints_for,
-                              edge_cut_fraction, partition_graph)
+from jgraph.partition import (
+    Backend,
+    assign,
+    available_backends,
+    balance,
+    constraints_for,
+    edge_cut_fraction,
+    partition_graph,
+)
 
 
 def independent_balance(graph, parts, num_parts):

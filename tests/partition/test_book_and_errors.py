@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 from jgraph.data import Graph, GraphError, load_dataset
-from jgraph.partition import (IdRangeError, PartitionBook, PartitionError,
-                              PartitionFormatError, open_partitions, partition_graph)
+from jgraph.partition import (
+    IdRangeError,
+    PartitionBook,
+    PartitionError,
+    PartitionFormatError,
+    open_partitions,
+    partition_graph,
+)
 
 
 def random_book(rng, num_parts=5, num_types=3):
@@ -131,7 +137,8 @@ def test_truncated_partition_file_is_named(cora_parts):
     path = cora_parts / "part-2" / "node" / "_N" / "feat.npy"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(PartitionFormatError, match=r"part-2/node/_N/feat.npy: corrupt or truncated"):
+    with pytest.raises(PartitionFormatError,
+                       match=r"part-2/node/_N/feat.npy: corrupt or truncated"):
         open_partitions(cora_parts).part(2)
 
 

@@ -200,8 +200,8 @@ def test_open_time_check_of_a_part_catches_what_a_step_relies_on(parts, case):
 
 
 def test_dist_graph_refuses_a_corrupt_local_part(parts):
-    from jgraph.dist import DistGraph, make_mesh
-    from jgraph.dist.mesh import first_devices
+    from jgraph.mesh import first_devices
+    from jgraph.sharded import DistGraph, make_mesh
     pattern = _tamper(parts, "source id out of range")
     with pytest.raises(PartitionFormatError, match=pattern):
         DistGraph(parts, make_mesh(None, first_devices(3)))

@@ -4,7 +4,7 @@ sampling step, and the numpy reference every sample is checked against.
 Compiles dominate the cost (seconds per sampler on 8 simulated CPU devices), so each
 test module builds its `SampleRunner`s once (module-scoped fixtures) and feeds them
 many seeds, steps and keys of the same shapes. The exchange uses one capacity rung:
-its rung ladder multiplies compile time and is tested in tests/dist.
+its rung ladder multiplies compile time and is tested in tests/sharded.
 
 The reference neighbourhoods come from the original `Graph`'s edge list mapped through
 the partition's `node_map_inv`, not from the partition files the library loads.
@@ -20,8 +20,8 @@ import pytest
 
 from jgraph.bench.exchange import global_csc
 from jgraph.data import Graph, load_dataset
-from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mesh
 from jgraph.partition import open_partitions, partition_graph
+from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mesh
 
 P = 8
 ONE_RUNG = ExchangeConfig(relay=False, max_rungs=1)

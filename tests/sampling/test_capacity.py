@@ -9,11 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jgraph.dist import REPLICATED, ROWS, ExchangeConfig
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.capacity import ROUND, calibrate, grow, measure_frontiers, with_headroom
 from jgraph.sampling.sampler import SampleOverflowError
-
+from jgraph.sharded import REPLICATED, ROWS, ExchangeConfig
 
 ONE_RUNG = ExchangeConfig(relay=False, max_rungs=1)     # one compiled branch: faster
 FANOUTS = (5, 4)
@@ -94,7 +93,7 @@ def test_grow_makes_room_for_every_hop_that_overflowed_and_scales_the_later_ones
     worst = sampler.worst_case(dg.graph, BATCH)
     grown = grow(sampler, dg.graph, BATCH, needed=(100, 120, 200), capacity=(64, 128, 256))
     caps = grown.capacities
-    assert caps[0] >= 100 and caps[0] % ROUND == 0 or caps[0] == worst[0]
+    assert (caps[0] >= 100 and caps[0] % ROUND == 0) or caps[0] == worst[0]
     # Hops after the first overflow were sampled from a cut frontier: they grow too.
     factor = 100 / 64
     assert caps[1] >= min(128 * factor, worst[1]) and caps[2] >= min(256 * factor, worst[2])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jgraph.dist import AXIS, ROWS, Exchange, ExchangeConfig, make_mesh
+from jgraph.sharded import AXIS, ROWS, Exchange, ExchangeConfig, make_mesh
 
 SIZES = (5, 0, 12, 7, 70, 3, 9, 16)
 OFFSETS = np.concatenate([[0], np.cumsum(SIZES)]).astype(np.int64)
@@ -19,7 +19,7 @@ P, N, RPP = len(SIZES), int(OFFSETS[-1]), max(SIZES)
 n = 32                                    # ids per device
 TABLE = np.random.default_rng(0).normal(size=(N, 3)).astype(np.float32)
 # One rung (the batch size): each extra rung compiles another copy of the transfer,
-# and choosing rungs is tested in tests/dist/test_exchange.py.
+# and choosing rungs is tested in tests/sharded/test_exchange.py.
 CONFIGS = {"all_to_all-relay": ExchangeConfig(max_rungs=1, relay=True),
            "all_to_all": ExchangeConfig(max_rungs=1),
            "all_gather": ExchangeConfig(strategy="all_gather", max_rungs=1),

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jgraph.dist import REPLICATED, ROWS, ExchangeConfig
 from jgraph.sampling import LoaderState, NeighborSampler, NodeLoader
 from jgraph.sampling import loader as loader_module
+from jgraph.sharded import REPLICATED, ROWS, ExchangeConfig
 
 P = 8
 BATCH = 8
@@ -112,7 +112,7 @@ def test_every_device_takes_steps_per_epoch_batches_covering_its_seeds_once(
     np.testing.assert_array_equal(counts, [ids.size for ids in expected_ids])
     assert loader.steps_per_epoch == -(-counts.max() // BATCH)
     B = loader.batch_size
-    assert B == -(-counts.max() // loader.steps_per_epoch)
+    assert -(-counts.max() // loader.steps_per_epoch) == B
     for epoch in range(2):
         ids, mask = epoch_batches(loader, take, epoch)
         assert ids.shape == (loader.steps_per_epoch, P, B)

@@ -17,10 +17,10 @@ import scipy.stats
 from jgraph.kernels.sample import draw_positions_reference
 
 from jgraph.data import Graph
-from jgraph.dist import REPLICATED, ROWS, DistGraph
 from jgraph.partition import open_partitions, partition_graph
 from jgraph.sampling import NeighborSampler, stream_key
 from jgraph.sampling.sampler import node_keys
+from jgraph.sharded import REPLICATED, ROWS, DistGraph
 
 P, B = 8, 24                 # devices, seeds per device
 ALPHA = 1e-3                 # chi-square: reject uniformity below this p-value
@@ -267,7 +267,7 @@ def test_fanout_minus_one_gives_every_in_neighbour(small, reference_of, runner_c
     sample = runner_cls(dg, sampler)(seeds, mask, seed=0, step=0)
     draws = check(sample, ref, seeds, mask, [dg.graph.max_in_degree], replace=False)
     assert len(draws) == 96
-    for (hop, v), got in draws.items():
+    for (_, v), got in draws.items():
         assert got == tuple(np.sort(ref.nbrs(v)).tolist())
     assert int(sample.stats.truncated) == 0
     assert int(sample.stats.sampled_edges) == ref.src.size

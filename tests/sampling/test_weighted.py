@@ -20,10 +20,10 @@ import scipy.stats
 
 from jgraph.data import Graph
 from jgraph.data.graph import GraphError
-from jgraph.dist import DistGraph
 from jgraph.partition import open_partitions, partition_graph
 from jgraph.sampling import NeighborSampler, edge_weight_cumsum, weighted_positions
 from jgraph.sampling.weighted import running_weights, weighted_edges
+from jgraph.sharded import DistGraph
 
 P = 8
 N = 64

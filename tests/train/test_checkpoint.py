@@ -15,10 +15,17 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jgraph.dist import make_mesh
-from jgraph.dist.mesh import REPLICATED, ROWS
-from jgraph.train.checkpoint import (CORRUPT_DIR, FORMAT, CheckpointError, Checkpoints,
-                                     StopRequest, abstract, checksums)
+from jgraph.mesh import REPLICATED, ROWS
+from jgraph.sharded import make_mesh
+from jgraph.train.checkpoint import (
+    CORRUPT_DIR,
+    FORMAT,
+    CheckpointError,
+    Checkpoints,
+    StopRequest,
+    abstract,
+    checksums,
+)
 from jgraph.train.loop import check_resumable
 
 

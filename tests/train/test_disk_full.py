@@ -44,13 +44,12 @@ def test_a_save_on_a_full_disk_is_refused_and_writes_nothing(tmp_path, monkeypat
 
 def test_writes_the_disk_refuses_become_one_error_naming_the_folder():
     refusal = ValueError('RESOURCE_EXHAUSTED: Error writing "w/0.0" in OCDBT database')
-    with pytest.raises(CheckpointError, match=r"^/ckpt: the disk refused the write \(ValueError: "
-                                              r"RESOURCE_EXHAUSTED"):
-        with refused_writes("/ckpt"):
-            raise refusal
-    with pytest.raises(CheckpointError, match="OSError: .*No space left"):
-        with refused_writes("/ckpt"):
-            raise OSError(28, "No space left on device")
-    with pytest.raises(KeyError):                      # anything else is not the disk's
-        with refused_writes("/ckpt"):
-            raise KeyError("w")
+    with (pytest.raises(CheckpointError, match=r"^/ckpt: the disk refused the write "
+                                               r"\(ValueError: RESOURCE_EXHAUSTED"),
+          refused_writes("/ckpt")):
+        raise refusal
+    with (pytest.raises(CheckpointError, match="OSError: .*No space left"),
+          refused_writes("/ckpt")):
+        raise OSError(28, "No space left on device")
+    with pytest.raises(KeyError), refused_writes("/ckpt"):   # anything else is not the disk's
+        raise KeyError("w")

@@ -19,13 +19,19 @@ from flax import nnx
 
 from jgraph.bench.exchange import global_csc
 from jgraph.data import add_reverse_relations, load_dataset, load_npz
-from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig
 from jgraph.models import Aggregator, Decomposition, Neighbourhood, OneHotRelGraphConv
 from jgraph.partition import partition_graph
-from jgraph.train.experiment import (DataConfig, Experiment, Inference, ModelConfig,
-                                     ModelKind, TrainConfig)
-from jgraph.train.inference import edge_window, full_graph_logits
+from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig
 from jgraph.train.evaluate import SampledEvaluator, evaluate_splits
+from jgraph.train.experiment import (
+    DataConfig,
+    Experiment,
+    Inference,
+    ModelConfig,
+    ModelKind,
+    TrainConfig,
+)
+from jgraph.train.inference import edge_window, full_graph_logits
 from jgraph.train.run import build_run, run_mesh
 
 # Small windows: many per layer, and a hub's in-edges span several of them.

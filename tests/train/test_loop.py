@@ -11,8 +11,8 @@ import pytest
 
 from jgraph.config import ConfigError, load, to_dict
 from jgraph.progress import Progress
-from jgraph.train.experiment import Experiment, Inference
 from jgraph.train.evaluate import evaluate_run
+from jgraph.train.experiment import Experiment, Inference
 from jgraph.train.loop import train_and_evaluate
 
 EXPERIMENT = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")
@@ -63,7 +63,7 @@ def test_metrics_jsonl_has_one_line_per_epoch_with_the_logged_fields(trained):
     steps_per_epoch = rows[0]["step"]
     assert steps_per_epoch >= 1
     for r in rows:
-        assert ROW_FIELDS <= set(r), sorted(r)
+        assert set(r) >= ROW_FIELDS, sorted(r)
         assert r["step"] == (r["epoch"] + 1) * steps_per_epoch    # steps counted on device
         assert math.isfinite(r["loss"]) and r["loss"] > 0
         assert 0 <= r["train_acc"] <= 1 and 0 <= r["val_acc"] <= 1
@@ -80,7 +80,7 @@ def test_result_json_holds_the_result_and_one_train_step_compilation(trained):
     config, workdir, result, _ = trained
     saved = json.loads((workdir / "result.json").read_text())
     assert saved == json.loads(json.dumps(result))          # what was returned, on disk
-    assert RESULT_FIELDS <= set(saved), sorted(saved)
+    assert set(saved) >= RESULT_FIELDS, sorted(saved)
     assert saved["compiles"] == 1                            # one program for all epochs
     # Block sizes measured from cora: the second hop's below the worst case (every
     # node, 2708), and large enough that no step had to grow them (one compile).

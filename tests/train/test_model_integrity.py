@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 
-from jgraph.dist import make_mesh
-from jgraph.dist.mesh import REPLICATED, ROWS
+from jgraph.mesh import REPLICATED, ROWS
+from jgraph.sharded import make_mesh
 from jgraph.train.checkpoint import CheckpointError, ModelError
 from jgraph.train.evaluate import CHECKSUMS_FILE, MODEL_DIR, MODEL_FORMAT, load_model, save_model
 

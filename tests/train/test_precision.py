@@ -11,10 +11,10 @@ import pytest
 from flax import nnx
 
 from jgraph.data import load_dataset
-from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mesh
 from jgraph.models import GraphSAGE, InputEncoder, NodeClassifier
 from jgraph.partition import partition_graph
 from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mesh
 from jgraph.train import NodeClassification, NodeInputs
 
 DEVICES = 2

@@ -9,10 +9,10 @@ import pytest
 from flax import nnx
 
 from jgraph.data import load_dataset
-from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mesh
 from jgraph.models import GraphSAGE, InputEncoder, Neighbourhood, NodeClassifier
 from jgraph.partition import partition_graph
 from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mesh
 from jgraph.train import NodeClassification, NodeInputs, masked_cross_entropy
 
 DEVICES = 8
@@ -41,7 +41,7 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
     def per_device(params, data, order):
         seeds, mask = job.loader.batch(order, 1)
         batch = job.fetch(data, {}, seeds, mask, jnp.int32(4))
-        (loss, (correct, count, _)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
+        (loss, (_, count, _)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
             params, {}, batch)
         total = jax.lax.psum(count, "parts").astype(jnp.float32)
         grads = jax.tree.map(lambda g: g / total, grads)     # autodiff summed them
@@ -55,7 +55,7 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
         params, job.data(dg.graph), order)
 
     feat, label = job.inputs.features["_N"].to_numpy(), job.labels.to_numpy()
-    split = lambda a: np.split(np.asarray(a), DEVICES)            # noqa: E731
+    split = lambda a: np.split(np.asarray(a), DEVICES)
     src, dst = split(src), split(dst)
     blocks = [tuple(split(a) for a in pair) for pair in blocks]
 

@@ -11,14 +11,14 @@ memory change.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jgraph.dist.mesh import replicate, replicated
-from jgraph.dist.tensor import DistTensor
+from jgraph.mesh import replicate, replicated
+from jgraph.sharded.tensor import DistTensor
 
 
 def cache_size(size: int | float, num_nodes: int) -> int:
@@ -52,7 +52,7 @@ class HotCache:
     ids: np.ndarray
 
     @classmethod
-    def top(cls, scores: np.ndarray, size: int | float) -> "HotCache":
+    def top(cls, scores: np.ndarray, size: int | float) -> HotCache:
         """The `size` nodes with the highest scores (ties: lower id first)."""
         scores = np.asarray(scores)
         c = cache_size(size, scores.size)
@@ -60,7 +60,7 @@ class HotCache:
         return cls(np.sort(order).astype(np.int64))
 
     @classmethod
-    def empty(cls) -> "HotCache":
+    def empty(cls) -> HotCache:
         return cls(np.zeros(0, np.int64))
 
     def __len__(self) -> int:

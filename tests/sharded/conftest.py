@@ -1,4 +1,4 @@
-"""Shared fixtures for the jgraph.dist tests: the 8-device mesh, partitioned graphs, and
+"""Shared fixtures for the jgraph.sharded tests: the 8-device mesh, partitioned graphs, and
 a hand-made partition book with unequal (and one empty) partitions.
 
 Compiles dominate the cost of these tests, so each module builds its jitted functions
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from jgraph.data import Graph, load_dataset
-from jgraph.dist import make_mesh
 from jgraph.partition import PartitionBook, open_partitions, partition_graph
+from jgraph.sharded import make_mesh
 
 # Partition sizes of the hand-made book: unequal, partition 1 empty, partition 4 large
 # enough that a whole batch of distinct ids can go to it.

@@ -6,8 +6,16 @@ import jax
 import numpy as np
 import pytest
 
-from jgraph.dist import (REPLICATED, ROWS, DistGraph, DistTensor, ExchangeConfig, HotCache,
-                         cache_size, request_counts)
+from jgraph.sharded import (
+    REPLICATED,
+    ROWS,
+    DistGraph,
+    DistTensor,
+    ExchangeConfig,
+    HotCache,
+    cache_size,
+    request_counts,
+)
 
 P, n = 8, 24                   # ids per device; the default ladder(24) has two rungs
 

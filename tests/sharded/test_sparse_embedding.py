@@ -8,8 +8,16 @@ import jax
 import numpy as np
 import pytest
 
-from jgraph.dist import (REPLICATED, ROWS, DistEmbedding, Exchange, ExchangeConfig, RowLayout,
-                         SparseAdagrad, SparseAdam)
+from jgraph.sharded import (
+    REPLICATED,
+    ROWS,
+    DistEmbedding,
+    Exchange,
+    ExchangeConfig,
+    RowLayout,
+    SparseAdagrad,
+    SparseAdam,
+)
 
 P, n, DIM, STEPS = 8, 24, 4, 4
 

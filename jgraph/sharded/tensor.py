@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -17,10 +17,10 @@ from jax import lax
 from jax.sharding import Mesh
 
 from jgraph.data.sparse import SparseRows, register_pytree
-from jgraph.dist.exchange import Exchange, ExchangeStats, OwnerFn
-from jgraph.dist.layout import RowLayout
-from jgraph.dist.mesh import AXIS, replicated, shard_rows
+from jgraph.exchange import Exchange, ExchangeStats, OwnerFn
+from jgraph.mesh import AXIS, replicated, shard_rows
 from jgraph.partition.book import IdRangeError
+from jgraph.sharded.layout import RowLayout
 
 register_pytree()      # sparse rows cross jit and shard_map here
 
@@ -62,7 +62,7 @@ class DistTensor:
 
     @classmethod
     def load(cls, mesh: Mesh, layout: RowLayout, name: str, load: Callable[[int], np.ndarray],
-             row_shape: tuple[int, ...], dtype) -> "DistTensor":
+             row_shape: tuple[int, ...], dtype) -> DistTensor:
         """From per-partition row blocks; `load(k)` runs only for this process's partitions."""
         def block(k):
             rows = np.asarray(load(k))
@@ -76,7 +76,7 @@ class DistTensor:
     @classmethod
     def load_sparse(cls, mesh: Mesh, layout: RowLayout, name: str,
                     load: Callable[[int], SparseRows], width: int, nnz_per_row: int,
-                    dtype) -> "DistTensor":
+                    dtype) -> DistTensor:
         """Sparse rows [width] from per-partition `SparseRows` blocks of `nnz_per_row`
         entries per row; `array` is then a `SparseRows` of two row-sharded arrays."""
         def block(k, leaf):
@@ -94,7 +94,7 @@ class DistTensor:
 
     @classmethod
     def from_numpy(cls, mesh: Mesh, layout: RowLayout, values, name: str = "tensor"
-                   ) -> "DistTensor":
+                   ) -> DistTensor:
         """From an array in row order (`values[r]` is row r)."""
         values = np.asarray(values)
         if values.shape[0] != layout.num_rows:
@@ -107,7 +107,7 @@ class DistTensor:
 
     @classmethod
     def zeros(cls, mesh: Mesh, layout: RowLayout, row_shape=(), dtype=np.float32,
-              name: str = "tensor") -> "DistTensor":
+              name: str = "tensor") -> DistTensor:
         return cls.load(mesh, layout, name, lambda k: np.zeros((layout.counts[k], *row_shape),
                                                                dtype), tuple(row_shape), dtype)
 

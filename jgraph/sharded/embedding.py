@@ -18,11 +18,11 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh
 
-from jgraph.dist.exchange import Exchange, ExchangeStats
-from jgraph.dist.layout import RowLayout
-from jgraph.dist.mesh import AXIS, ROWS, rows_sharding
-from jgraph.dist.sparse_optim import SparseAdam, SparseOptimizer
-from jgraph.dist.tensor import owner_gather
+from jgraph.exchange import Exchange, ExchangeStats
+from jgraph.mesh import AXIS, ROWS, rows_sharding
+from jgraph.sharded.layout import RowLayout
+from jgraph.sharded.sparse_optim import SparseAdam, SparseOptimizer
+from jgraph.sharded.tensor import owner_gather
 
 
 class EmbeddingState(NamedTuple):
@@ -55,7 +55,7 @@ class DistEmbedding:
 
     def specs(self) -> EmbeddingState:
         """`PartitionSpec`s of the state, for shard_map and jit."""
-        return EmbeddingState(ROWS, {k: ROWS for k in self.optimizer.slots(self.dim)})
+        return EmbeddingState(ROWS, dict.fromkeys(self.optimizer.slots(self.dim), ROWS))
 
     def init(self, mesh: Mesh, key: jax.Array) -> EmbeddingState:
         """A fresh table, created on the devices (partition k draws from fold_in(key, k))."""
@@ -96,10 +96,10 @@ class DistEmbedding:
                                                           contains=self.layout.contains)
         r = state.table.shape[0]
         local = jnp.where(mask, self.layout.local_row(owned, lax.axis_index(exchange.axis)), r)
-        get = lambda a: a.at[local].get(mode="fill", fill_value=0)  # noqa: E731
+        get = lambda a: a.at[local].get(mode="fill", fill_value=0)
         rows, slots = self.optimizer.update(get(state.table),
                                             {k: get(v) for k, v in state.slots.items()}, sums)
-        put = lambda a, new: a.at[local].set(new, mode="drop")      # noqa: E731
+        put = lambda a, new: a.at[local].set(new, mode="drop")
         return EmbeddingState(put(state.table, rows),
                               {k: put(state.slots[k], slots[k]) for k in state.slots}), stats
 

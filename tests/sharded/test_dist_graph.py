@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from jgraph.dist import DistGraph, MeshError, check_parts, local_parts, make_mesh, shard_rows
+from jgraph.sharded import DistGraph, MeshError, check_parts, local_parts, make_mesh, shard_rows
 
 
 @pytest.fixture(scope="module")

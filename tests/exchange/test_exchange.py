@@ -15,9 +15,16 @@ import numpy as np
 import pytest
 from jax import lax
 
-import jgraph.dist.exchange as exchange_module
-from jgraph.dist import (AXIS, REPLICATED, ROWS, Exchange, ExchangeConfig, ExchangeOverflowError,
-                         make_mesh)
+import jgraph.exchange.exchange as exchange_module
+from jgraph.sharded import (
+    AXIS,
+    REPLICATED,
+    ROWS,
+    Exchange,
+    ExchangeConfig,
+    ExchangeOverflowError,
+    make_mesh,
+)
 
 SIZES = (5, 0, 12, 7, 70, 3, 9, 16)      # partition 1 empty; 4 can take a whole batch
 OFFSETS = np.concatenate([[0], np.cumsum(SIZES)]).astype(np.int64)
@@ -303,7 +310,7 @@ def test_gather_with_the_owner_function_run_once_equals_numpy_take(strategy, cas
 def test_answer_filled_answers_every_present_id_and_zeros_the_rest():
     """The owner's loop over only the chunks that hold ids (ids scattered among -1s),
     against numpy, down to a buffer of -1s only (zeros) and one id among 8 slots."""
-    from jgraph.dist.exchange import answer_filled
+    from jgraph.exchange.exchange import answer_filled
     rng = np.random.default_rng(3)
     for length, present in ((100, 37), (64, 64), (50, 0), (9, 1)):
         ids = np.full(length, -1, np.int32)
@@ -428,7 +435,7 @@ def emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, outpu
     at = lax.all_gather(output_offsets, axis_name)
     num, length, m = operands.shape[0], operand.shape[0], output.shape[0]
     j = jnp.arange(m)
-    expand = lambda mask: mask.reshape((m,) + (1,) * (output.ndim - 1))  # noqa: E731
+    expand = lambda mask: mask.reshape((m,) + (1,) * (output.ndim - 1))
     result, writes = output, jnp.zeros(m, jnp.int32)
     bad = jnp.any(recv_sizes != sizes[:, me])
     for q in range(num):

@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from jgraph.dist import REPLICATED, ROWS, DistTensor, Exchange, RowLayout
 from jgraph.partition import IdRangeError
+from jgraph.sharded import REPLICATED, ROWS, DistTensor, Exchange, RowLayout
 
 P = 8
 

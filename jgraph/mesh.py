@@ -7,7 +7,7 @@ padded block of partition k. Inside `shard_map` a device sees its own block only
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -45,7 +45,8 @@ def first_devices(count: int) -> list[jax.Device]:
     if count > len(devices):
         raise MeshError(f"{count} devices asked for, but JAX has {len(devices)} "
                         f"{jax.default_backend()} device(s); on CPU simulate them with "
-                        f"--devices {count} or XLA_FLAGS=--xla_force_host_platform_device_count={count}")
+                        f"--devices {count} or "
+                        f"XLA_FLAGS=--xla_force_host_platform_device_count={count}")
     return devices[:count]
 
 
@@ -62,7 +63,7 @@ def check_parts(num_parts: int, mesh: Mesh, source: str = "the graph") -> None:
     """Raise `MeshError` unless `mesh` has exactly one device per partition."""
     if mesh.axis_names != (AXIS,):
         raise MeshError(f"jgraph needs a 1-D mesh with axis {AXIS!r}, got axes "
-                        f"{mesh.axis_names}; build it with jgraph.dist.make_mesh")
+                        f"{mesh.axis_names}; build it with jgraph.sharded.make_mesh")
     if num_parts != mesh.size:
         raise MeshError(device_mismatch_message(num_parts, mesh.size, source))
 

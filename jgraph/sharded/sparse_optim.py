@@ -8,7 +8,7 @@ state, are never read or written, so a step costs the same for any table size.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax.numpy as jnp
 

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jgraph.dist import DistTensor, RowLayout
 from jgraph.partition import IdRangeError, PartitionBook
+from jgraph.sharded import DistTensor, RowLayout
 
 COUNTS = np.array([   # nodes of types a, b, c in each of the 8 partitions
     [0, 3, 0],        # no a (the first partition)

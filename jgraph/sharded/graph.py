@@ -13,12 +13,19 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jgraph.dist.exchange import Exchange, ExchangeConfig
-from jgraph.dist.layout import RowLayout
-from jgraph.dist.mesh import (REPLICATED, ROWS, all_processes, check_parts, local_parts,
-                              max_over_processes, replicate, shard_rows)
-from jgraph.partition import (PartitionBook, PartitionedGraph, PartitionFormatError,
-                              open_partitions)
+from jgraph.exchange import Exchange, ExchangeConfig
+from jgraph.mesh import (
+    REPLICATED,
+    ROWS,
+    all_processes,
+    check_parts,
+    local_parts,
+    max_over_processes,
+    replicate,
+    shard_rows,
+)
+from jgraph.partition import PartitionBook, PartitionedGraph, PartitionFormatError, open_partitions
+from jgraph.sharded.layout import RowLayout
 
 INT32_MAX = np.iinfo(np.int32).max
 
@@ -58,7 +65,7 @@ class ShardedGraph:
     num_relations: int = dataclasses.field(metadata=dict(static=True))
     max_in_degree: int = dataclasses.field(default=0, metadata=dict(static=True))
 
-    def specs(self) -> "ShardedGraph":
+    def specs(self) -> ShardedGraph:
         """The `shard_map` in/out specs of this graph: rows sharded, offsets replicated."""
         return dataclasses.replace(
             self, indptr=ROWS, indices=ROWS, etype=ROWS, edge_mask=ROWS, in_degree=ROWS,
@@ -152,7 +159,7 @@ class DistGraph:
     def ndata(self, name: str, ntype: str | None = None):
         """The node array `name` of `ntype` (the only type, if there is one) as a
         DistTensor (of `SparseRows` where the partition stores sparse rows)."""
-        from jgraph.dist.tensor import DistTensor
+        from jgraph.sharded.tensor import DistTensor
         ntype = ntype or self._single_type()
         specs = self.meta.node_data.get(ntype, {})
         if name not in specs:
@@ -172,7 +179,7 @@ class DistGraph:
 
     def split_mask(self, split: str, ntype: str | None = None):
         """bool DistTensor: True for the nodes of `ntype` in `split` (train/val/test)."""
-        from jgraph.dist.tensor import DistTensor
+        from jgraph.sharded.tensor import DistTensor
         ntype = ntype or self._single_type()
         names = self.meta.splits.get(ntype, [])
         if split not in names:

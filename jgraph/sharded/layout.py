@@ -39,7 +39,7 @@ class RowLayout:
     ntype: str | None = None
 
     @classmethod
-    def of(cls, book: PartitionBook, ntype: str | None = None) -> "RowLayout":
+    def of(cls, book: PartitionBook, ntype: str | None = None) -> RowLayout:
         """Rows of every node (`ntype=None`) or of one node type."""
         if ntype is None:
             return cls(book.offsets, book.offsets[:-1], book.part_sizes(), None)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from jgraph.data import SparseRows
-from jgraph.dist import REPLICATED, ROWS, DistGraph, ExchangeConfig, HotCache
 from jgraph.partition import open_partitions, partition_graph
+from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig, HotCache
 
 P, n = 8, 24
 
@@ -77,4 +77,4 @@ def test_the_exchange_moves_the_stored_entries_not_the_dense_rows(setup):
     # a dense row would be 1,433 floats.
     assert k * 8 < values.shape[1] * 4
     wire = float(stats.wire_bytes)
-    assert 0 < wire and wire % (4 + 8 * k) == 0, (wire, k)
+    assert wire > 0 and wire % (4 + 8 * k) == 0, (wire, k)

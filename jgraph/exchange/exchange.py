@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jgraph.dist.mesh import AXIS
+from jgraph.mesh import AXIS
 
 PyTree = Any
 OwnerFn = Callable[[jnp.ndarray, jnp.ndarray], PyTree]
@@ -59,7 +60,7 @@ class Strategy(str, enum.Enum):
     RAGGED = "ragged_all_to_all"  # exact sizes; GPU only (XLA:CPU does not implement it)
     AUTO = "auto"               # ragged_all_to_all on GPU, all_to_all elsewhere
 
-    def on(self, platform: str | None) -> "Strategy":
+    def on(self, platform: str | None) -> Strategy:
         """The strategy used on devices of `platform` ("gpu", "cpu", ...; None: unknown):
         AUTO picks what the platform has, the others are themselves."""
         if self is not Strategy.AUTO:
@@ -91,7 +92,7 @@ class ExchangeConfig:
         all_to_alls, each balanced.
       cache: the hot-node cache of training and evaluation: the feature rows of this
         fraction of each node type's nodes (0 = none), replicated on every device and
-        answered without communication (`jgraph.dist.cache`).
+        answered without communication (`jgraph.sharded.cache`).
       cache_by: which nodes are hot: "degree" (out-degree: the number of
         neighbourhoods a node is in) or "frequency" (requests counted on sampled
         training batches).
@@ -157,7 +158,7 @@ class ExchangeStats(NamedTuple):
     overflow: jnp.ndarray
     out_of_range: jnp.ndarray
 
-    def check(self, what: str = "exchange") -> "ExchangeStats":
+    def check(self, what: str = "exchange") -> ExchangeStats:
         """Host side: raise if anything was lost; returns self."""
         overflow, bad = int(self.overflow), int(self.out_of_range)
         if overflow:
@@ -172,7 +173,8 @@ class ExchangeStats(NamedTuple):
 class _Plan(NamedTuple):
     """One device's deduplicated request. n = request size; P = partitions.
 
-    uniq: int32[n] distinct ids, sorted unless declared distinct, _EMPTY-padded; inverse: int32[n] request -> uniq;
+    uniq: int32[n] distinct ids, sorted unless declared distinct, _EMPTY-padded;
+    inverse: int32[n] request -> uniq;
     valid, local, cached, remote: bool[n] over uniq; cache_pos: int32[n];
     compact: int32[n] the remote ids, grouped by owner, -1-padded; slot: int32[n] each
     remote uniq entry's place in compact; start, counts: int32[P] owner groups of compact.
@@ -383,7 +385,8 @@ class Exchange:
                 recv = (lax.all_to_all(send, axis, 0, 0, tiled=True).reshape(-1)
                         if received is None else received)
                 pay = None if payload is None else jax.tree.map(
-                    lambda x: lax.all_to_all(x, axis, 0, 0, tiled=True).reshape((-1,) + x.shape[2:]),
+                    lambda x: lax.all_to_all(x, axis, 0, 0, tiled=True).reshape(
+                        (-1,) + x.shape[2:]),
                     _take(payload, idx, ok))
 
                 def back(ans, into=(None, None)):
@@ -559,7 +562,7 @@ class Exchange:
     def _stats(self, plan, caps, wire, overflow, out_of_range, inner=None) -> ExchangeStats:
         """Sum this device's counters over devices (and add an inner exchange's totals)."""
         axis = self.axis
-        count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), axis)   # noqa: E731
+        count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), axis)
         wire, overflow = lax.psum(wire, axis), lax.psum(overflow, axis)
         if inner is not None:
             caps = caps + [inner.capacity]
@@ -696,7 +699,8 @@ class Exchange:
         answers = _take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
         return answers, self._stats(plan, caps, wire, overflow, out_of_range, inner)
 
-    def scatter_add(self, ids, valid, values, *, contains=None) -> tuple[tuple[jnp.ndarray, PyTree, jnp.ndarray],
+    def scatter_add(self, ids, valid, values, *, contains=None
+                    ) -> tuple[tuple[jnp.ndarray, PyTree, jnp.ndarray],
                                                        ExchangeStats]:
         """Transpose of `gather`: send each value to its id's owner and sum per id there.
 
@@ -720,9 +724,9 @@ class Exchange:
         for need, top, bounded, route in self._remote_transfers(plan):
             ladder = self.config.ladder(top, bounded)
 
-            def branch(cap, route=route):
+            def branch(cap, route=route, top_rung=ladder[-1]):
                 sent = route(cap, payload)
-                size = sent.ids.shape[0] * ladder[-1] // cap     # the top rung's size
+                size = sent.ids.shape[0] * top_rung // cap       # the top rung's size
                 pad = size - sent.ids.shape[0]
                 got_ids = jnp.pad(jnp.where(sent.mask, sent.ids, -1), (0, pad), constant_values=-1)
                 got = jax.tree.map(lambda x: jnp.pad(
@@ -760,7 +764,7 @@ class Exchange:
         answers = owner_fn(ids, valid)
         answers = _select(valid, answers, jax.tree.map(jnp.zeros_like, answers))
         # Counts are psum-ed so they are typed as replicated, like gather's.
-        count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), self.axis)   # noqa: E731
+        count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), self.axis)
         zero = count(jnp.zeros((), bool))
         return answers, ExchangeStats(
             requested=count(valid), non_local=zero, cached=zero, capacity=zero,

@@ -22,7 +22,7 @@ CHILD = textwrap.dedent(f"""
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     import numpy as np
-    from jgraph.dist import REPLICATED, ROWS, Exchange, make_mesh
+    from jgraph.sharded import REPLICATED, ROWS, Exchange, make_mesh
 
     offsets = np.cumsum([0, 5, 0, 12, 7, 70, 3, 9, 16])
     exchange = Exchange(offsets)                 # all_to_all; ladder(24) has two rungs
