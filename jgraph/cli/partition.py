@@ -115,9 +115,9 @@ def result_row(meta: PartitionMeta, out: str, seconds: float) -> dict:
         "seconds": seconds,
         "partition_seconds": meta.seconds,
         "peak_rss_bytes": peak_rss_bytes(),
-        "part_nodes": [p["num_nodes"] for p in meta.parts],
-        "part_edges": [p["num_edges"] for p in meta.parts],
-        "part_halo": [p["num_halo"] for p in meta.parts],
+        "part_nodes": [p.num_nodes for p in meta.parts],
+        "part_edges": [p.num_edges for p in meta.parts],
+        "part_halo": [p.num_halo for p in meta.parts],
     }
 
 
@@ -127,14 +127,14 @@ def summary(meta: PartitionMeta, where: str) -> str:
     lines = [f"{meta.graph_name}: {meta.num_nodes:,} nodes, {meta.num_edges:,} edges, "
              f"{len(meta.relations)} relation(s), {len(types)} node type(s)",
              f"{meta.num_parts} partitions by {meta.method} in {where}"]
-    split_names = sorted({n for p in meta.parts for named in p["splits"].values() for n in named
+    split_names = sorted({n for p in meta.parts for named in p.splits.values() for n in named
                           if n in ("train", "val", "test")}, key=("train", "val", "test").index)
     header = f"{'part':>5} {'nodes':>11} {'in-edges':>12} {'halo':>10}" + "".join(
         f" {s:>9}" for s in split_names)
     lines.append(header)
     for k, p in enumerate(meta.parts):
-        counts = [sum(named.get(s, 0) for named in p["splits"].values()) for s in split_names]
-        lines.append(f"{k:>5} {p['num_nodes']:>11,} {p['num_edges']:>12,} {p['num_halo']:>10,}"
+        counts = [sum(named.get(s, 0) for named in p.splits.values()) for s in split_names]
+        lines.append(f"{k:>5} {p.num_nodes:>11,} {p.num_edges:>12,} {p.num_halo:>10,}"
                      + "".join(f" {c:>9,}" for c in counts))
     lines.append(f"edge cut: {meta.edge_cut_fraction:.2%} of edges join different partitions")
     within = all(v <= 1 + meta.balance_tolerance + 1e-9 for v in meta.balance.values())
@@ -157,13 +157,13 @@ def run_info(args) -> int:
         print(json.dumps(meta.to_json()))
         return 0
     print(summary(meta, os.path.abspath(args.dir)))
-    data = ", ".join(f"{t}.{name} {spec['dtype']}{spec['shape']}"
-                     + (f" sparse ({spec['sparse']} per row)" if "sparse" in spec else "")
+    data = ", ".join(f"{t}.{name} {spec.dtype}{list(spec.shape)}"
+                     + (f" sparse ({spec.sparse} per row)" if spec.sparse else "")
                      for t, named in meta.node_data.items() for name, spec in named.items())
     if data:
         print(f"node data: {data}")
     if meta.edge_data:
-        print("edge data: " + ", ".join(f"{n} {s['dtype']}{s['shape']}"
+        print("edge data: " + ", ".join(f"{n} {s.dtype}{list(s.shape)}"
                                         for n, s in meta.edge_data.items()))
     print(f"partitioned in {meta.seconds:.1f}s (seed {meta.seed})"
           + (f"; all partition files checked in {seconds:.2f}s" if args.check else ""))

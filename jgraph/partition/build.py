@@ -34,6 +34,8 @@ from jgraph.partition.metis import Backend
 from jgraph.partition.store import (
     FORMAT_VERSION,
     READABLE_KINDS,
+    ArraySpec,
+    PartInfo,
     PartitionMeta,
     part_dir,
     save_array,
@@ -163,13 +165,12 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
                 mine = np.sort(new_ids[(new_ids >= lo) & (new_ids < hi)])
                 save_array(os.path.join(d, "split", ntype, f"{name}.npy"), mine)
                 split_counts[ntype][name] = int(mine.size)
-        part_info.append({
-            "num_nodes": hi - lo,
-            "num_nodes_per_type": dict(zip(graph.node_types, counts[k].tolist())),
-            "num_edges": e1 - e0,
-            "num_halo": int(halo.size),
-            "splits": split_counts,
-        })
+        part_info.append(PartInfo(
+            num_nodes=int(hi - lo),
+            num_nodes_per_type=dict(zip(graph.node_types, counts[k].tolist())),
+            num_edges=int(e1 - e0),
+            num_halo=int(halo.size),
+            splits=split_counts))
 
     meta = PartitionMeta(
         format_version=FORMAT_VERSION,
@@ -199,18 +200,18 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
     return meta
 
 
-def _spec(what: str, values: np.ndarray) -> dict:
+def _spec(what: str, values: np.ndarray) -> ArraySpec:
     """meta.json's entry for a node or edge array: dtype, row shape, and for integers
     the value range (which checks of the written directory hold each part to)."""
     if values.dtype.kind not in READABLE_KINDS:
         raise PartitionError(f"{what} has dtype {values.dtype}; partitioned node and edge "
                              f"data must be numbers or booleans")
-    spec = {"dtype": values.dtype.name, "shape": list(values.shape[1:])}
+    shape = tuple(int(d) for d in values.shape[1:])
     if isinstance(values, SparseRows):
-        spec["sparse"] = values.nnz_per_row
-    elif values.dtype.kind in "iu" and values.size:
-        spec["min"], spec["max"] = int(values.min()), int(values.max())
-    return spec
+        return ArraySpec(values.dtype.name, shape, sparse=values.nnz_per_row)
+    if values.dtype.kind in "iu" and values.size:
+        return ArraySpec(values.dtype.name, shape, int(values.min()), int(values.max()))
+    return ArraySpec(values.dtype.name, shape)
 
 
 def _homogeneous_edge_data(graph: Graph) -> dict[str, np.ndarray]:

@@ -160,9 +160,9 @@ def _check_sorted(path: str, a: np.ndarray, strict: bool, rule: str) -> None:
 
 def _check_values(path: str, values: np.ndarray, spec: dict, deep: bool) -> None:
     """Integers inside the range meta.json records; with deep, floats finite."""
-    if "min" in spec:
-        _check_range(path, values, spec["min"], spec["max"],
-                     f"meta.json records the range [{spec['min']}, {spec['max']}] for it")
+    if spec.has_range:
+        _check_range(path, values, spec.min, spec.max,
+                     f"meta.json records the range [{spec.min}, {spec.max}] for it")
     if deep and values.dtype.kind == "f":
         for start, x in _block_views(values):
             bad = ~np.isfinite(x)

@@ -55,6 +55,58 @@ class PartitionFormatError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """meta.json's entry for one node or edge array.
+
+    Fields:
+      dtype: numpy dtype name; shape: the row shape (for sparse rows: [width]).
+      min, max: the value range of integer arrays (None for others, and in directories
+        written before ranges were recorded).
+      sparse: for sparse rows (`SparseRows`), the stored entries per row K; else None.
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    min: int | None = None
+    max: int | None = None
+    sparse: int | None = None
+
+    @classmethod
+    def from_json(cls, entry: Mapping) -> ArraySpec:
+        """From a checked meta.json entry (see `_spec_problem`)."""
+        return cls(entry["dtype"], tuple(entry["shape"]), entry.get("min"), entry.get("max"),
+                   entry.get("sparse"))
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"dtype": self.dtype, "shape": list(self.shape)}
+        if self.min is not None:
+            out["min"], out["max"] = self.min, self.max
+        if self.sparse is not None:
+            out["sparse"] = self.sparse
+        return out
+
+    @property
+    def has_range(self) -> bool:
+        return self.min is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class PartInfo:
+    """meta.json's entry for one partition: its node count (and per type), stored
+    in-edges, halo size and the size of each split there ({type: {split: count}})."""
+
+    num_nodes: int
+    num_nodes_per_type: dict[str, int]
+    num_edges: int
+    num_halo: int
+    splits: dict[str, dict[str, int]]
+
+    @classmethod
+    def from_json(cls, entry: Mapping) -> PartInfo:
+        return cls(**{f.name: entry[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
 class PartitionMeta:
     """The contents of meta.json.
 
@@ -65,14 +117,10 @@ class PartitionMeta:
         num_edges_per_relation [R].
       offsets: [P+1]; ntype_offsets: [P][T+1] (see `PartitionBook`);
         orig_type_offsets: [T+1] for original homogeneous ids.
-      node_data: {type: {name: {"dtype": str, "shape": [row shape], "min": int,
-        "max": int, "sparse": int}}}, "min"/"max" (the value range) only for integer
-        arrays and absent in directories written before they were recorded; "sparse"
-        (entries per row, K) only for sparse rows [width] (`SparseRows`), stored as
-        node/<type>/<name>/indices.npy int32[n, K] and values.npy [n, K];
-        edge_data: {name: {"dtype", "shape", "min", "max"}}; splits: {type: [names]}.
-      parts: per partition {"num_nodes", "num_nodes_per_type", "num_edges",
-        "num_halo", "splits": {type: {name: count}}}.
+      node_data: {type: {name: ArraySpec}}; sparse rows (`ArraySpec.sparse`) are
+        stored as node/<type>/<name>/indices.npy int32[n, K] and values.npy [n, K];
+        edge_data: {name: ArraySpec}; splits: {type: [names]}.
+      parts: [PartInfo] per partition.
       edge_cut_fraction: stored edges whose ends are in different partitions / all.
       balance: {constraint: max/mean over partitions}; balance_tolerance: the target.
       seed, seconds, format_version.
@@ -106,7 +154,12 @@ class PartitionMeta:
                              tuple(self.node_types))
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["node_data"] = {t: {name: spec.to_json() for name, spec in named.items()}
+                            for t, named in self.node_data.items()}
+        out["edge_data"] = {name: spec.to_json() for name, spec in self.edge_data.items()}
+        out["parts"] = [dataclasses.asdict(info) for info in self.parts]
+        return out
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -211,11 +264,22 @@ def read_meta(root: str | os.PathLike) -> PartitionMeta:
         problem = f"a field has the wrong form ({type(e).__name__}: {e})"
     if problem:
         raise PartitionFormatError(f"{path}: {problem}")
-    return meta
+    try:
+        return dataclasses.replace(
+            meta,
+            node_data={t: {name: ArraySpec.from_json(spec) for name, spec in named.items()}
+                       for t, named in meta.node_data.items()},
+            edge_data={name: ArraySpec.from_json(spec)
+                       for name, spec in meta.edge_data.items()},
+            parts=[PartInfo.from_json(info) for info in meta.parts])
+    except (TypeError, KeyError) as e:
+        raise PartitionFormatError(f"{path}: a field has the wrong form "
+                                   f"({type(e).__name__}: {e})") from e
 
 
 def _meta_problem(meta: PartitionMeta) -> str | None:
-    """The first way meta.json contradicts itself, or None."""
+    """The first way meta.json contradicts itself, or None (`meta` as read: its
+    entries still JSON dicts)."""
     book, types = meta.book(), list(meta.node_types)
     if len(meta.parts) != meta.num_parts:
         return f"'parts' lists {len(meta.parts)} partitions, num_parts is {meta.num_parts}"
@@ -358,21 +422,21 @@ class PartitionedGraph:
                     for t, names in meta.splits.items() for name in names]
         return out
 
-    def node_paths(self, k: int, ntype: str, name: str, spec: dict) -> list[str]:
+    def node_paths(self, k: int, ntype: str, name: str, spec: ArraySpec) -> list[str]:
         """The files of one node array of partition k: <name>.npy, or for sparse rows
         <name>/indices.npy and <name>/values.npy."""
-        if "sparse" in spec:
+        if spec.sparse is not None:
             return [self.array_path(k, "node", ntype, name, leaf)
                     for leaf in ("indices", "values")]
         return [self.array_path(k, "node", ntype, name)]
 
-    def _node_array(self, k: int, ntype: str, name: str, spec: dict, rows: int):
+    def _node_array(self, k: int, ntype: str, name: str, spec: ArraySpec, rows: int):
         paths = self.node_paths(k, ntype, name, spec)
-        if "sparse" in spec:
-            shape = (rows, spec["sparse"])
+        if spec.sparse is not None:
+            shape = (rows, spec.sparse)
             return SparseRows(load_array(paths[0], shape, np.int32),
-                              load_array(paths[1], shape, spec["dtype"]), spec["shape"][0])
-        return load_array(paths[0], (rows, *spec["shape"]), spec["dtype"])
+                              load_array(paths[1], shape, spec.dtype), spec.shape[0])
+        return load_array(paths[0], (rows, *spec.shape), spec.dtype)
 
     def node_map(self) -> np.ndarray:
         """int64[N]: new global id -> original homogeneous id (memory-mapped)."""
@@ -397,7 +461,7 @@ class PartitionedGraph:
             raise PartitionFormatError(f"{self.root}: partition {k} does not exist "
                                        f"(num_parts={meta.num_parts})")
         info = meta.parts[k]
-        n, e = info["num_nodes"], info["num_edges"]
+        n, e = info.num_nodes, info.num_edges
         indptr = load_array(self.array_path(k, "indptr"), (n + 1,), np.int64)
         if indptr[0] != 0 or indptr[-1] != e:
             raise PartitionFormatError(f"{self.array_path(k, 'indptr')}: must run from 0 to "
@@ -408,10 +472,10 @@ class PartitionedGraph:
                 for name, spec in meta.node_data.get(t, {}).items()}
             for i, t in enumerate(meta.node_types)}
         edge_data = {name: load_array(self.array_path(k, "edge", name),
-                                      (e, *spec["shape"]), spec["dtype"])
+                                      (e, *spec.shape), spec.dtype)
                      for name, spec in meta.edge_data.items()}
         splits = {t: {name: load_array(self.array_path(k, "split", t, name),
-                                       (info["splits"][t][name],), np.int64)
+                                       (info.splits[t][name],), np.int64)
                       for name in names}
                   for t, names in meta.splits.items()}
         return Partition(
@@ -419,7 +483,7 @@ class PartitionedGraph:
             indices=load_array(self.array_path(k, "indices"), (e,), np.int64),
             etype=load_array(self.array_path(k, "etype"), (e,), np.int32),
             edge_ids=load_array(self.array_path(k, "edge_ids"), (e,), np.int64),
-            halo=load_array(self.array_path(k, "halo"), (info["num_halo"],), np.int64),
+            halo=load_array(self.array_path(k, "halo"), (info.num_halo,), np.int64),
             node_data=node_data, edge_data=edge_data, splits=splits)
 
     # -- checks: each raises a PartitionFormatError naming the file and the value -------

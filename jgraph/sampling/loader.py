@@ -65,7 +65,7 @@ class NodeLoader:
         if split not in names:
             raise KeyError(f"split {split!r} of type {ntype!r} is not in {dg.parts.root}; "
                            f"it has {sorted(names)}")
-        counts = np.array([p["splits"][ntype][split] for p in dg.meta.parts], np.int64)
+        counts = np.array([p.splits[ntype][split] for p in dg.meta.parts], np.int64)
         return cls._build(dg.mesh, counts, lambda k: dg.parts.part(k).splits[ntype][split],
                           batch_size, drop_last, seed)
 

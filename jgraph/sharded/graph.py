@@ -79,7 +79,7 @@ def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
     if meta.num_nodes >= INT32_MAX:
         raise ValueError(f"{pg.root}: {meta.num_nodes} nodes do not fit int32 node ids")
     n = max(int(book.part_sizes().max()), 1)
-    e = max(max(int(p["num_edges"]) for p in meta.parts), 1)
+    e = max(max(int(p.num_edges) for p in meta.parts), 1)
     if e >= INT32_MAX:
         raise ValueError(f"{pg.root}: a partition with {e} edges does not fit int32 offsets")
 
@@ -95,7 +95,7 @@ def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
         indices=shard_rows(mesh, e, (), np.int32, lambda k: pg.part(k).indices, fill=-1),
         etype=shard_rows(mesh, e, (), np.int32, lambda k: pg.part(k).etype, fill=-1),
         edge_mask=shard_rows(mesh, e, (), bool,
-                             lambda k: np.ones(meta.parts[k]["num_edges"], bool)),
+                             lambda k: np.ones(meta.parts[k].num_edges, bool)),
         in_degree=shard_rows(mesh, n, (), np.int32, degree),
         node_mask=shard_rows(mesh, n, (), bool, lambda k: np.ones(book.part_sizes()[k], bool)),
         offsets=replicate(mesh, book.offsets.astype(np.int32)),
@@ -170,12 +170,11 @@ class DistGraph:
         def load(k):
             return self.parts.part(k).node_data[ntype][name]
 
-        if "sparse" in spec:
+        if spec.sparse is not None:
             return DistTensor.load_sparse(self.mesh, self.layout(ntype), name, load,
-                                          spec["shape"][0], spec["sparse"],
-                                          np.dtype(spec["dtype"]))
-        return DistTensor.load(self.mesh, self.layout(ntype), name, load,
-                               tuple(spec["shape"]), np.dtype(spec["dtype"]))
+                                          spec.shape[0], spec.sparse, np.dtype(spec.dtype))
+        return DistTensor.load(self.mesh, self.layout(ntype), name, load, spec.shape,
+                               np.dtype(spec.dtype))
 
     def split_mask(self, split: str, ntype: str | None = None):
         """bool DistTensor: True for the nodes of `ntype` in `split` (train/val/test)."""

@@ -79,7 +79,7 @@ def compile_step(run: Run, target: Target, progress: Progress | None = None) -> 
     meta = run.dg.meta
     report = {"ok": False, "target": target.value, "devices": devices,
               "config": run.config.name, "graph": meta.graph_name, "nodes": meta.num_nodes,
-              "edges": int(sum(p["num_edges"] for p in meta.parts)),
+              "edges": int(sum(p.num_edges for p in meta.parts)),
               "strategy": run.job.exchange.config.strategy.value}
     return compile_into(report, target, run.job.compile_train(run.dg.graph, mesh=mesh),
                         lambda: train_step_args(run, mesh), progress)

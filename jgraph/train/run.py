@@ -179,7 +179,7 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
     the mesh's), which chooses the exchange's AUTO strategy."""
     t = config.train
     target = target_type(config, dg)
-    sizes = {s: sum(p["splits"][target].get(s, 0) for p in dg.meta.parts)
+    sizes = {s: sum(p.splits[target].get(s, 0) for p in dg.meta.parts)
              for s in dg.meta.splits.get(target, [])}
     if not sizes.get("train"):
         raise ConfigError(f"{config.data.path}: node type {target!r} has no training nodes "
@@ -275,10 +275,10 @@ def check_features(config: Experiment, dg: DistGraph) -> None:
                           f"its node arrays are {arrays}")
     # Only the shape: opening the partition already refused data that is not numbers.
     for ntype, spec in held.items():
-        if len(spec["shape"]) != 1:
+        if len(spec.shape) != 1:
             raise ConfigError(
                 f"data.feature {name!r} of node type {ntype!r} in {dg.parts.root} is "
-                f"{spec['dtype']}{['N', *spec['shape']]}; features are one row per node "
+                f"{spec.dtype}{['N', *spec.shape]}; features are one row per node "
                 f"([N, width])")
 
 
@@ -287,9 +287,9 @@ def check_labels(config: Experiment, dg: DistGraph, target: str, labels: np.ndar
     unlabelled), and a label on every node of the train, val and test splits."""
     name, root = config.data.label, dg.parts.root
     spec = dg.meta.node_data[target][name]
-    if spec["shape"] or not np.issubdtype(np.dtype(spec["dtype"]), np.integer):
+    if spec.shape or not np.issubdtype(np.dtype(spec.dtype), np.integer):
         raise ConfigError(f"data.label {name!r} of node type {target!r} in {root} is "
-                          f"{spec['dtype']}{['N', *spec['shape']]}; labels are one integer "
+                          f"{spec.dtype}{['N', *spec.shape]}; labels are one integer "
                           f"class per node")
     if labels.size and labels.min() < -1:
         raise ConfigError(f"data.label {name!r} of node type {target!r} in {root} holds "

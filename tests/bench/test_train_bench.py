@@ -25,7 +25,7 @@ def cora_train_seeds_per_part(tmp_path_factory):
     """Cora's train seeds on each of 2 METIS parts, partitioned as the bench does."""
     meta = partition_graph(load_dataset("cora"), 2, "metis",
                            str(tmp_path_factory.mktemp("cora2")), seed=0)
-    return [p["splits"]["_N"]["train"] for p in meta.parts]
+    return [p.splits["_N"]["train"] for p in meta.parts]
 
 
 def test_bench_train_prints_one_json_line_counting_every_seed_once_per_epoch(

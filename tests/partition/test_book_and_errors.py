@@ -160,4 +160,4 @@ def test_one_partition_loads_without_reading_the_others(cora_parts):
                 os.remove(os.path.join(root, f))
     part = open_partitions(cora_parts).part(1)
     assert isinstance(part.indices, np.memmap)
-    assert part.num_nodes == open_partitions(cora_parts).meta.parts[1]["num_nodes"]
+    assert part.num_nodes == open_partitions(cora_parts).meta.parts[1].num_nodes

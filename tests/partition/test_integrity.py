@@ -17,6 +17,7 @@ from jgraph.cli.main import main
 from jgraph.data import Graph, SparseRows
 from jgraph.partition import PartitionError, PartitionFormatError, open_partitions, partition_graph
 from jgraph.partition.build import OutputExistsError
+from jgraph.partition.store import ArraySpec
 
 PAPERS, AUTHORS = 120, 80
 WORDS = 30                      # width of the papers' sparse node data
@@ -168,8 +169,8 @@ CASES = ["source id out of range", "indptr decreases", "label outside recorded r
 def test_sparse_node_data_is_stored_as_index_and_value_rows_of_each_parts_nodes(written):
     pg = open_partitions(written)
     words = tiny_graph().node_data["paper"]["words"]
-    assert pg.meta.node_data["paper"]["words"] == {"dtype": "float32", "shape": [WORDS],
-                                                  "sparse": words.nnz_per_row}
+    assert pg.meta.node_data["paper"]["words"] == ArraySpec("float32", (WORDS,),
+                                                           sparse=words.nnz_per_row)
     orig = pg.node_map()
     for k in range(pg.num_parts):
         part = pg.part(k)

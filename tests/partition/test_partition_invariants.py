@@ -65,11 +65,11 @@ def assert_partition_holds_graph(graph, pg):
                 assert np.all((mine >= lo) & (mine < hi))
                 assert np.array_equal(np.sort(node_map[mine] - orig_offsets[t]),
                                       np.intersect1d(idx, rows))
-        assert meta.parts[k]["num_edges"] == part.num_edges
+        assert meta.parts[k].num_edges == part.num_edges
     assert seen_edges == expected_edges
     for ntype, named in graph.splits.items():
         for name, idx in named.items():
-            assert sum(p["splits"][ntype][name] for p in meta.parts) == idx.size
+            assert sum(p.splits[ntype][name] for p in meta.parts) == idx.size
     pg.check()          # the directory's own check (`jgraph info --check`) finds nothing
 
 

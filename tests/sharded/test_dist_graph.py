@@ -22,7 +22,7 @@ def blocks(array, num_parts=8):
 def test_sharded_graph_blocks_equal_the_partition_files_with_documented_padding(dg, cora_parts8):
     g, pg = dg.graph, cora_parts8
     sizes = pg.book.part_sizes()
-    edges = [p["num_edges"] for p in pg.meta.parts]
+    edges = [p.num_edges for p in pg.meta.parts]
     n, e = int(sizes.max()), int(max(edges))
     assert (g.num_nodes, g.nodes_per_part, g.edges_per_part, g.num_relations) == (2708, n, e, 1)
     np.testing.assert_array_equal(np.asarray(g.offsets), pg.book.offsets)
