@@ -21,6 +21,7 @@ def json_lines(capsys):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow      # every strategy
 def test_bench_exchange_prints_a_line_per_strategy_and_per_table(capsys):
     code = main(["bench", "exchange", "cora", "--num-parts", "2", "--batch-size", "32",
                  "--batches", "2", "--fanouts", "5,5", "--strategy", "all_to_all",

@@ -10,6 +10,8 @@ from jgraph.cli import main
 from jgraph.data import load_dataset
 from jgraph.partition import partition_graph
 
+pytestmark = pytest.mark.slow     # benchmark runs
+
 TRAIN_FIELDS = ["bench", "graph", "devices", "method", "model", "layers", "hidden",
                 "fanouts", "batch_size", "epochs", "steps", "seeds_per_epoch", "seconds",
                 "seeds_per_s", "step_seconds", "compile_seconds", "final_loss", "backend"]

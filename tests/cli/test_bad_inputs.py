@@ -191,6 +191,7 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_and_changes_nothing(tmp_pat
     assert (workdir / "steps.jsonl").read_text() == '{"step": 1}\n'
 
 
+@pytest.mark.slow      # a training run
 def test_a_diverging_run_stops_with_an_error_after_recovering_a_partial_partition(
         tmp_path, capsys):
     # A partition directory left half-written (a run killed while writing it) is
@@ -228,6 +229,7 @@ def test_an_absurd_batch_size_is_the_whole_split_not_a_giant_buffer():
                             drop_last=True)
 
 
+@pytest.mark.slow      # a training run
 def test_a_signal_while_the_step_compiles_stops_the_run_at_once(tmp_path):
     # Before the first step there is nothing to save: SIGTERM ends the process then
     # (the landed code caught it and went on compiling for minutes).

@@ -13,6 +13,8 @@ import pytest
 
 from jgraph.cli import main
 
+pytestmark = pytest.mark.slow     # builds programs, some for a GPU
+
 ROOT = Path(__file__).resolve().parents[2]
 SAGE = str(ROOT / "experiments" / "sage_cora.yaml")
 SYNTHETIC = str(ROOT / "experiments" / "sage_synthetic.yaml")

@@ -122,6 +122,7 @@ def test_load_dataset_accepts_an_npz_path():
     assert_graphs_equal(load_dataset(str(path)), load_npz(path))
 
 
+@pytest.mark.slow      # a 100 MB dense reference
 def test_facebook_musae_loads_sparse_features_equal_to_scipys_matrix():
     raw = _raw("facebook_musae")
     g = load_npz(_shared("facebook_musae"))

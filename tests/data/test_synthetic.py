@@ -252,6 +252,7 @@ def test_load_dataset_generates_synthetic_specs():
     np.testing.assert_array_equal(a.edges[E], b.edges[E])
 
 
+@pytest.mark.slow      # a ten-million-edge graph
 @pytest.mark.slow
 def test_ten_million_edges_on_a_million_nodes():
     g = generate("synthetic:nodes=1M,edges=10M")

@@ -41,6 +41,10 @@ CONFIGS = {"all_to_all-relay": ExchangeConfig(strategy="all_to_all", relay=True,
            "all_to_all": ExchangeConfig(strategy="all_to_all", **LADDER),
            "ppermute": ExchangeConfig(strategy="ppermute", **LADDER),
            "all_gather": ExchangeConfig(strategy="all_gather", **LADDER)}
+# The default strategy in the fast tier, every strategy in the full suite (each compiles
+# its own programs).
+STRATEGIES = [pytest.param(s, marks=() if s == "all_to_all" else pytest.mark.slow)
+              for s in sorted(CONFIGS)]
 
 
 def owner_of(ids):
@@ -282,14 +286,14 @@ def check_scatter_add(config, case, out):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("strategy", sorted(CONFIGS))
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_gather_equals_numpy_take_and_counts_match(strategy, case):
     config = CONFIGS[strategy]
     check_gather(config, make_case(case), run(config, make_case(case)))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("strategy", sorted(CONFIGS))
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_scatter_add_sums_at_the_owner_equal_numpy_add_at(strategy, case):
     config = CONFIGS[strategy]
     check_scatter_add(config, make_case(case), run(config, make_case(case)))
@@ -299,7 +303,7 @@ ONCE_CASES = ("one_peer", "out_of_range")
 
 
 @pytest.mark.parametrize("case", ONCE_CASES)
-@pytest.mark.parametrize("strategy", sorted(set(CONFIGS) - {"all_to_all-relay"}))
+@pytest.mark.parametrize("strategy", [p for p in STRATEGIES if p.values[0] != "all_to_all-relay"])
 def test_gather_with_the_owner_function_run_once_equals_numpy_take(strategy, case):
     """once=True: ids through the ladder, every owner answering all it received in one
     call outside it, answers back through the ladder: the same rows, rungs and counts."""
@@ -336,7 +340,7 @@ def test_all_to_all_capacity_climbs_the_ladder_to_the_smallest_sufficient_rung()
     assert caps == [ladder[0], ladder[1], ladder[-1]]
 
 
-@pytest.mark.parametrize("strategy", sorted(CONFIGS))
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_default_config_never_overflows_when_every_id_goes_to_one_peer(strategy):
     out = run(CONFIGS[strategy], make_case("one_peer"))
     assert int(out["gstats"].overflow) == 0 and int(out["sstats"].overflow) == 0
@@ -368,7 +372,7 @@ def expected_overflow(strategy, counts, cap):
     return int(np.maximum(counts - cap, 0).sum())    # a buffer of cap per (device, peer)
 
 
-@pytest.mark.parametrize("strategy", sorted(CONFIGS))
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_overflow_beyond_max_capacity_is_counted_and_check_raises(strategy):
     config = dataclasses.replace(CONFIGS[strategy], max_capacity=4)
     assert config.ladder(n) == (4,)

@@ -29,7 +29,7 @@ from jgraph.train.experiment import Experiment
 from jgraph.train.inference import full_graph_program
 from jgraph.train.run import build_run, open_graph
 
-pytestmark = pytest.mark.gpu_compile
+pytestmark = [pytest.mark.gpu_compile, pytest.mark.slow]   # each builds a whole GPU program
 
 if platform.system() != "Linux":
     pytest.skip("the CUDA compiler plugin is published for Linux only",

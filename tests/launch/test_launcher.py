@@ -13,6 +13,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from jgraph import launch as launch_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,6 +137,7 @@ JAX_JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow      # starts a JAX job
 def test_killing_one_process_of_a_jax_job_makes_the_launcher_exit_within_30_s_naming_it():
     proc = subprocess.Popen([sys.executable, "-m", "jgraph.launch", "--num-processes", "2",
                              "--devices-per-process", "2", "--", sys.executable, "-c",

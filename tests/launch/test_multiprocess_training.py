@@ -20,6 +20,8 @@ from jgraph.progress import Progress
 from jgraph.train.experiment import Experiment
 from jgraph.train.loop import train_and_evaluate
 
+pytestmark = pytest.mark.slow     # trains in several processes
+
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = str(ROOT / "experiments" / "sage_cora.yaml")
 EPOCHS = 4

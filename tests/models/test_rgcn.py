@@ -82,6 +82,7 @@ CONFIGS = {
 }
 
 
+@pytest.mark.slow      # a per-node numpy loop
 @pytest.mark.parametrize("norm", list(Norm))
 @pytest.mark.parametrize("self_loop", [True, False], ids=["self_loop", "no_self_loop"])
 @pytest.mark.parametrize("config", list(CONFIGS))

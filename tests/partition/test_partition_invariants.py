@@ -81,6 +81,7 @@ def test_cora_partition_holds_every_node_edge_and_feature(tmp_path, method, num_
     assert_partition_holds_graph(graph, pg)
 
 
+@pytest.mark.slow      # partitions facebook_musae
 def test_facebook_partition_holds_graph(tmp_path, shared_data):
     graph = symmetrize(load_npz(shared_data("facebook_musae.npz")))
     _, pg = _partition(graph, tmp_path, 5, "metis")

@@ -39,6 +39,7 @@ def per_device(x, P=8):
     return np.asarray(x).reshape(P, -1, *np.asarray(x).shape[1:])
 
 
+@pytest.mark.slow      # samples at two sizes
 def test_calibrated_capacities_sample_the_same_blocks_as_the_worst_case(setup):
     dg, loader, exchange = setup
     worst = NeighborSampler(FANOUTS)

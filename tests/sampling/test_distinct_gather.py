@@ -90,6 +90,7 @@ def case_one_peer(rng):
 CASES = {"spread": case_spread, "padded": case_padded, "one_peer": case_one_peer}
 
 
+@pytest.mark.slow      # every strategy
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("strategy", sorted(CONFIGS))
 def test_distinct_gather_answers_and_counts_as_the_deduplicating_gather(strategy, case):

@@ -71,6 +71,7 @@ def caches(dg):
             "empty": HotCache.empty()}
 
 
+@pytest.mark.slow      # three caches
 @pytest.mark.parametrize("which", ["top10", "every_node", "empty"])
 def test_lookup_with_hot_cache_returns_the_same_rows_and_counts_cached_ids(setup, batch, which):
     dg, _, values, _ = setup

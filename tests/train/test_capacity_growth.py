@@ -12,6 +12,8 @@ from jgraph.progress import Progress
 from jgraph.train import loop
 from jgraph.train.experiment import Experiment
 
+pytestmark = pytest.mark.slow     # runs that recompile
+
 EXPERIMENT = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")
 # One device, five steps per epoch: a growth must rewind mid-epoch.
 SMALL = ["data.num_parts=1", "train.epochs=2", "train.batch_size=32", "exchange.max_rungs=1"]

@@ -34,6 +34,8 @@ from jgraph.train.experiment import (
 from jgraph.train.inference import edge_window, full_graph_logits
 from jgraph.train.run import build_run, run_mesh
 
+pytestmark = pytest.mark.slow     # full-graph programs of several models
+
 # Small windows: many per layer, and a hub's in-edges span several of them.
 WINDOW_FLOATS, SMALLEST_WINDOW = 64, 16
 # Neighbour slots per chunk of the dense reference (bounds the rows it gathers at once).

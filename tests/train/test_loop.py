@@ -15,6 +15,8 @@ from jgraph.train.evaluate import evaluate_run
 from jgraph.train.experiment import Experiment, Inference
 from jgraph.train.loop import train_and_evaluate
 
+pytestmark = pytest.mark.slow     # a whole training run
+
 EXPERIMENT = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")
 TRAIN_SEEDS = 140                 # Cora's Planetoid split
 EPOCHS = 20

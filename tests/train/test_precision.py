@@ -49,6 +49,7 @@ def loss_and_grads(dg, job, params):
     return fn(*args), fn.lower(*args).as_text()
 
 
+@pytest.mark.slow      # two gradient programs
 def test_bf16_computes_the_layers_in_bf16_and_keeps_float32_parameters_and_loss(jobs):
     dg, f32, bf16, params = jobs
     (loss32, grads32), text32 = loss_and_grads(dg, f32, params)

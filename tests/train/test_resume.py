@@ -20,6 +20,8 @@ from jgraph.train.checkpoint import CheckpointError
 from jgraph.train.experiment import Experiment
 from jgraph.train.loop import Resume, RunStopped, train_and_evaluate
 
+pytestmark = pytest.mark.slow     # several whole training runs
+
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = str(ROOT / "experiments" / "sage_cora.yaml")
 # Cora on 2 devices, 3 steps per epoch (70 training seeds per device, batch 32), 4 epochs,

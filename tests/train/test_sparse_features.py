@@ -13,6 +13,8 @@ from jgraph.progress import Progress
 from jgraph.train.experiment import Experiment
 from jgraph.train.loop import train_and_evaluate
 
+pytestmark = pytest.mark.slow     # two whole training runs
+
 EXPERIMENT = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")
 # Input dropout off: it draws its mask over the dense row's columns or over the stored
 # entries, different random numbers for the same distribution.

@@ -34,6 +34,7 @@ def task(tmp_path_factory):
     return dg, job, params
 
 
+@pytest.mark.slow      # two meshes, reference model
 def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
     dg, job, params = task
     order = job.loader.epoch_order(0)
@@ -96,6 +97,7 @@ def test_train_step_compiles_once_and_lowers_the_loss_on_a_fixed_batch(task):
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
 
 
+@pytest.mark.slow      # a whole evaluation
 def test_evaluation_sees_every_validation_seed_once_and_matches_the_numpy_accuracy(task):
     """Evaluating the val split with all neighbours (-1) is deterministic, so the
     accuracy equals a host computation with the full-neighbourhood model."""
@@ -133,6 +135,7 @@ def test_evaluation_sees_every_validation_seed_once_and_matches_the_numpy_accura
     assert correct == int(np.sum(logits[val_ids].argmax(1) == labels[val_ids]))
 
 
+@pytest.mark.slow      # the step twice, one with a Pallas interpreter
 def test_impl_pallas_runs_inside_the_training_step_and_equals_impl_xla(task):
     """impl="pallas" in the compiled, vma-checked step. On CPU the kernel is interpreted
     (by its grid over `_draw_tile`, as JAX's own Pallas interpreter cannot run inside
