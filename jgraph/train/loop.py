@@ -86,6 +86,22 @@ class EpochSums:
         self.count += int(m["count"])
 
 
+@dataclasses.dataclass(frozen=True)
+class Best:
+    """The epoch with the best validation accuracy so far.
+
+    Fields:
+      val_acc: its validation accuracy (-1 before any).
+      epoch: its index, None before any.
+      state: (params, embeddings) copied at its end; None before any (the report then
+        scores the last epoch's state).
+    """
+
+    val_acc: float = -1.0
+    epoch: int | None = None
+    state: tuple | None = None
+
+
 def state_dict(state: TrainState) -> dict:
     return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
 
@@ -197,8 +213,9 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     if restored is not None:
         meta = restored.meta
         state = TrainState(**restored.state)
-        best = {**meta["best"], "state": None if meta["best"]["epoch"] is None else
-                (restored.best["params"], restored.best["embeddings"])}
+        best = Best(meta["best"]["val_acc"], meta["best"]["epoch"],
+                    None if meta["best"]["epoch"] is None else
+                    (restored.best["params"], restored.best["embeddings"]))
         position, sums = LoaderState(*meta["position"]), EpochSums(**meta["sums"])
         rows, step = meta["rows"], meta["step"]
         progress.note(f"resuming from {ckpts.directory}/{restored.step}: step {step}, "
@@ -206,7 +223,7 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
                       f"{ckpts.timings['restore_seconds']:.1f}s)")
     else:
         state = job.init(run.params)
-        best = {"val_acc": -1.0, "epoch": None, "state": None}
+        best = Best()
         position, sums, rows, step = LoaderState(0, 0), EpochSums(), [], 0
     if writer:
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
@@ -287,12 +304,12 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
             # runs again, at a step whose checkpoint already exists (and holds it).
             return
         saved = step
-        best_state = best["state"] or (state.params, state.embeddings)
+        best_state = best.state or (state.params, state.embeddings)
         ckpts.save(step, state_dict(state),
                    {"params": best_state[0], "embeddings": best_state[1]},
                    {"step": step, "position": list(position),
                     "sums": dataclasses.asdict(sums), "rows": log.rows,
-                    "best": {"val_acc": best["val_acc"], "epoch": best["epoch"]},
+                    "best": {"val_acc": best.val_acc, "epoch": best.epoch},
                     "rng": {"seed": t.seed, "step": step},
                     "capacities": list(job.sampler.capacities or ()), **identity},
                    wait=wait)
@@ -378,9 +395,9 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
                 val = val_eval(state.params, state.embeddings)
                 row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],
                            val_loss=val["loss"])
-                if val["acc"] > best["val_acc"]:
-                    best = {"val_acc": val["acc"], "epoch": epoch,
-                            "state": jax.tree.map(jnp.copy, (state.params, state.embeddings))}
+                if val["acc"] > best.val_acc:
+                    best = Best(val["acc"], epoch,
+                                jax.tree.map(jnp.copy, (state.params, state.embeddings)))
             log.write(row)
             progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                    for k, v in row.items()))
@@ -392,9 +409,9 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     # -- Report -------------------------------------------------------------------------
     # The final evaluation scores the best epoch by validation accuracy (the last
     # without a val split), on val and test, sampled or full-graph.
-    if best["state"] is None:
-        best = {"epoch": t.epochs - 1, "state": (state.params, state.embeddings)}
-    params, embeddings = best["state"]
+    if best.state is None:
+        best = Best(best.val_acc, t.epochs - 1, (state.params, state.embeddings))
+    params, embeddings = best.state
     with progress.phase(f"evaluating ({t.inference.value})"):
         final = evaluate_splits(run, params, embeddings, ("val", "test"), t.inference,
                                 {"val": val_eval}, counter("eval_step"), progress)
@@ -405,7 +422,7 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     result = {
         "val_acc": pick("val", "acc"), "test_acc": pick("test", "acc"),
         "val_macro_f1": pick("val", "macro_f1"), "test_macro_f1": pick("test", "macro_f1"),
-        "best_epoch": best["epoch"], "final_loss": rows[-1]["loss"] if rows else None,
+        "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
         "compiles": traces["train_step"], "compiles_by_step": dict(traces),
         "capacities": list(job.sampler.capacities or ()), "capacity_growths": regrown,
         "compile_seconds": compile_seconds,
