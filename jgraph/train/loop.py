@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
-import hashlib
 import math
 import os
 import signal
@@ -32,29 +30,17 @@ from jgraph.mesh import host_sync
 from jgraph.progress import Progress
 from jgraph.sampling.capacity import grow
 from jgraph.sampling.loader import LoaderState
-from jgraph.sharded import DistGraph
-from jgraph.train.checkpoint import CheckpointError, Checkpoints, Restored, StopRequest, abstract
+from jgraph.train.checkpoint import CheckpointError, Checkpoints, StopRequest
 from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
 from jgraph.train.experiment import Experiment
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
-from jgraph.train.run import Run, build_run, calibrated_job, check_stats, open_graph, run_mesh
-from jgraph.train.step import TrainState
+from jgraph.train.resume import Best, EpochSums, Resume, run_identity, starting_point, state_dict
+from jgraph.train.run import build_run, calibrated_job, check_stats, open_graph, run_mesh
 from jgraph.train.trace import StepTrace
 from jgraph.train.workdir import WorkdirLock, prepare
 
-# Fields a resumed run may change: how long it trains and how it checkpoints.
+# Steps between reads of the pending steps' metrics (and the stop votes).
 FLUSH_STEPS = 10
-RESUMABLE_CHANGES = ("name", "train.epochs", "train.profile", "checkpoint.")
-
-
-class Resume(enum.Enum):
-    """auto: continue from the workdir's newest checkpoint if it has one; require: the
-    same, but fail without one (`--resume`); fresh: delete its checkpoints and start
-    over (`--fresh`)."""
-
-    AUTO = "auto"
-    REQUIRE = "require"
-    FRESH = "fresh"
 
 
 class RunStopped(Exception):
@@ -68,83 +54,6 @@ class RunStopped(Exception):
 
 class TrainingDiverged(ValueError):
     """The training loss became NaN or infinite; the run stops before saving it."""
-
-
-@dataclasses.dataclass
-class EpochSums:
-    """The running totals of an epoch's steps (checkpointed mid-epoch, so a resumed
-    epoch reports what the uninterrupted one would have)."""
-
-    loss: float = 0.0          # sum over steps of mean loss x seeds
-    correct: int = 0
-    count: int = 0
-    seconds: float = 0.0
-
-    def add(self, m: dict) -> None:
-        self.loss += float(m["loss"]) * int(m["count"])
-        self.correct += int(m["correct"])
-        self.count += int(m["count"])
-
-
-@dataclasses.dataclass(frozen=True)
-class Best:
-    """The epoch with the best validation accuracy so far.
-
-    Fields:
-      val_acc: its validation accuracy (-1 before any).
-      epoch: its index, None before any.
-      state: (params, embeddings) copied at its end; None before any (the report then
-        scores the last epoch's state).
-    """
-
-    val_acc: float = -1.0
-    epoch: int | None = None
-    state: tuple | None = None
-
-
-def state_dict(state: TrainState) -> dict:
-    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
-
-
-def restore_targets(run: Run, mesh) -> tuple[dict, dict]:
-    """Abstract (state, best) trees placed on this run's mesh, for orbax to restore into."""
-    job = run.job
-    state = abstract(state_dict(jax.eval_shape(job.init, run.params)),
-                     state_dict(job.state_specs()), mesh)
-    return state, {"params": state["params"], "embeddings": state["embeddings"]}
-
-
-def run_identity(config: Experiment, dg: DistGraph) -> dict:
-    """What a checkpoint must agree with to continue this run: the resolved config and
-    the partitioning (a hash of its node map: the same ids on the same devices)."""
-    resolved = dataclasses.replace(config, data=dataclasses.replace(
-        config.data, num_parts=dg.mesh.size))
-    node_map = dg.parts.node_map()
-    return {"config": to_dict(resolved),
-            "partition": {"graph": dg.meta.graph_name, "num_parts": dg.meta.num_parts,
-                          "node_map_sha1": hashlib.sha1(np.ascontiguousarray(node_map))
-                          .hexdigest()}}
-
-
-def check_resumable(saved: dict, now: dict, path: str) -> None:
-    """Raise `CheckpointError` naming the fields where checkpoint `path` was written by
-    a different run than `now` describes."""
-    def flat(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
-        return out
-    before, after = flat(saved), flat(now)
-    diffs = [f"{k}: {before.get(k)!r} there, {after.get(k)!r} now"
-             for k in sorted(set(before) | set(after))
-             if (k.startswith("config.") or k.startswith("partition."))
-             and before.get(k) != after.get(k)
-             and not k.removeprefix("config.").startswith(RESUMABLE_CHANGES)]
-    if diffs:
-        raise CheckpointError(
-            f"checkpoint {path} belongs to another run: " + "; ".join(diffs[:6]) +
-            ". Resume with the same config (only train.epochs and checkpoint.* may "
-            "change), or start over with --fresh or another --workdir")
 
 
 def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | None = None,
@@ -203,28 +112,10 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
 
     # -- Resume -------------------------------------------------------------------------
     identity = run_identity(config, dg)
-    restored: Restored | None = None
-    if ckpts.steps():
-        restored = ckpts.restore_latest(
-            *restore_targets(run, mesh), check=lambda meta, path: check_resumable(
-                {k: meta.get(k) for k in identity}, identity, path))
-        if restored is None and resume is Resume.REQUIRE:
-            raise CheckpointError(f"{workdir}: none of its checkpoints could be read")
-    if restored is not None:
-        meta = restored.meta
-        state = TrainState(**restored.state)
-        best = Best(meta["best"]["val_acc"], meta["best"]["epoch"],
-                    None if meta["best"]["epoch"] is None else
-                    (restored.best["params"], restored.best["embeddings"]))
-        position, sums = LoaderState(*meta["position"]), EpochSums(**meta["sums"])
-        rows, step = meta["rows"], meta["step"]
-        progress.note(f"resuming from {ckpts.directory}/{restored.step}: step {step}, "
-                      f"epoch {position.epoch} batch {position.step} (restored in "
-                      f"{ckpts.timings['restore_seconds']:.1f}s)")
-    else:
-        state = job.init(run.params)
-        best = Best()
-        position, sums, rows, step = LoaderState(0, 0), EpochSums(), [], 0
+    begin = starting_point(run, mesh, ckpts, resume, identity, workdir, progress)
+    restored, state, best = begin.restored, begin.state, begin.best
+    position, sums, rows, step = begin.position, begin.sums, begin.rows, begin.step
+    meta = restored.meta if restored is not None else {}
     if writer:
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
             yaml.safe_dump(to_dict(config), f, sort_keys=False)

@@ -26,7 +26,7 @@ from jgraph.train.checkpoint import (
     abstract,
     checksums,
 )
-from jgraph.train.loop import check_resumable
+from jgraph.train.resume import check_resumable
 
 
 def tree_on(mesh, seed=0):
