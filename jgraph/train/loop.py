@@ -19,6 +19,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,8 +35,17 @@ from jgraph.train.checkpoint import CheckpointError, Checkpoints, StopRequest
 from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
 from jgraph.train.experiment import Experiment
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
-from jgraph.train.resume import Best, EpochSums, Resume, run_identity, starting_point, state_dict
-from jgraph.train.run import build_run, calibrated_job, check_stats, open_graph, run_mesh
+from jgraph.train.resume import (
+    Best,
+    EpochSums,
+    Resume,
+    Start,
+    run_identity,
+    starting_point,
+    state_dict,
+)
+from jgraph.train.run import Run, build_run, calibrated_job, check_stats, open_graph, run_mesh
+from jgraph.train.step import NodeClassification, TrainState
 from jgraph.train.trace import StepTrace
 from jgraph.train.workdir import WorkdirLock, prepare
 
@@ -80,10 +90,6 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
                         resume: Resume, on_step: Callable[[int], None] | None,
                         ckpts: Checkpoints) -> dict:
     start = time.perf_counter()
-    writer = jax.process_index() == 0
-    t, c = config.train, config.checkpoint
-
-    # -- Mesh and data ------------------------------------------------------------------
     mesh = run_mesh(config)
     if resume is Resume.FRESH:
         ckpts.clear()
@@ -94,65 +100,107 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     dg = open_graph(config, mesh, workdir, progress, reuse=bool(ckpts.steps()))
     run = build_run(config, dg)
     job = run.job
-
-    # -- Model and step -----------------------------------------------------------------
-    traces = {"train_step": 0, "eval_step": 0}
-
-    def counter(name):
-        def bump():
-            traces[name] += 1
-        return bump
-
-    data = job.data(dg.graph)
-    val_eval = (SampledEvaluator(run, "val", counter("eval_step"), progress)
-                if run.has_split("val") else None)
     progress.note(f"{config.name}: {dg.meta.num_nodes:,} nodes on {mesh.size} device(s), "
                   f"{job.loader.num_seeds:,} training seeds, {job.loader.steps_per_epoch} "
                   f"steps per epoch, {run.num_classes} classes")
-
-    # -- Resume -------------------------------------------------------------------------
     identity = run_identity(config, dg)
     begin = starting_point(run, mesh, ckpts, resume, identity, workdir, progress)
-    restored, state, best = begin.restored, begin.state, begin.best
-    position, sums, rows, step = begin.position, begin.sums, begin.rows, begin.step
-    meta = restored.meta if restored is not None else {}
-    if writer:
+    if jax.process_index() == 0:
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
             yaml.safe_dump(to_dict(config), f, sort_keys=False)
     # The sampler's capacities: those the checkpoint's run had grown to (so a resumed
     # run computes with the same shapes), else measured from the graph.
-    if restored is not None and meta.get("capacities"):
+    grown = begin.restored.meta.get("capacities") if begin.restored is not None else None
+    if grown:
         job = dataclasses.replace(job, sampler=dataclasses.replace(
-            job.sampler, capacities=tuple(meta["capacities"])))
-    elif t.calibrate_capacities:
+            job.sampler, capacities=tuple(grown)))
+    elif config.train.calibrate_capacities:
         job = calibrated_job(run, progress)
 
-    def compile_train(job):
-        # Compiled before the first step, so that users see it and epoch 0's seconds
-        # are the steps' own.
-        with progress.phase(f"compiling the training step for {mesh.size} device(s)"):
+    loop = Loop(config, run, workdir, ckpts, identity, progress, on_step, begin, job)
+    loop.train_epochs()
+    ckpts.close()
+    return loop.report(time.perf_counter() - start)
+
+
+@dataclasses.dataclass
+class LoopState:
+    """What changes while the epochs run.
+
+    Fields:
+      job: the `NodeClassification` (its sampler's capacities grow when a batch
+        needs more); train: its compiled step; compile_seconds: all compilations of it.
+      state: the `TrainState`; best: the best epoch so far (`Best`).
+      epoch, index: the loader's position (the next batch); step: steps applied.
+      sums: the epoch's running totals (`EpochSums`); tick: when they last took time.
+      pending: (step, epoch, batch, metrics) dispatched but not yet read on the host.
+      saved: the step of the newest checkpoint (None: none yet).
+      regrown: each capacity growth {step, needed, capacities}.
+    """
+
+    job: NodeClassification
+    train: Any
+    compile_seconds: float
+    state: TrainState
+    best: Best
+    epoch: int
+    index: int
+    step: int
+    sums: EpochSums
+    tick: float = 0.0
+    pending: list = dataclasses.field(default_factory=list)
+    saved: int | None = None
+    regrown: list = dataclasses.field(default_factory=list)
+
+
+class Loop:
+    """The epochs of one run. Steps are dispatched without waiting for each other; the
+    host reads their metrics (and the stop votes) at flush points: every FLUSH_STEPS
+    batches, before a save and at an epoch's end, all of them determined by the step
+    count, so every process flushes, and stops, after the same steps."""
+
+    def __init__(self, config: Experiment, run: Run, workdir: str, ckpts: Checkpoints,
+                 identity: dict, progress: Progress, on_step: Callable[[int], None] | None,
+                 begin: Start, job: NodeClassification):
+        self.config, self.run, self.workdir, self.ckpts = config, run, workdir, ckpts
+        self.identity, self.progress, self.on_step = identity, progress, on_step
+        self.dg, self.mesh = run.dg, run.dg.mesh
+        self.restored = begin.restored
+        self.traces = {"train_step": 0, "eval_step": 0}
+        self.data = job.data(self.dg.graph)
+        self.val_eval = (SampledEvaluator(run, "val", self.counter("eval_step"), progress)
+                         if run.has_split("val") else None)
+        writer = jax.process_index() == 0
+        self.log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, begin.rows)
+        steps_file = os.path.join(workdir, "steps.jsonl")
+        self.step_log = JsonLog(steps_file, writer,
+                                [r for r in read_json_lines(steps_file)
+                                 if r["step"] <= begin.step] if begin.restored else [])
+        self.s = LoopState(job, None, 0.0, begin.state, begin.best, begin.position.epoch,
+                           begin.position.step, begin.step, begin.sums,
+                           saved=None if begin.restored is None else begin.restored.step)
+        self.s.train, self.s.compile_seconds = self.compile(job)
+
+    def counter(self, name: str) -> Callable[[], None]:
+        def bump():
+            self.traces[name] += 1
+        return bump
+
+    def compile(self, job: NodeClassification):
+        """(compiled step, seconds), before the first step, so that users see it and
+        epoch 0's seconds are the steps' own."""
+        s = self.s
+        with self.progress.phase(f"compiling the training step for {self.mesh.size} "
+                                 f"device(s)"):
             begin = time.perf_counter()
-            train = job.compile_train(dg.graph, on_trace=counter("train_step")).lower(
-                state, data, job.loader.epoch_order(position.epoch), jnp.int32(position.step),
+            train = job.compile_train(self.dg.graph, on_trace=self.counter("train_step")).lower(
+                s.state, self.data, job.loader.epoch_order(s.epoch), jnp.int32(s.index),
                 job.stop_votes()).compile()
             return train, time.perf_counter() - begin
-    train, compile_seconds = compile_train(job)
-    regrown = []                  # each capacity growth: step, needed, old, new
-    log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, rows)
-    step_log = JsonLog(os.path.join(workdir, "steps.jsonl"), writer,
-                       [r for r in read_json_lines(os.path.join(workdir, "steps.jsonl"))
-                        if r["step"] <= step] if restored is not None else [])
 
-    # -- Loop ---------------------------------------------------------------------------
-    # Steps are dispatched without waiting for each other; the host reads their metrics
-    # (and the stop votes) at flush points: every FLUSH_STEPS batches, before a save
-    # and at an epoch's end, all of them determined by the step count, so every process
-    # flushes, and stops, after the same steps.
-    steps = job.loader.steps_per_epoch
-    pending: list = []            # (step, epoch, batch, metrics) not yet on the host
-    tick = time.perf_counter()
+    # -- flush points -------------------------------------------------------------------
 
-    def flush(keep_last: bool = False):
+    def flush(self, keep_last: bool = False):
         """Bring the pending steps' metrics to the host: check, log and sum them (and
         the seconds since the last flush, which the epoch's steps took). keep_last:
         leave the newest step running (the device stays busy while the host reads).
@@ -160,175 +208,202 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
         Returns (refused, vote): the first step the device refused (its sample
         overflowed the capacities; None if none), with its metrics, and the largest
         stop vote read."""
-        nonlocal tick
-        if keep_last and len(pending) < 2:
+        s = self.s
+        if keep_last and len(s.pending) < 2:
             return None, 0
-        now_pending = pending[:-1] if keep_last else list(pending)
-        del pending[:len(now_pending)]
+        now_pending = s.pending[:-1] if keep_last else list(s.pending)
+        del s.pending[:len(now_pending)]
         vote = 0
-        for s, e, i, m in jax.device_get(now_pending):
+        for step, e, i, m in jax.device_get(now_pending):
             vote = max(vote, int(m["stop"]))
             if not bool(m["applied"]):
-                pending.clear()         # it and every later step are run again
-                return (s, e, i, m), vote
+                s.pending.clear()         # it and every later step are run again
+                return (step, e, i, m), vote
             check_stats(m["stats"])
-            sums.add(m)
-            step_log.write({"step": s, "epoch": e, "batch": i, "loss": float(m["loss"]),
-                            "count": int(m["count"]), "correct": int(m["correct"])})
+            s.sums.add(m)
+            self.step_log.write({"step": step, "epoch": e, "batch": i,
+                                 "loss": float(m["loss"]), "count": int(m["count"]),
+                                 "correct": int(m["correct"])})
             if not math.isfinite(float(m["loss"])):
                 # Checked at every flush, and so before every save.
                 raise TrainingDiverged(
-                    f"the training loss became {float(m['loss'])} at step {s} (epoch {e}); "
-                    f"the run stops, keeping the checkpoints saved before it. Lower "
-                    f"train.lr (now {t.lr:g}) or check the inputs")
+                    f"the training loss became {float(m['loss'])} at step {step} (epoch "
+                    f"{e}); the run stops, keeping the checkpoints saved before it. Lower "
+                    f"train.lr (now {self.config.train.lr:g}) or check the inputs")
         now = time.perf_counter()
-        sums.seconds += now - tick
-        tick = now
+        s.sums.seconds += now - s.tick
+        s.tick = now
         return None, vote
 
-    saved = None if restored is None else restored.step
-
-    def save(position: LoaderState, wait: bool = False):
-        nonlocal saved
-        if step == saved:
-            # Stopped after an epoch's last batch and resumed there: the epoch's end
-            # runs again, at a step whose checkpoint already exists (and holds it).
-            return
-        saved = step
-        best_state = best.state or (state.params, state.embeddings)
-        ckpts.save(step, state_dict(state),
-                   {"params": best_state[0], "embeddings": best_state[1]},
-                   {"step": step, "position": list(position),
-                    "sums": dataclasses.asdict(sums), "rows": log.rows,
-                    "best": {"val_acc": best.val_acc, "epoch": best.epoch},
-                    "rng": {"seed": t.seed, "step": step},
-                    "capacities": list(job.sampler.capacities or ()), **identity},
-                   wait=wait)
-
-    def due(s: int) -> bool:
-        return c.every_steps > 0 and s % c.every_steps == 0
-
-    def settle(keep_last: bool = False) -> int:
+    def settle(self, keep_last: bool = False) -> int:
         """flush(); if the device refused a step, grow the capacities, recompile, and
         rewind to it (`step`, `index`), with the state it left untouched. Returns the
         largest stop vote read."""
-        nonlocal job, train, compile_seconds, state, step, index, tick
-        refused, vote = flush(keep_last)
+        s = self.s
+        refused, vote = self.flush(keep_last)
         if refused is None:
             return vote
-        s, _, i, m = refused
+        step, _, i, m = refused
         sample = m["stats"][0]
         needed = [int(x) for x in sample.needed]
-        old = job.sampler.capacities
-        job = dataclasses.replace(job, sampler=grow(
-            job.sampler, dg.graph, job.loader.batch_size, sample.needed, sample.capacity,
-            t.capacity_headroom))
-        progress.note(f"step {s}: its sample needed {needed} rows per hop, more than the "
-                      f"capacities {list(old or ())}; running it again with "
-                      f"{list(job.sampler.capacities)}")
-        regrown.append({"step": s, "needed": needed,
-                        "capacities": list(job.sampler.capacities)})
-        state = dataclasses.replace(state, halted=jax.device_put(
-            jnp.zeros((), jnp.int32), state.halted.sharding))
-        train, seconds = compile_train(job)
-        compile_seconds += seconds
-        tick = time.perf_counter()          # the epoch's seconds are its steps' own
-        step, index = s - 1, i
+        old = s.job.sampler.capacities
+        s.job = dataclasses.replace(s.job, sampler=grow(
+            s.job.sampler, self.dg.graph, s.job.loader.batch_size, sample.needed,
+            sample.capacity, self.config.train.capacity_headroom))
+        capacities = list(s.job.sampler.capacities)
+        self.progress.note(f"step {step}: its sample needed {needed} rows per hop, more "
+                           f"than the capacities {list(old or ())}; running it again with "
+                           f"{capacities}")
+        s.regrown.append({"step": step, "needed": needed, "capacities": capacities})
+        s.state = dataclasses.replace(s.state, halted=jax.device_put(
+            jnp.zeros((), jnp.int32), s.state.halted.sharding))
+        s.train, seconds = self.compile(s.job)
+        s.compile_seconds += seconds
+        s.tick = time.perf_counter()          # the epoch's seconds are its steps' own
+        s.step, s.index = step - 1, i
         return vote
 
-    stop = StopRequest()
-    trace = StepTrace(t.profile and os.path.join(workdir, t.profile), t.profile_steps)
-    start_step = step
-    with stop, contextlib.closing(trace):
-        epoch, index = position
-        while epoch < t.epochs:
-            order = job.loader.epoch_order(epoch)
-            tick = time.perf_counter()
-            bar = progress.iterate(None, f"epoch {epoch}", total=steps, initial=index)
-            stopping: signal.Signals | None = None
-            while index < steps:
-                state, metrics = train(state, data, order, jnp.int32(index),
-                                       job.stop_votes(stop.requested or 0))
-                step += 1
-                index += 1
-                trace.after(step - start_step, (state, metrics))
-                pending.append((step, epoch, index - 1, metrics))
-                if on_step is not None:
-                    on_step(step)
-                save_now = due(step) and index < steps
-                if save_now or index == steps or index % FLUSH_STEPS == 0:
-                    vote = settle(keep_last=not (save_now or index == steps))
+    def save(self, position: LoaderState, wait: bool = False) -> None:
+        s = self.s
+        if s.step == s.saved:
+            # Stopped after an epoch's last batch and resumed there: the epoch's end
+            # runs again, at a step whose checkpoint already exists (and holds it).
+            return
+        s.saved = s.step
+        best_state = s.best.state or (s.state.params, s.state.embeddings)
+        self.ckpts.save(
+            s.step, state_dict(s.state),
+            {"params": best_state[0], "embeddings": best_state[1]},
+            {"step": s.step, "position": list(position), "sums": dataclasses.asdict(s.sums),
+             "rows": self.log.rows,
+             "best": {"val_acc": s.best.val_acc, "epoch": s.best.epoch},
+             "rng": {"seed": self.config.train.seed, "step": s.step},
+             "capacities": list(s.job.sampler.capacities or ()), **self.identity},
+            wait=wait)
+
+    def due(self, step: int) -> bool:
+        every = self.config.checkpoint.every_steps
+        return every > 0 and step % every == 0
+
+    # -- the epochs ---------------------------------------------------------------------
+
+    def train_epochs(self) -> None:
+        """Train to `train.epochs`; raises `RunStopped` after saving when a stop vote
+        (SIGINT/SIGTERM on any process) is read."""
+        t, s = self.config.train, self.s
+        stop = StopRequest()
+        trace = StepTrace(t.profile and os.path.join(self.workdir, t.profile),
+                          t.profile_steps)
+        start_step = s.step
+        with stop, contextlib.closing(trace):
+            while s.epoch < t.epochs:
+                stopping = self.epoch(stop, trace, start_step)
+                if stopping is not None:
+                    self.save(LoaderState(s.epoch, s.index), wait=True)
+                    self.ckpts.close()
+                    host_sync("jgraph stopped")
+                    raise RunStopped(stopping, s.step, f"{self.ckpts.directory}/{s.step}")
+                self.end_epoch()
+
+    def epoch(self, stop: StopRequest, trace: StepTrace, start_step: int
+              ) -> signal.Signals | None:
+        """The rest of the current epoch's batches; the signal that stopped it, if any."""
+        s = self.s
+        steps = s.job.loader.steps_per_epoch
+        order = s.job.loader.epoch_order(s.epoch)
+        s.tick = time.perf_counter()
+        bar = self.progress.iterate(None, f"epoch {s.epoch}", total=steps, initial=s.index)
+        try:
+            while s.index < steps:
+                s.state, metrics = s.train(s.state, self.data, order, jnp.int32(s.index),
+                                           s.job.stop_votes(stop.requested or 0))
+                s.step += 1
+                s.index += 1
+                trace.after(s.step - start_step, (s.state, metrics))
+                s.pending.append((s.step, s.epoch, s.index - 1, metrics))
+                if self.on_step is not None:
+                    self.on_step(s.step)
+                save_now = self.due(s.step) and s.index < steps
+                if save_now or s.index == steps or s.index % FLUSH_STEPS == 0:
+                    vote = self.settle(keep_last=not (save_now or s.index == steps))
                     if vote:
                         # Every process read the same votes: all stop here.
-                        settle()
-                        stopping = signal.Signals(vote)
-                        break
-                    if save_now and not pending:
-                        save(LoaderState(epoch, index))
-                    if step_log.rows:
-                        bar.set_postfix(loss=f"{step_log.rows[-1]['loss']:.4f}")
-                bar.n = index
+                        self.settle()
+                        return signal.Signals(vote)
+                    if save_now and not s.pending:
+                        self.save(LoaderState(s.epoch, s.index))
+                    if self.step_log.rows:
+                        bar.set_postfix(loss=f"{self.step_log.rows[-1]['loss']:.4f}")
+                bar.n = s.index
                 bar.refresh()
+            return None
+        finally:
             bar.close()
-            if stopping is not None:
-                save(LoaderState(epoch, index), wait=True)
-                ckpts.close()
-                host_sync("jgraph stopped")
-                raise RunStopped(stopping, step,
-                                 f"{ckpts.directory}/{step}")
-            count = max(sums.count, 1)
-            row = {"epoch": epoch, "step": step, "loss": sums.loss / count,
-                   "train_acc": sums.correct / count, "val_acc": None,
-                   "epoch_seconds": sums.seconds,
-                   "seeds_per_s": sums.count / max(sums.seconds, 1e-9),
-                   "compile_seconds": compile_seconds}
-            if val_eval is not None:
-                val = val_eval(state.params, state.embeddings)
-                row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],
-                           val_loss=val["loss"])
-                if val["acc"] > best.val_acc:
-                    best = Best(val["acc"], epoch,
-                                jax.tree.map(jnp.copy, (state.params, state.embeddings)))
-            log.write(row)
-            progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                                   for k, v in row.items()))
-            epoch, index, sums = epoch + 1, 0, EpochSums()
-            if c.every_steps == 0 or due(step) or epoch == t.epochs:
-                save(LoaderState(epoch, 0))
-    ckpts.close()
 
-    # -- Report -------------------------------------------------------------------------
-    # The final evaluation scores the best epoch by validation accuracy (the last
-    # without a val split), on val and test, sampled or full-graph.
-    if best.state is None:
-        best = Best(best.val_acc, t.epochs - 1, (state.params, state.embeddings))
-    params, embeddings = best.state
-    with progress.phase(f"evaluating ({t.inference.value})"):
-        final = evaluate_splits(run, params, embeddings, ("val", "test"), t.inference,
-                                {"val": val_eval}, counter("eval_step"), progress)
+    def end_epoch(self) -> None:
+        """Log the epoch (with its sampled validation), keep the best, checkpoint."""
+        s, t = self.s, self.config.train
+        count = max(s.sums.count, 1)
+        row = {"epoch": s.epoch, "step": s.step, "loss": s.sums.loss / count,
+               "train_acc": s.sums.correct / count, "val_acc": None,
+               "epoch_seconds": s.sums.seconds,
+               "seeds_per_s": s.sums.count / max(s.sums.seconds, 1e-9),
+               "compile_seconds": s.compile_seconds}
+        if self.val_eval is not None:
+            val = self.val_eval(s.state.params, s.state.embeddings)
+            row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],
+                       val_loss=val["loss"])
+            if val["acc"] > s.best.val_acc:
+                s.best = Best(val["acc"], s.epoch,
+                              jax.tree.map(jnp.copy, (s.state.params, s.state.embeddings)))
+        self.log.write(row)
+        self.progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                    for k, v in row.items()))
+        s.epoch, s.index, s.sums = s.epoch + 1, 0, EpochSums()
+        if self.config.checkpoint.every_steps == 0 or self.due(s.step) or s.epoch == t.epochs:
+            self.save(LoaderState(s.epoch, 0))
 
-    def pick(split, key):
-        return None if final[split] is None else final[split][key]
-    rows = log.rows
-    result = {
-        "val_acc": pick("val", "acc"), "test_acc": pick("test", "acc"),
-        "val_macro_f1": pick("val", "macro_f1"), "test_macro_f1": pick("test", "macro_f1"),
-        "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
-        "compiles": traces["train_step"], "compiles_by_step": dict(traces),
-        "capacities": list(job.sampler.capacities or ()), "capacity_growths": regrown,
-        "compile_seconds": compile_seconds,
-        "eval_compile_seconds": val_eval.compile_seconds if val_eval is not None else None,
-        "seconds": time.perf_counter() - start,
-        "seeds_per_s": float(np.median([r["seeds_per_s"] for r in rows])) if rows else None,
-        "devices": mesh.size, "graph": dg.meta.graph_name, "inference": t.inference.value,
-        "steps": step, "resumed_from_step": None if restored is None else restored.step,
-        "checkpoints": dict(ckpts.timings),
-        "config": to_dict(config),
-    }
-    save_model(workdir, params, embeddings)
-    if writer:
-        write_json(os.path.join(workdir, "result.json"), result)
-        if rows:
-            plot_curves(rows, os.path.join(workdir, "curves.png"),
-                        f"{config.name}: {dg.meta.graph_name} on {mesh.size} device(s)")
-    return result
+    # -- the report ---------------------------------------------------------------------
+
+    def report(self, seconds: float) -> dict:
+        """Score the best epoch by validation accuracy (the last without a val split) on
+        val and test, sampled or full-graph; write result.json, curves.png and the
+        model; return the result."""
+        s, t, config, dg = self.s, self.config.train, self.config, self.dg
+        best = s.best
+        if best.state is None:
+            best = Best(best.val_acc, t.epochs - 1, (s.state.params, s.state.embeddings))
+        params, embeddings = best.state
+        with self.progress.phase(f"evaluating ({t.inference.value})"):
+            final = evaluate_splits(self.run, params, embeddings, ("val", "test"),
+                                    t.inference, {"val": self.val_eval},
+                                    self.counter("eval_step"), self.progress)
+
+        def pick(split, key):
+            return None if final[split] is None else final[split][key]
+        rows = self.log.rows
+        val_eval = self.val_eval
+        result = {
+            "val_acc": pick("val", "acc"), "test_acc": pick("test", "acc"),
+            "val_macro_f1": pick("val", "macro_f1"), "test_macro_f1": pick("test", "macro_f1"),
+            "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
+            "compiles": self.traces["train_step"], "compiles_by_step": dict(self.traces),
+            "capacities": list(s.job.sampler.capacities or ()), "capacity_growths": s.regrown,
+            "compile_seconds": s.compile_seconds,
+            "eval_compile_seconds": val_eval.compile_seconds if val_eval is not None else None,
+            "seconds": seconds,
+            "seeds_per_s": float(np.median([r["seeds_per_s"] for r in rows])) if rows else None,
+            "devices": self.mesh.size, "graph": dg.meta.graph_name,
+            "inference": t.inference.value, "steps": s.step,
+            "resumed_from_step": None if self.restored is None else self.restored.step,
+            "checkpoints": dict(self.ckpts.timings),
+            "config": to_dict(config),
+        }
+        save_model(self.workdir, params, embeddings)
+        if jax.process_index() == 0:
+            write_json(os.path.join(self.workdir, "result.json"), result)
+            if rows:
+                plot_curves(rows, os.path.join(self.workdir, "curves.png"),
+                            f"{config.name}: {dg.meta.graph_name} on {self.mesh.size} "
+                            f"device(s)")
+        return result
