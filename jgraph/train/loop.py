@@ -1,8 +1,10 @@
 """`train_and_evaluate(config, workdir)`: the whole run behind `jgraph train`.
 
-Sections: Mesh and data / Model and step / Resume / Loop / Report. The host only loads,
-logs, evaluates and checkpoints; every training step is one compiled SPMD program
-(`NodeClassification.train_step`) and the run counts how many times it was compiled.
+`_train_and_evaluate` sets the run up (mesh, graph, model, where to start: see
+`jgraph.train.resume`); a `Loop` runs the epochs over its `LoopState` and reports. The
+host only loads, logs, evaluates and checkpoints; every training step is one compiled
+SPMD program (`NodeClassification.train_step`) and the run counts how many times it
+was compiled.
 
 A run checkpoints itself (see `jgraph.train.checkpoint`) and, started again on the
 same workdir, continues from its newest checkpoint exactly: the same batches, the same
