@@ -6,12 +6,12 @@ from jgraph.data.ogb import load_ogb
 from jgraph.data.sparse import SparseRows
 from jgraph.data.synthetic import Kind, SyntheticSpec, generate, parse_spec
 from jgraph.data.transforms import (
-                                    add_reverse_relations,
-                                    add_self_loops,
-                                    deduplicate,
-                                    normalize_features,
-                                    remove_self_loops,
-                                    symmetrize,
+    add_reverse_relations,
+    add_self_loops,
+    deduplicate,
+    normalize_features,
+    remove_self_loops,
+    symmetrize,
 )
 
 __all__ = [

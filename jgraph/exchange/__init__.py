@@ -2,13 +2,13 @@
 `jgraph.exchange.exchange`). Called inside `shard_map`; it knows partitions only by
 their id offsets, nothing of how node data is stored."""
 from jgraph.exchange.exchange import (
-                                      Exchange,
-                                      ExchangeConfig,
-                                      ExchangeOverflowError,
-                                      ExchangeStats,
-                                      OwnerFn,
-                                      Strategy,
-                                      running_count,
+    Exchange,
+    ExchangeConfig,
+    ExchangeOverflowError,
+    ExchangeStats,
+    OwnerFn,
+    Strategy,
+    running_count,
 )
 
 __all__ = ["Exchange", "ExchangeConfig", "ExchangeOverflowError", "ExchangeStats", "OwnerFn",
