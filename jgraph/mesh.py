@@ -76,6 +76,17 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, REPLICATED)
 
 
+def varying_axes(x) -> frozenset:
+    """The manual mesh axes x varies over inside `shard_map` (empty outside one). JAX
+    0.10 keeps them in the abstract value's `mat.varying`, later versions in `vma`."""
+    aval = jax.typeof(x)
+    for attr in ("mat", "vma"):
+        value = getattr(aval, attr, None)
+        if value is not None:
+            return frozenset(getattr(value, "varying", value) or ())
+    return frozenset()
+
+
 def local_parts(mesh: Mesh) -> list[int]:
     """The partitions whose devices belong to this process, in mesh order."""
     mine = {d.id for d in mesh.local_devices}

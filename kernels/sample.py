@@ -31,6 +31,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
 from jgraph.hashing import hash32
+from jgraph.mesh import varying_axes
 
 Impl = Literal["auto", "xla", "pallas"]
 
@@ -139,16 +140,6 @@ def _out_struct(like, shape, dtype) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
-def _varying(x) -> bool:
-    """Does x vary over manual mesh axes (are we inside a vma-checked shard_map)?"""
-    aval = jax.typeof(x)
-    for attr in ("mat", "vma"):
-        value = getattr(aval, attr, None)
-        if value is not None:
-            return bool(getattr(value, "varying", value))
-    return False
-
-
 def _next_pow2(x: int) -> int:
     return 1 << max(x - 1, 0).bit_length()
 
@@ -175,7 +166,8 @@ def _draw_kernel(lo, deg, key, fanout: int, replace: bool, tile: int, interpret:
     width = _next_pow2(max(fanout, 1))
     pad = lambda x, dtype: jnp.pad(x.astype(dtype), (0, padded - m))
     lo, deg, key = pad(lo, jnp.int32), pad(deg, jnp.int32), pad(key, jnp.uint32)
-    if interpret and _varying(lo):
+    # Inside a vma-checked shard_map?
+    if interpret and varying_axes(lo):
         out = _on_grid((lo, deg, key), fanout, width, replace, tile)
     else:
         spec = pl.BlockSpec((tile,), lambda i: (i,))

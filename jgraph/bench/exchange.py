@@ -31,6 +31,7 @@ import numpy as np
 
 from jgraph.bench.common import memory_shortage, partition_on_mesh
 from jgraph.data import SparseRows
+from jgraph.exchange import row_bytes as stored_row_bytes
 from jgraph.mesh import first_devices, rows_sharding
 from jgraph.partition import PartitionBook
 from jgraph.progress import Progress
@@ -190,8 +191,7 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
         devices = list(mesh.devices.flat)
         feat = dg.ndata("feat")
         # Bytes of one row as stored (for sparse rows, its indices and values).
-        row_bytes = sum(int(np.prod(x.shape[1:])) * x.dtype.itemsize
-                        for x in jax.tree.leaves(feat.array))
+        row_bytes = stored_row_bytes(feat.array)
         dense_bytes = int(np.prod(feat.shape[1:])) * feat.dtype.itemsize
         with progress.phase("sampling request batches"):
             batches = request_batches(dg, cfg, rng)

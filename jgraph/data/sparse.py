@@ -191,19 +191,10 @@ def _vary_like(x, like):
     (which also trips XLA:CPU's collectives when devices run loop iterations apart)."""
     from jax import lax
 
-    missing = tuple(sorted(_varying(like) - _varying(x)))
+    from jgraph.mesh import varying_axes
+
+    missing = tuple(sorted(varying_axes(like) - varying_axes(x)))
     return lax.pcast(x, missing, to="varying") if missing else x
-
-
-def _varying(x) -> frozenset:
-    """The manual mesh axes x varies over (`vma`; JAX 0.10 keeps it in `mat.varying`)."""
-    import jax
-
-    aval = jax.typeof(x)
-    vma = getattr(aval, "vma", None)
-    if vma is None:
-        vma = getattr(getattr(aval, "mat", None), "varying", None)
-    return frozenset(vma or ())
 
 
 _registered = False

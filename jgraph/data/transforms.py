@@ -120,19 +120,16 @@ def normalize_features(graph: Graph, name: str = "feat") -> Graph:
     node_data = {}
     for ntype, arrays in graph.node_data.items():
         arrays = dict(arrays)
-        if name in arrays and isinstance(arrays[name], SparseRows):
+        if name in arrays:
             x = arrays[name]
-            values = x.values
+            # Sparse rows: their stored values are the row's non-zeros.
+            sparse = isinstance(x, SparseRows)
+            values = np.asarray(x.values if sparse else x)
             if not np.issubdtype(values.dtype, np.floating):
                 values = values.astype(np.float32)
-            total = np.abs(values).sum(1, keepdims=True)
-            arrays[name] = x.with_values(
-                (values / np.where(total == 0, 1, total)).astype(values.dtype))
-        elif name in arrays:
-            x = np.asarray(arrays[name])
-            if not np.issubdtype(x.dtype, np.floating):
-                x = x.astype(np.float32)
-            total = np.abs(x.reshape(x.shape[0], -1)).sum(1).reshape((-1,) + (1,) * (x.ndim - 1))
-            arrays[name] = (x / np.where(total == 0, 1, total)).astype(x.dtype)
+            total = np.abs(values.reshape(values.shape[0], -1)).sum(1).reshape(
+                (-1,) + (1,) * (values.ndim - 1))
+            values = (values / np.where(total == 0, 1, total)).astype(values.dtype)
+            arrays[name] = x.with_values(values) if sparse else values
         node_data[ntype] = arrays
     return graph.replace(node_data=node_data)

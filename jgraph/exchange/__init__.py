@@ -8,8 +8,9 @@ from jgraph.exchange.exchange import (
     ExchangeStats,
     OwnerFn,
     Strategy,
+    row_bytes,
     running_count,
 )
 
 __all__ = ["Exchange", "ExchangeConfig", "ExchangeOverflowError", "ExchangeStats", "OwnerFn",
-           "Strategy", "running_count"]
+           "Strategy", "row_bytes", "running_count"]

@@ -206,7 +206,8 @@ class _Sent(NamedTuple):
     wire: Callable[[int, int], jnp.ndarray]  # (forward bytes/id, answer bytes/id) -> bytes
 
 
-def _row_bytes(tree: PyTree) -> int:
+def row_bytes(tree: PyTree) -> int:
+    """Bytes of one row of every leaf together (leading axis: rows)."""
     return sum(int(np.prod(x.shape[1:], dtype=np.int64)) * x.dtype.itemsize
                for x in jax.tree.leaves(tree))
 
@@ -521,7 +522,7 @@ class Exchange:
         local = jax.tree.map(lambda a: a[:n], answers)
         got = jax.tree.map(jnp.zeros_like, local)
         filled = jnp.zeros(n, bool)
-        ans_bytes = _row_bytes(local)
+        ans_bytes = row_bytes(local)
         caps, wire, overflow, start = [], jnp.float32(0), jnp.int32(0), n
         for route, top, bounded, rung, received, cap in legs:
             mine = jax.tree.map(lambda a, s=start, k=received.shape[0]: a[s:s + k], answers)
@@ -672,7 +673,7 @@ class Exchange:
             answers, remote_answers, caps, wire, overflow = self._answer_once(plan, owner_fn)
         else:
             answers = owner_fn(plan.uniq, plan.local)
-        ans_bytes = _row_bytes(answers)
+        ans_bytes = row_bytes(answers)
         if cache_values is not None:
             answers = _select(plan.cached, _take(cache_values, plan.cache_pos, plan.cached),
                               answers)
@@ -718,7 +719,7 @@ class Exchange:
         summed = jax.tree.map(lambda x: jax.ops.segment_sum(x, plan.inverse, num_segments=n),
                               values)
         payload = _put(n, summed, plan.slot, plan.remote)            # compact order
-        pay_bytes = _row_bytes(summed)
+        pay_bytes = row_bytes(summed)
         parts_ids, parts_vals = [jnp.where(plan.local, plan.uniq, -1)], [summed]
         caps, wire, overflow = [], jnp.float32(0), jnp.int32(0)
         for need, top, bounded, route in self._remote_transfers(plan):

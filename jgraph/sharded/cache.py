@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jgraph.exchange import row_bytes
 from jgraph.mesh import replicate, replicated
 from jgraph.sharded.tensor import DistTensor
 
@@ -79,6 +80,4 @@ class HotCache:
 
     def nbytes(self, tensor: DistTensor) -> int:
         """Memory the cached rows of `tensor` take on each device."""
-        row = sum(int(np.prod(x.shape[1:], dtype=np.int64)) * x.dtype.itemsize
-                  for x in jax.tree.leaves(tensor.array))
-        return len(self) * row
+        return len(self) * row_bytes(tensor.array)
