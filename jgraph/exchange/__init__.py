@@ -1,16 +1,15 @@
 """The owner-routed exchange: the one communication primitive of jgraph (see
 `jgraph.exchange.exchange`). Called inside `shard_map`; it knows partitions only by
-their id offsets, nothing of how node data is stored."""
-from jgraph.exchange.exchange import (
-    Exchange,
-    ExchangeConfig,
-    ExchangeOverflowError,
-    ExchangeStats,
-    OwnerFn,
-    Strategy,
-    row_bytes,
-    running_count,
-)
+their id offsets, nothing of how node data is stored.
+
+Modules: `config` (Strategy, ExchangeConfig and its capacity ladder), `plan` (a
+device's deduplicated request grouped by owner), `transport` (the interface of a
+transport) with one module per transport (`all_to_all`, `all_gather`, `ring`,
+`ragged`), `relay` (all_to_all with the busiest pairs relayed), `rows` (row helpers),
+`exchange` (gather and scatter_add over them)."""
+from jgraph.exchange.config import ExchangeConfig, Strategy
+from jgraph.exchange.exchange import Exchange, ExchangeOverflowError, ExchangeStats
+from jgraph.exchange.rows import OwnerFn, answer_filled, row_bytes, running_count
 
 __all__ = ["Exchange", "ExchangeConfig", "ExchangeOverflowError", "ExchangeStats", "OwnerFn",
-           "Strategy", "row_bytes", "running_count"]
+           "Strategy", "answer_filled", "row_bytes", "running_count"]

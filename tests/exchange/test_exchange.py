@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-import jgraph.exchange.exchange as exchange_module
+import jgraph.exchange.ragged as ragged_module
 from jgraph.sharded import (
     AXIS,
     REPLICATED,
@@ -314,7 +314,7 @@ def test_gather_with_the_owner_function_run_once_equals_numpy_take(strategy, cas
 def test_answer_filled_answers_every_present_id_and_zeros_the_rest():
     """The owner's loop over only the chunks that hold ids (ids scattered among -1s),
     against numpy, down to a buffer of -1s only (zeros) and one id among 8 slots."""
-    from jgraph.exchange.exchange import answer_filled
+    from jgraph.exchange import answer_filled
     rng = np.random.default_rng(3)
     for length, present in ((100, 37), (64, 64), (50, 0), (9, 1)):
         ids = np.full(length, -1, np.int32)
@@ -474,7 +474,7 @@ RAGGED = ExchangeConfig(strategy="ragged_all_to_all", growth=4.0)
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_ragged_gather_and_scatter_add_equal_numpy_with_emulated_collective(case, monkeypatch):
-    monkeypatch.setattr(exchange_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
+    monkeypatch.setattr(ragged_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
     out = run(RAGGED, make_case(case))
     check_gather(RAGGED, make_case(case), out)
     check_scatter_add(RAGGED, make_case(case), out)
@@ -482,5 +482,5 @@ def test_ragged_gather_and_scatter_add_equal_numpy_with_emulated_collective(case
 
 @pytest.mark.parametrize("case", ONCE_CASES[:1])
 def test_ragged_gather_with_the_owner_function_run_once_equals_numpy(case, monkeypatch):
-    monkeypatch.setattr(exchange_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
+    monkeypatch.setattr(ragged_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
     check_gather(RAGGED, make_case(case), run(RAGGED, make_case(case), once=True))

@@ -1,0 +1,103 @@
+"""The request plan: one device's ids deduplicated, split into local, cached and remote,
+and the remote ones grouped by owner. Every transport moves a plan's groups."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jgraph.exchange.rows import running_count
+
+EMPTY = jnp.iinfo(jnp.int32).max   # pads the deduplicated ids: sorts after every real id
+
+
+def owner_of(offsets: np.ndarray, ids: jnp.ndarray) -> jnp.ndarray:
+    """int32 partition owning each id; partitions own the contiguous ranges
+    `offsets[p] <= id < offsets[p + 1]`."""
+    num_parts = offsets.size - 1
+    bounds = jnp.asarray(offsets, jnp.int32)
+    return jnp.clip(jnp.searchsorted(bounds, ids, side="right") - 1, 0, num_parts - 1)
+
+
+class Plan(NamedTuple):
+    """One device's deduplicated request. n = request size; P = partitions.
+
+    uniq: int32[n] distinct ids, sorted unless declared distinct, EMPTY-padded;
+    inverse: int32[n] request -> uniq;
+    valid, local, cached, remote: bool[n] over uniq; cache_pos: int32[n] each cached
+    entry's row in the cache;
+    compact: int32[n] the remote ids, grouped by owner, -1-padded; slot: int32[n] each
+    remote uniq entry's place in compact; start, counts: int32[P] owner groups of compact.
+    """
+
+    uniq: jnp.ndarray
+    inverse: jnp.ndarray
+    valid: jnp.ndarray
+    local: jnp.ndarray
+    cached: jnp.ndarray
+    cache_pos: jnp.ndarray
+    remote: jnp.ndarray
+    compact: jnp.ndarray
+    slot: jnp.ndarray
+    start: jnp.ndarray
+    counts: jnp.ndarray
+
+    @property
+    def size(self) -> int:
+        return self.uniq.shape[0]
+
+    @property
+    def num_parts(self) -> int:
+        return self.counts.shape[0]
+
+    def group(self, p: jnp.ndarray, cap: int) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """(positions in compact of the first `cap` ids owned by p, which of them exist):
+        int32/bool[..., cap] for p of any shape."""
+        j = jnp.arange(cap, dtype=jnp.int32)
+        return self.start[p][..., None] + j, j < self.counts[p][..., None]
+
+    def group_ids(self, p: jnp.ndarray, cap: int) -> tuple[jnp.ndarray, jnp.ndarray,
+                                                             jnp.ndarray]:
+        """(ids, positions, exists) of `group(p, cap)`: the ids -1 where they do not."""
+        idx, ok = self.group(p, cap)
+        return jnp.where(ok, jnp.take(self.compact, jnp.where(ok, idx, 0)), -1), idx, ok
+
+
+def make_plan(ids: jnp.ndarray, valid: jnp.ndarray, offsets: np.ndarray, axis: str,
+              cache_ids: jnp.ndarray | None = None, distinct: bool = False) -> Plan:
+    """The plan of this device's request `ids` (int32[n]) where `valid`.
+
+    cache_ids: int32[C] sorted ids answered by the replicated hot-node cache. distinct:
+    the caller promises no valid id repeats (a sampler's frontier): the sort is skipped.
+    """
+    n, num_parts = ids.shape[0], offsets.size - 1
+    me = lax.axis_index(axis)
+    if distinct:
+        uniq, inverse = jnp.where(valid, ids, EMPTY), jnp.arange(n, dtype=jnp.int32)
+    else:
+        uniq, inverse = jnp.unique(jnp.where(valid, ids, EMPTY), size=n,
+                                   fill_value=EMPTY, return_inverse=True)
+        inverse = inverse.reshape(-1).astype(jnp.int32)
+    uvalid = uniq != EMPTY
+    owner = owner_of(offsets, uniq)
+    local = uvalid & (owner == me)
+    if cache_ids is not None and cache_ids.shape[0]:
+        pos = jnp.clip(jnp.searchsorted(cache_ids, uniq), 0, cache_ids.shape[0] - 1)
+        cached = uvalid & ~local & (cache_ids[pos] == uniq)
+    else:
+        pos, cached = jnp.zeros(n, jnp.int32), jnp.zeros(n, bool)
+    remote = uvalid & ~local & ~cached
+    counts = jax.ops.segment_sum(remote.astype(jnp.int32), owner, num_segments=num_parts)
+    start = jnp.cumsum(counts) - counts
+    if distinct:        # unsorted: place each id after the earlier ones of its owner
+        mine = (owner[:, None] == jnp.arange(num_parts)) & remote[:, None]     # [n, P]
+        rank = jnp.take_along_axis(running_count(mine), owner[:, None], axis=1)[:, 0] - 1
+        slot = jnp.where(remote, start[owner] + rank, -1)
+    else:               # sorted ids are already grouped by owner
+        slot = running_count(remote) - 1
+    compact = jnp.full(n, -1, jnp.int32).at[jnp.where(remote, slot, n)].set(uniq, mode="drop")
+    return Plan(uniq, inverse, uvalid, local, cached, pos.astype(jnp.int32), remote,
+                compact, slot, start.astype(jnp.int32), counts)
