@@ -1,8 +1,5 @@
-"""`partition_graph`: assign, relabel, and write the partition directory.
-
-Relabelling: nodes are sorted by (partition, original homogeneous id). Since the
-original ids number the node types one after another, each partition's range holds its
-nodes type by type, and within a type in original order.
+"""`partition_graph`: assign, relabel (`jgraph.partition.relabel`), and write the
+partition directory.
 
 Writing is atomic: the directory is written as a sibling `<out>.partial-<host>-<pid>`
 and renamed to `out` once complete (meta.json last), so a killed write never leaves a
@@ -31,11 +28,11 @@ from jgraph.partition.assignment import (
     undirected_adjacency,
 )
 from jgraph.partition.metis import Backend
+from jgraph.partition.relabel import Part, part, relabel, relabel_edges
 from jgraph.partition.store import (
     FORMAT_VERSION,
     READABLE_KINDS,
     ArraySpec,
-    PartInfo,
     PartitionMeta,
     part_dir,
     save_array,
@@ -96,7 +93,8 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
 def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: int,
            tolerance: float, rebalance: bool, backend: Backend | None, progress: Progress,
            edge_data: dict, node_specs: dict, edge_specs: dict, start: float) -> PartitionMeta:
-    """Assign, relabel and write every file into the new directory `out_dir`."""
+    """Assign, relabel and write every file into the new directory `out_dir`, one
+    partition at a time (only one partition's arrays are held at once)."""
     with progress.phase("constraints and adjacency"):
         constraints = constraints_for(graph)
         adjacency = (undirected_adjacency(graph)
@@ -108,69 +106,17 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
     del adjacency
 
     with progress.phase("relabelling"):
-        node_map = np.argsort(parts, kind="stable").astype(np.int64)   # new -> original
-        inverse = np.empty_like(node_map)
-        inverse[node_map] = np.arange(node_map.size)
-        type_ids = graph.node_type_ids()
-        num_types = len(graph.node_types)
-        counts = np.bincount(parts.astype(np.int64) * num_types + type_ids,
-                             minlength=num_parts * num_types).reshape(num_parts, num_types)
-        offsets = np.concatenate([[0], np.cumsum(counts.sum(axis=1))])
-        ntype_offsets = offsets[:-1, None] + np.concatenate(
-            [np.zeros((num_parts, 1), np.int64), np.cumsum(counts, axis=1)], axis=1)
-        save_array(os.path.join(out_dir, "node_map.npy"), node_map)
-        save_array(os.path.join(out_dir, "node_map_inv.npy"), inverse)
-
+        relabelling = relabel(graph, parts, num_parts)
+        save_array(os.path.join(out_dir, "node_map.npy"), relabelling.node_map)
+        save_array(os.path.join(out_dir, "node_map_inv.npy"), relabelling.inverse)
     with progress.phase("sorting edges by destination"):
-        src, dst, etype = graph.homogeneous_edges()
-        cut = float(np.mean(parts[src] != parts[dst])) if src.size else 0.0
-        new_src, new_dst = inverse[src], inverse[dst]
-        del src, dst
-        order = np.lexsort((new_src, etype, new_dst))
-        new_src, new_dst, etype = new_src[order], new_dst[order], etype[order]
-        edge_bounds = np.searchsorted(new_dst, offsets)
+        edges = relabel_edges(graph, parts, relabelling)
 
-    orig_offsets = graph.type_offsets()
     part_info = []
     for k in progress.iterate(range(num_parts), "writing partitions", num_parts):
-        d = part_dir(out_dir, k)
-        lo, hi = int(offsets[k]), int(offsets[k + 1])
-        e0, e1 = int(edge_bounds[k]), int(edge_bounds[k + 1])
-        indptr = np.searchsorted(new_dst[e0:e1], np.arange(lo, hi + 1)).astype(np.int64)
-        sources = new_src[e0:e1]
-        halo = np.unique(sources[(sources < lo) | (sources >= hi)])
-        save_array(os.path.join(d, "indptr.npy"), indptr)
-        save_array(os.path.join(d, "indices.npy"), sources)
-        save_array(os.path.join(d, "etype.npy"), etype[e0:e1])
-        save_array(os.path.join(d, "edge_ids.npy"), order[e0:e1].astype(np.int64))
-        save_array(os.path.join(d, "halo.npy"), halo)
-        for name, values in edge_data.items():
-            save_array(os.path.join(d, "edge", f"{name}.npy"), values[order[e0:e1]])
-        for t, ntype in enumerate(graph.node_types):
-            # Original type-local ids of this part's nodes of type t, in new-id order.
-            rows = node_map[ntype_offsets[k, t]:ntype_offsets[k, t + 1]] - orig_offsets[t]
-            for name, values in graph.node_data.get(ntype, {}).items():
-                path = os.path.join(d, "node", ntype, name)
-                if isinstance(values, SparseRows):
-                    save_array(os.path.join(path, "indices.npy"), values.indices[rows])
-                    save_array(os.path.join(path, "values.npy"), values.values[rows])
-                else:
-                    save_array(path + ".npy", values[rows])
-        split_counts = {}
-        for ntype, named in graph.splits.items():
-            t = graph.node_types.index(ntype)
-            split_counts[ntype] = {}
-            for name, idx in named.items():
-                new_ids = inverse[orig_offsets[t] + idx]
-                mine = np.sort(new_ids[(new_ids >= lo) & (new_ids < hi)])
-                save_array(os.path.join(d, "split", ntype, f"{name}.npy"), mine)
-                split_counts[ntype][name] = int(mine.size)
-        part_info.append(PartInfo(
-            num_nodes=int(hi - lo),
-            num_nodes_per_type=dict(zip(graph.node_types, counts[k].tolist())),
-            num_edges=int(e1 - e0),
-            num_halo=int(halo.size),
-            splits=split_counts))
+        one = part(graph, relabelling, edges, edge_data, k)
+        _save_part(part_dir(out_dir, k), one)
+        part_info.append(one.info)
 
     meta = PartitionMeta(
         format_version=FORMAT_VERSION,
@@ -183,14 +129,14 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
         num_edges=graph.num_edges,
         num_nodes_per_type=dict(graph.num_nodes),
         num_edges_per_relation=[int(e.shape[1]) for e in graph.edges.values()],
-        offsets=offsets.tolist(),
-        ntype_offsets=ntype_offsets.tolist(),
-        orig_type_offsets=orig_offsets.tolist(),
+        offsets=relabelling.offsets.tolist(),
+        ntype_offsets=relabelling.ntype_offsets.tolist(),
+        orig_type_offsets=relabelling.orig_offsets.tolist(),
         node_data=node_specs,
         edge_data=edge_specs,
         splits={t: list(named) for t, named in graph.splits.items() if named},
         parts=part_info,
-        edge_cut_fraction=cut,
+        edge_cut_fraction=edges.cut,
         balance=balance(parts, constraints, num_parts),
         balance_tolerance=tolerance,
         seed=seed,
@@ -198,6 +144,24 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
     )
     write_meta(out_dir, meta)
     return meta
+
+
+def _save_part(d: str, one: Part) -> None:
+    """Write partition `one`'s files into its directory `d`."""
+    for name in ("indptr", "indices", "etype", "edge_ids", "halo"):
+        save_array(os.path.join(d, f"{name}.npy"), getattr(one, name))
+    for name, values in one.edge_data.items():
+        save_array(os.path.join(d, "edge", f"{name}.npy"), values)
+    for (ntype, name), values in one.node_data.items():
+        path = os.path.join(d, "node", ntype, name)
+        if isinstance(values, SparseRows):
+            save_array(os.path.join(path, "indices.npy"), values.indices)
+            save_array(os.path.join(path, "values.npy"), values.values)
+        else:
+            save_array(path + ".npy", values)
+    for ntype, named in one.splits.items():
+        for name, ids in named.items():
+            save_array(os.path.join(d, "split", ntype, f"{name}.npy"), ids)
 
 
 def _spec(what: str, values: np.ndarray) -> ArraySpec:
