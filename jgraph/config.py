@@ -90,7 +90,9 @@ def build(cls, values: Mapping[str, Any], prefix: str = ""):
               for name, value in values.items()}
     try:
         return cls(**fields)
-    except (ValueError, TypeError) as err:   # the dataclass's own checks
+    except ConfigError:                      # the dataclass's own checks, naming the key
+        raise
+    except (ValueError, TypeError) as err:
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {err}") from None
 
 
@@ -109,13 +111,22 @@ def to_dict(config) -> dict:
 
 def override(config, assignments: Sequence[str]):
     """Apply `a.b=c` assignments (c parsed as YAML) to a config; returns a new one."""
-    values = to_dict(config)
+    values = {}
     for item in assignments:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected key=value, e.g. model.hidden=256")
+        values[key] = yaml.safe_load(text) if text else ""
+    return with_values(config, values)
+
+
+def with_values(config, values: Mapping[str, Any]):
+    """`config` with each dotted key of `values` set (converted to the field's type and
+    checked as when loading a file); returns a new one."""
+    tree = to_dict(config)
+    for key, value in values.items():
         path = key.split(".")
-        node, cls = values, type(config)
+        node, cls = tree, type(config)
         for depth, part in enumerate(path):
             hints = typing.get_type_hints(cls)
             where = ".".join(path[:depth])
@@ -123,13 +134,13 @@ def override(config, assignments: Sequence[str]):
                 raise ConfigError(f"unknown config key {key}; valid keys"
                                   f"{' under ' + where if where else ''}: {_names(cls)}")
             if depth == len(path) - 1:
-                node[part] = yaml.safe_load(text) if text else ""
+                node[part] = value
             else:
                 kind = hints[part]
                 if not dataclasses.is_dataclass(kind):
                     raise ConfigError(f"{'.'.join(path[:depth + 1])} is a value, not a section")
                 node, cls = node[part], kind
-    return build(type(config), values)
+    return build(type(config), tree)
 
 
 def load(cls, path: str | None = None, assignments: Sequence[str] = ()):

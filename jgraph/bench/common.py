@@ -15,26 +15,28 @@ from jgraph.mesh import first_devices
 from jgraph.partition import PartitionMeta, partition_graph
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph, make_mesh
+from jgraph.train.experiment import DataConfig
 
 
 @contextlib.contextmanager
-def partition_on_mesh(spec: str, num_parts: int, method: str, *, symmetrized: bool,
-                      seed: int, bench: str, progress: Progress,
+def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Progress,
                       node_data: tuple[str, ...] = (), splits: tuple[str, ...] = ()
                       ) -> Iterator[tuple[PartitionMeta, DistGraph]]:
-    """Load `spec` (an npz, a built-in name or synthetic:...), partition it into
-    `num_parts` and open it on a mesh of the first `num_parts` devices.
+    """Load `data.path` (an npz, a built-in name or synthetic:...), symmetrized if
+    `data.symmetrize`, partition it with `data.method` into `data.num_parts` and open it
+    on a mesh of the first `data.num_parts` devices.
 
     A context manager yielding (meta, dist_graph); the partition directory lives until
     it exits. The graph must be homogeneous with every array of `node_data` and a
     non-empty split of each name in `splits`, else DatasetError names `bench` and what
     it needs.
     """
+    spec, num_parts, method = data.path, data.num_parts, data.method.value
     mesh = make_mesh(num_parts, first_devices(num_parts))
     with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
         with progress.phase("loading graph"):
             graph = load_dataset(spec)
-            if symmetrized:
+            if data.symmetrize:
                 graph = symmetrize(graph)
         ntypes = graph.node_types
         missing = [n for n in node_data if n not in graph.node_data.get(ntypes[0], {})]

@@ -21,7 +21,6 @@ says why it was `skipped`, with `need_bytes` and `available_bytes`.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -30,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgraph.bench.common import memory_shortage, partition_on_mesh
+from jgraph.bench.config import ExchangeBench
 from jgraph.data import SparseRows
 from jgraph.exchange import row_bytes as stored_row_bytes
 from jgraph.mesh import first_devices, rows_sharding
@@ -41,7 +41,6 @@ from jgraph.sharded import (
     DistEmbedding,
     DistGraph,
     Exchange,
-    ExchangeConfig,
     HotCache,
     RowLayout,
     SparseAdam,
@@ -49,26 +48,6 @@ from jgraph.sharded import (
     make_mesh,
     request_counts,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class ExchangeBench:
-    graph: str
-    num_parts: int = 8
-    method: str = "metis"
-    strategies: tuple[Strategy, ...] = ()          # () = every strategy this backend has
-    batch_size: int = 1024
-    fanouts: tuple[int, ...] = (15, 10, 5)
-    batches: int = 8
-    cache: float = 0.0                             # fraction of nodes in the hot cache
-    cache_by: str = "degree"                       # degree | frequency
-    growth: float = ExchangeConfig.growth
-    seed: int = 0
-    symmetrize: bool = False
-    embedding_rows: tuple[int, ...] = (1_000_000, 10_000_000)
-    embedding_dim: int = 32
-    embedding_batch: int = 8192
-    embedding_steps: int = 10
 
 
 def available_strategies() -> tuple[Strategy, ...]:
@@ -114,8 +93,9 @@ def request_batches(dg: DistGraph, cfg: ExchangeBench, rng) -> np.ndarray:
             split = dg.parts.part(k).splits.get(ntype, {})
             lo, hi = dg.book.part_range(k)
             pool = np.asarray(split["train"]) if "train" in split else np.arange(lo, hi)
-            seeds = rng.choice(pool, min(cfg.batch_size, pool.size), replace=False)
-            per_device.append(neighbourhood(indptr, indices, np.sort(seeds), cfg.fanouts, rng))
+            seeds = rng.choice(pool, min(cfg.train.batch_size, pool.size), replace=False)
+            per_device.append(neighbourhood(indptr, indices, np.sort(seeds), cfg.train.fanouts,
+                                            rng))
         out.append(per_device)
     n = max(ids.size for batch in out for ids in batch)
     n = -(-n // 8) * 8
@@ -183,9 +163,8 @@ def check_rows(what: str, features: np.ndarray, ids: np.ndarray, rows: jax.Array
 def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
     """One row per strategy, yielded as soon as it is measured; a strategy whose program
     would not fit in memory is skipped with the reason (`skipped`)."""
-    rng = np.random.default_rng(cfg.seed)
-    with partition_on_mesh(cfg.graph, cfg.num_parts, cfg.method, symmetrized=cfg.symmetrize,
-                           seed=cfg.seed, bench="exchange", progress=progress,
+    rng = np.random.default_rng(cfg.train.seed)
+    with partition_on_mesh(cfg.data, seed=cfg.train.seed, bench="exchange", progress=progress,
                            node_data=("feat",)) as (meta, dg):
         mesh = dg.mesh
         devices = list(mesh.devices.flat)
@@ -196,15 +175,14 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
         with progress.phase("sampling request batches"):
             batches = request_batches(dg, cfg, rng)
         cache = HotCache.empty()
-        if cfg.cache > 0:
-            if cfg.cache_by == "degree":
+        if cfg.exchange.cache > 0:
+            if cfg.exchange.cache_by == "degree":
                 scores = dg.degrees()[1]
             else:   # counted over warm-up batches distinct from the measured ones
-                warm = request_batches(dg, dataclasses.replace(cfg, seed=cfg.seed + 1),
-                                       np.random.default_rng(cfg.seed + 1))
+                warm = request_batches(dg, cfg, np.random.default_rng(cfg.train.seed + 1))
                 scores = request_counts((b for b in warm.reshape(-1, warm.shape[-1])),
                                         meta.num_nodes)
-            cache = HotCache.top(scores, cfg.cache)
+            cache = HotCache.top(scores, cfg.exchange.cache)
         cache_ids, cache_rows = cache.device_args(feat)
         features = feat.to_numpy()
         minimum = float(np.mean([min_bytes(dg.book, b, row_bytes) for b in batches]))
@@ -212,7 +190,7 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
             what = f"the {strategy.value} exchange"
             line = {"bench": "exchange", "graph": meta.graph_name, "strategy": strategy.value,
                     "method": meta.method, "devices": mesh.size}
-            exchange = dg.exchange(ExchangeConfig(strategy=strategy, growth=cfg.growth))
+            exchange = dg.exchange(cfg.exchange_for(strategy))
 
             def body(shard, ids, cids, crows, exchange=exchange):
                 return feat.lookup(exchange, shard, ids, ids >= 0, cache=(cids, crows))
@@ -251,10 +229,11 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
                 "distinct_ids": float(np.mean([int(s.requested) for s in stats])),
                 "remote_ids": float(np.mean([int(s.non_local) for s in stats])),
                 "cache_hits": float(np.mean([int(s.cached) for s in stats])),
-                "cache_fraction": cfg.cache, "cache_rows": len(cache), "cache_by": cfg.cache_by,
-                "row_bytes": row_bytes, "batch_size": cfg.batch_size,
-                "fanouts": list(cfg.fanouts), "edge_cut_fraction": meta.edge_cut_fraction,
-                "growth": cfg.growth,
+                "cache_fraction": cfg.exchange.cache, "cache_rows": len(cache),
+                "cache_by": cfg.exchange.cache_by,
+                "row_bytes": row_bytes, "batch_size": cfg.train.batch_size,
+                "fanouts": list(cfg.train.fanouts), "edge_cut_fraction": meta.edge_cut_fraction,
+                "growth": cfg.exchange.growth,
             }
 
 
@@ -269,8 +248,8 @@ def even_book(rows: int, parts: int) -> PartitionBook:
 def bench_embedding(cfg: ExchangeBench, num_rows: int, progress: Progress) -> dict:
     """One training step of a sharded table: lookup, gradient, sparse Adam update. A table
     whose step would not fit in memory is skipped with the reason (`skipped`)."""
-    mesh = make_mesh(cfg.num_parts, first_devices(cfg.num_parts))
-    book = even_book(num_rows, cfg.num_parts)
+    mesh = make_mesh(cfg.data.num_parts, first_devices(cfg.data.num_parts))
+    book = even_book(num_rows, cfg.data.num_parts)
     emb = DistEmbedding(RowLayout.of(book), cfg.embedding_dim, SparseAdam(0.01))
     exchange = Exchange(book.offsets, platform=mesh.devices.flat[0].platform)
     line = {"bench": "embedding", "rows": num_rows, "dim": cfg.embedding_dim,
@@ -285,17 +264,17 @@ def bench_embedding(cfg: ExchangeBench, num_rows: int, progress: Progress) -> di
 
     fn = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(emb.specs(), ROWS, ROWS),
                                out_specs=(emb.specs(), REPLICATED)), donate_argnums=0)
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(cfg.train.seed)
     n = cfg.embedding_batch
-    target = jnp.asarray(rng.standard_normal((cfg.num_parts * n, cfg.embedding_dim),
+    target = jnp.asarray(rng.standard_normal((cfg.data.num_parts * n, cfg.embedding_dim),
                                              dtype=np.float32))
-    id_sets = [jnp.asarray(rng.integers(0, num_rows, cfg.num_parts * n, dtype=np.int32))
+    id_sets = [jnp.asarray(rng.integers(0, num_rows, cfg.data.num_parts * n, dtype=np.int32))
                for _ in range(cfg.embedding_steps + 1)]
     # Compile against the table's shape before creating it: the step's arguments are
     # the whole table and its Adam state, which must fit beside its temporaries.
     shapes = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rows_sharding(mesh)),
-        jax.eval_shape(lambda: emb.init(mesh, jax.random.key(cfg.seed))))
+        jax.eval_shape(lambda: emb.init(mesh, jax.random.key(cfg.train.seed))))
     start = time.perf_counter()
     fn = fn.lower(shapes, id_sets[0], target).compile()
     compile_s = time.perf_counter() - start
@@ -306,7 +285,7 @@ def bench_embedding(cfg: ExchangeBench, num_rows: int, progress: Progress) -> di
         progress.note(f"skipping the {num_rows:,}-row embedding table: {skip['skipped']}")
         return {**line, **skip}
     with progress.phase(f"embedding table of {num_rows:,} rows"):
-        state = emb.init(mesh, jax.random.key(cfg.seed))
+        state = emb.init(mesh, jax.random.key(cfg.train.seed))
         jax.block_until_ready(state)
     state, stats = fn(state, id_sets[0], target)          # warm-up
     jax.block_until_ready(state)

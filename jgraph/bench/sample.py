@@ -11,7 +11,6 @@ sampled neighbour slots over all hops), `compile_seconds` (the first call).
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import jax
@@ -19,41 +18,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgraph.bench.common import partition_on_mesh
+from jgraph.bench.config import SampleBench
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
-from jgraph.sharded import REPLICATED, ROWS, ExchangeConfig, Strategy
-
-
-@dataclasses.dataclass(frozen=True)
-class SampleBench:
-    graph: str
-    devices: int = 1
-    method: str = "metis"
-    fanouts: tuple[int, ...] = (15, 10, 5)
-    batch_size: int = 1024
-    epochs: int = 1
-    replace: bool = False
-    impl: str = "auto"
-    strategy: Strategy = Strategy.AUTO
-    growth: float = 2.0             # the exchange's rungs: each compiles the owner's sampler
-    relay: bool = False
-    symmetrize: bool = False
-    seed: int = 0
+from jgraph.sharded import REPLICATED, ROWS
 
 
 def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
-    with partition_on_mesh(cfg.graph, cfg.devices, cfg.method, symmetrized=cfg.symmetrize,
-                           seed=cfg.seed, bench="sample", progress=progress,
+    with partition_on_mesh(cfg.data, seed=cfg.train.seed, bench="sample", progress=progress,
                            splits=("train",)) as (meta, dg):
-        loader = NodeLoader.from_split(dg, "train", batch_size=cfg.batch_size, seed=cfg.seed)
+        loader = NodeLoader.from_split(dg, "train", batch_size=cfg.train.batch_size,
+                                       seed=cfg.train.seed)
     mesh = dg.mesh
-    sampler = NeighborSampler(cfg.fanouts, replace=cfg.replace, impl=cfg.impl)
-    exchange = dg.exchange(ExchangeConfig(strategy=cfg.strategy, growth=cfg.growth,
-                                          relay=cfg.relay))
+    sampler = NeighborSampler(cfg.train.fanouts, replace=cfg.replace, impl=cfg.impl)
+    exchange = dg.exchange(cfg.exchange)
 
     def step(graph, order, i, global_step):
         seeds, mask = loader.batch(order, i)
-        sample = sampler.sample(graph, exchange, seeds, mask, seed=cfg.seed, step=global_step,
+        sample = sampler.sample(graph, exchange, seeds, mask, seed=cfg.train.seed, step=global_step,
                                 local_seeds=True)
         inputs = jax.lax.psum(jnp.sum(sample.input_nodes >= 0, dtype=jnp.int32), exchange.axis)
         seeds_real = jax.lax.psum(jnp.sum(mask, dtype=jnp.int32), exchange.axis)
@@ -77,9 +59,9 @@ def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
         compile_s = time.perf_counter() - start
     with progress.phase("warm-up epoch"):
         epoch(0, 0)
-    with progress.phase(f"{cfg.epochs} measured epoch(s)"):
+    with progress.phase(f"{cfg.train.epochs} measured epoch(s)"):
         start = time.perf_counter()
-        outs = [o for e in range(1, cfg.epochs + 1) for o in epoch(e, e * steps)]
+        outs = [o for e in range(1, cfg.train.epochs + 1) for o in epoch(e, e * steps)]
         seconds = time.perf_counter() - start
     for stats, _, _ in outs:
         stats.check()
@@ -88,10 +70,11 @@ def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
     inputs = float(np.mean([int(x) for _, _, x in outs]))
     return {
         "bench": "sample", "graph": meta.graph_name, "devices": mesh.size,
-        "method": meta.method, "fanouts": list(cfg.fanouts), "batch_size": cfg.batch_size,
+        "method": meta.method, "fanouts": list(cfg.train.fanouts),
+        "batch_size": cfg.train.batch_size,
         "replace": cfg.replace, "impl": cfg.impl, "strategy": exchange.config.strategy.value,
-        "growth": cfg.growth, "relay": cfg.relay,
-        "epochs": cfg.epochs, "steps_per_epoch": steps, "seeds_per_epoch": loader.num_seeds,
+        "growth": cfg.exchange.growth, "relay": cfg.exchange.relay,
+        "epochs": cfg.train.epochs, "steps_per_epoch": steps, "seeds_per_epoch": loader.num_seeds,
         "seconds": seconds, "seeds_per_s": seeds / seconds,
         "sampled_edges_per_s": edges / seconds,
         "sampled_edges_per_step": edges / len(outs), "input_nodes_per_step": inputs,

@@ -14,7 +14,6 @@ Perfetto or TensorBoard).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 
@@ -23,12 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgraph.bench.common import partition_on_mesh
+from jgraph.bench.config import TrainBench
 from jgraph.bench.profile import phase_breakdown
 from jgraph.exchange import ExchangeStats
-from jgraph.models import Aggregator
 from jgraph.progress import Progress
-from jgraph.sharded import ExchangeConfig, Strategy
-from jgraph.train.experiment import DataConfig, Experiment, ModelConfig, Precision, TrainConfig
 from jgraph.train.run import build_run, calibrated_job, check_stats
 
 PROFILE_STEPS = 5
@@ -38,49 +35,12 @@ def is_exchange_stats(x) -> bool:
     return isinstance(x, ExchangeStats)
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainBench:
-    graph: str
-    devices: int = 1
-    method: str = "metis"
-    fanouts: tuple[int, ...] = (15, 10, 5)
-    batch_size: int = 1024
-    hidden: int = 256
-    aggregator: Aggregator = Aggregator.MEAN
-    lr: float = 0.003
-    epochs: int = 1
-    strategy: Strategy = Strategy.AUTO
-    growth: float = 2.0
-    symmetrize: bool = False
-    seed: int = 0
-    profile: str | None = None
-    breakdown: bool = False
-    precision: Precision = Precision.F32
-    calibrate: bool = True
-    cache: float = 0.0
-    cache_by: str = "degree"
-
-    def experiment(self, partition_dir: str) -> Experiment:
-        return Experiment(
-            name="bench_train",
-            data=DataConfig(path=partition_dir, num_parts=self.devices),
-            model=ModelConfig(hidden=self.hidden, num_layers=len(self.fanouts),
-                              aggregator=self.aggregator, dropout=0.0),
-            train=TrainConfig(fanouts=self.fanouts, eval_fanouts=self.fanouts, lr=self.lr,
-                              batch_size=self.batch_size, seed=self.seed,
-                              precision=self.precision,
-                              calibrate_capacities=self.calibrate),
-            exchange=ExchangeConfig(strategy=self.strategy, growth=self.growth, relay=False,
-                                    cache=self.cache, cache_by=self.cache_by))
-
-
 def bench_train(cfg: TrainBench, progress: Progress) -> dict:
-    with partition_on_mesh(cfg.graph, cfg.devices, cfg.method, symmetrized=cfg.symmetrize,
-                           seed=cfg.seed, bench="train", progress=progress,
+    with partition_on_mesh(cfg.data, seed=cfg.train.seed, bench="train", progress=progress,
                            splits=("train",),
                            node_data=("feat", "label")) as (meta, dg):
         run = build_run(cfg.experiment(dg.parts.root), dg)
-        job = calibrated_job(run, progress) if cfg.calibrate else run.job
+        job = calibrated_job(run, progress) if cfg.train.calibrate_capacities else run.job
     loader = job.loader
     step = job.compile_train(dg.graph)
     data = job.data(dg.graph)
@@ -104,10 +64,10 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
 
     with progress.phase("warm-up epoch"):
         state, _ = epoch(0, state)
-    with progress.phase(f"{cfg.epochs} measured epoch(s)"):
+    with progress.phase(f"{cfg.train.epochs} measured epoch(s)"):
         start = time.perf_counter()
         outs = []
-        for e in range(1, cfg.epochs + 1):
+        for e in range(1, cfg.train.epochs + 1):
             state, got = epoch(e, state)
             outs += got
         seconds = time.perf_counter() - start
@@ -121,36 +81,37 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
     exchanges = [[s for s in jax.tree.leaves(m["stats"], is_leaf=is_exchange_stats)
                   if is_exchange_stats(s)] for m in applied]
     extra = {}
-    if cfg.profile:
-        with (progress.phase(f"tracing {min(steps, PROFILE_STEPS)} steps into {cfg.profile}"),
-              jax.profiler.trace(cfg.profile)):
-            order = loader.epoch_order(cfg.epochs + 1)
+    if cfg.train.profile:
+        with (progress.phase(f"tracing {min(steps, PROFILE_STEPS)} steps into {cfg.train.profile}"),
+              jax.profiler.trace(cfg.train.profile)):
+            order = loader.epoch_order(cfg.train.epochs + 1)
             for i in range(min(steps, PROFILE_STEPS)):
                 state, m = step(state, data, order, jnp.int32(i), job.stop_votes())
             jax.block_until_ready((state, m))
         # The optimised program, so the trace's kernel names can be read as source lines.
-        with open(os.path.join(cfg.profile, "train_step.hlo.txt"), "w") as f:
+        with open(os.path.join(cfg.train.profile, "train_step.hlo.txt"), "w") as f:
             f.write(step.as_text())
-        extra["profile"] = cfg.profile
-    if cfg.breakdown or cfg.profile:
+        extra["profile"] = cfg.train.profile
+    if cfg.breakdown or cfg.train.profile:
         with progress.phase("timing each phase of the step"):
             phases = phase_breakdown(job, data, state, step, loader.epoch_order(0),
                                      seconds / len(outs))
         extra["phase_seconds"] = phases
     return {
         "bench": "train", "graph": meta.graph_name, "devices": dg.mesh.size,
-        "method": meta.method, "model": "graphsage", "layers": len(cfg.fanouts),
-        "hidden": cfg.hidden, "aggregator": cfg.aggregator.value, "fanouts": list(cfg.fanouts),
-        "batch_size": cfg.batch_size, "optimizer": "adam", "epochs": cfg.epochs,
+        "method": meta.method, "model": "graphsage", "layers": len(cfg.train.fanouts),
+        "hidden": cfg.model.hidden, "aggregator": cfg.model.aggregator.value,
+        "fanouts": list(cfg.train.fanouts),
+        "batch_size": cfg.train.batch_size, "optimizer": "adam", "epochs": cfg.train.epochs,
         "steps": len(outs), "seeds_per_epoch": loader.num_seeds,
         "seconds": seconds, "seeds_per_s": seeds / seconds, "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "final_loss": float(outs[-1]["loss"]),
-        "strategy": job.exchange.config.strategy.value, "precision": cfg.precision.value,
+        "strategy": job.exchange.config.strategy.value, "precision": cfg.train.precision.value,
         "capacities": list(job.sampler.capacities or job.sampler.worst_case(
             dg.graph, loader.batch_size)),
         "worst_case_capacities": job.sampler.worst_case(dg.graph, loader.batch_size),
         "refused_steps": len(outs) - len(applied),
-        "cache": cfg.cache, "cache_by": cfg.cache_by,
+        "cache": cfg.exchange.cache, "cache_by": cfg.exchange.cache_by,
         "cache_rows": sum(len(c) for c in job.inputs.caches.values()),
         "wire_bytes_per_step": float(np.mean([sum(float(s.wire_bytes) for s in e)
                                               for e in exchanges])) if exchanges else 0.0,

@@ -149,7 +149,6 @@ def compile_abstract(config: Experiment, target: Target, devices: int,
     counts its synthetic data.path names; the report of `compile_step`, plus the counts
     and what each device holds of the graph."""
     progress = progress or Progress(enabled=False)
-    config = config.check()
     counts = counts_of(config, devices)
     mesh = target_mesh(target, devices)
     platform = "gpu" if target.is_gpu else "cpu"

@@ -127,7 +127,7 @@ def compile_config(config: Experiment, target: Target, devices: int,
     the run as `jgraph train` would, and compile its training step for `target`."""
     progress = progress or Progress(enabled=False)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data,
-                                                                  num_parts=devices)).check()
+                                                                  num_parts=devices))
     mesh = make_mesh(devices, first_devices(devices))
     with tempfile.TemporaryDirectory(prefix="jgraph-compile-") as workdir:
         dg = open_graph(config, mesh, workdir, progress)

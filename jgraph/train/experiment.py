@@ -2,13 +2,16 @@
 
 Every experiment in `experiments/*.yaml` is an `Experiment`; a YAML file sets some of
 its fields, `--set section.key=value` any other, and an unknown key fails with the
-valid keys (see `jgraph.config`).
+valid keys (see `jgraph.config`). Each section checks its own values when it is
+built, and `Experiment` checks the sections against each other, so a config that
+exists is one a run can use; errors are `ConfigError`s that name the key.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
 
+from jgraph.config import ConfigError
 from jgraph.exchange import ExchangeConfig
 from jgraph.models.rgcn import Decomposition, Norm
 from jgraph.models.sage import Aggregator
@@ -52,6 +55,20 @@ class Inference(enum.Enum):
     FULL = "full"
 
 
+def _at_least(minimum, **values) -> None:
+    """ConfigError naming the first key whose value is below `minimum`."""
+    for key, value in values.items():
+        if value < minimum:
+            raise ConfigError(f"{key.replace('__', '.')} must be >= {minimum}, got {value}")
+
+
+def _fanouts(key: str, fanouts: tuple[int, ...]) -> None:
+    bad = [f for f in fanouts if f < 1 and f != -1]
+    if not fanouts or bad:
+        raise ConfigError(f"{key} = {list(fanouts)}: a fanout is a neighbour count >= 1, "
+                          f"or -1 for every neighbour; got {bad[0] if bad else 'none'}")
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """path: a built-in name (cora), an .npz in the layouts of jgraph's datasets, an
@@ -78,6 +95,11 @@ class DataConfig:
     target_type: str | None = None
     feature: str = "feat"
     label: str = "label"
+
+    def __post_init__(self):
+        if self.num_parts < 0:
+            raise ConfigError(f"data.num_parts must be >= 0 (0 = every device), got "
+                              f"{self.num_parts}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +134,20 @@ class ModelConfig:
     embedding_dim: int = 64
     learnable_inputs: bool = False
     one_hot_inputs: bool = False
+
+    def __post_init__(self):
+        _at_least(1, model__hidden=self.hidden, model__num_layers=self.num_layers,
+                  model__embedding_dim=self.embedding_dim)
+        if self.num_bases < 0:
+            raise ConfigError(f"model.num_bases must be >= 0 (0 = a full weight per "
+                              f"relation), got {self.num_bases}")
+        for key, rate in (("model.dropout", self.dropout),
+                          ("model.input_dropout", self.input_dropout)):
+            if not 0.0 <= rate < 1.0:
+                raise ConfigError(f"{key} must be in [0, 1), got {rate}")
+        if self.one_hot_inputs and self.kind is not ModelKind.RGCN:
+            raise ConfigError(f"model.one_hot_inputs is an R-GCN input layer; model.kind is "
+                              f"{self.kind.value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +187,18 @@ class TrainConfig:
     profile: str = ""
     profile_steps: int = 5
 
+    def __post_init__(self):
+        _fanouts("train.fanouts", self.fanouts)
+        _fanouts("train.eval_fanouts", self.eval_fanouts)
+        for key, value in (("train.lr", self.lr), ("train.embedding_lr", self.embedding_lr)):
+            if value <= 0:
+                raise ConfigError(f"{key} must be > 0, got {value}")
+        _at_least(0, train__capacity_headroom=self.capacity_headroom,
+                  train__weight_decay=self.weight_decay)
+        _at_least(1, train__epochs=self.epochs, train__batch_size=self.batch_size,
+                  train__eval_batch_size=self.eval_batch_size,
+                  train__profile_steps=self.profile_steps)
+
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
@@ -164,6 +212,21 @@ class CheckpointConfig:
     every_steps: int = 0
     keep: int = 3
     asynchronous: bool = True
+
+    def __post_init__(self):
+        _at_least(1, checkpoint__keep=self.keep)
+        if self.every_steps < 0:
+            raise ConfigError(f"checkpoint.every_steps must be >= 0 (0 = every epoch), got "
+                              f"{self.every_steps}")
+
+
+def check_layers(model: ModelConfig, train: TrainConfig) -> None:
+    """One fanout per layer, for training and for sampled evaluation."""
+    for key, fanouts in (("train.fanouts", train.fanouts),
+                         ("train.eval_fanouts", train.eval_fanouts)):
+        if len(fanouts) != model.num_layers:
+            raise ConfigError(f"{key} has {len(fanouts)} hops but model.num_layers is "
+                              f"{model.num_layers}: give one fanout per layer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,51 +242,5 @@ class Experiment:
     exchange: ExchangeConfig = ExchangeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
 
-    def check(self) -> Experiment:
-        """Raise ConfigError naming the field for values no run can use."""
-        from jgraph.config import ConfigError
-        t, m = self.train, self.model
-        if len(t.fanouts) != m.num_layers:
-            raise ConfigError(f"train.fanouts has {len(t.fanouts)} hops but model.num_layers "
-                              f"is {m.num_layers}: give one fanout per layer")
-        if len(t.eval_fanouts) != m.num_layers:
-            raise ConfigError(f"train.eval_fanouts has {len(t.eval_fanouts)} hops but "
-                              f"model.num_layers is {m.num_layers}")
-        for key, fanouts in (("train.fanouts", t.fanouts), ("train.eval_fanouts", t.eval_fanouts)):
-            bad = [f for f in fanouts if f < 1 and f != -1]
-            if bad:
-                raise ConfigError(f"{key} = {list(fanouts)}: a fanout is a neighbour count >= 1, "
-                                  f"or -1 for every neighbour; got {bad[0]}")
-        for key, value in (("train.lr", t.lr), ("train.embedding_lr", t.embedding_lr)):
-            if value <= 0:
-                raise ConfigError(f"{key} must be > 0, got {value}")
-        if t.capacity_headroom < 0:
-            raise ConfigError(f"train.capacity_headroom must be >= 0, got "
-                              f"{t.capacity_headroom}")
-        if t.weight_decay < 0:
-            raise ConfigError(f"train.weight_decay must be >= 0, got {t.weight_decay}")
-        if m.num_bases < 0:
-            raise ConfigError(f"model.num_bases must be >= 0 (0 = a full weight per "
-                              f"relation), got {m.num_bases}")
-        for key, value in (("train.epochs", t.epochs), ("train.batch_size", t.batch_size),
-                           ("train.eval_batch_size", t.eval_batch_size),
-                           ("model.hidden", m.hidden), ("model.num_layers", m.num_layers),
-                           ("model.embedding_dim", m.embedding_dim),
-                           ("train.profile_steps", t.profile_steps)):
-            if value < 1:
-                raise ConfigError(f"{key} must be >= 1, got {value}")
-        if m.one_hot_inputs and m.kind is not ModelKind.RGCN:
-            raise ConfigError(f"model.one_hot_inputs is an R-GCN input layer; model.kind is "
-                              f"{m.kind.value!r}")
-        if self.checkpoint.keep < 1:
-            raise ConfigError(f"checkpoint.keep must be >= 1, got {self.checkpoint.keep}")
-        if self.checkpoint.every_steps < 0:
-            raise ConfigError(f"checkpoint.every_steps must be >= 0 (0 = every epoch), got "
-                              f"{self.checkpoint.every_steps}")
-        if self.data.num_parts < 0:
-            raise ConfigError(f"data.num_parts must be >= 0 (0 = every device), got "
-                              f"{self.data.num_parts}")
-        for key, rate in (("model.dropout", m.dropout), ("model.input_dropout", m.input_dropout)):
-            if not 0.0 <= rate < 1.0:
-                raise ConfigError(f"{key} must be in [0, 1), got {rate}")
-        return self
+    def __post_init__(self):
+        check_layers(self.model, self.train)

@@ -77,7 +77,6 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
 
     Raises `RunStopped` when SIGINT/SIGTERM stopped it (after saving a checkpoint)."""
     progress = progress or Progress()
-    config.check()
     prepare(workdir)
     c = config.checkpoint
     # The first process holds the workdir for the whole job (the others share it).

@@ -112,10 +112,19 @@ def test_bench_sample_counts_every_training_seed_once_per_epoch(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["bench", "sample", "cora", "--fanouts", "15,x"], "comma-separated list of ints"),
-    (["bench", "sample", "cora", "--fanouts", "15,0"], "fanouts must be positive or -1"),
-    (["bench", "sample", "cora", "--devices", "0"], "must be >= 1"),
-    (["bench", "exchange", "cora", "--cache", "1.5"], "--cache is a fraction"),
+    (["bench", "sample", "cora", "--fanouts", "15,x"], "train.fanouts[1]: expected int, got 'x'"),
+    (["bench", "sample", "cora", "--fanouts", "15,0"], "a fanout is a neighbour count >= 1, "
+                                                       "or -1 for every neighbour; got 0"),
+    (["bench", "sample", "cora", "--devices", "0"], "data.num_parts (the devices, one "
+                                                    "partition each) must be >= 1"),
+    (["bench", "sample", "cora", "--impl", "cuda"], "impl must be one of"),
+    (["bench", "exchange", "cora", "--cache", "1.5"], "exchange.cache is a fraction"),
+    (["bench", "exchange", "cora", "--fanouts", "5,-1"], "samples a neighbour count >= 1"),
+    (["bench", "exchange", "cora", "--strategy", "ring"], "strategies[0]: 'ring' is not one of"),
+    (["bench", "exchange", "cora", "--embedding-rows", "1M,0"], "embedding_rows must be >= 1"),
+    (["bench", "train", "cora", "--set", "model.hiden=3"], "unknown config key model.hiden"),
+    (["bench", "train", "cora", "--set", "train.fanouts=[5,5]"],
+     "train.fanouts has 2 hops but model.num_layers is 3"),
     (["bench", "sampel", "cora"], "invalid choice: 'sampel'"),
 ])
 def test_bad_bench_arguments_exit_2_naming_the_value(capsys, argv, message):

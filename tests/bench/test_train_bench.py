@@ -76,9 +76,10 @@ def test_bench_train_on_a_graph_it_cannot_train_exits_2_naming_what_is_missing(
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--fanouts", "5,0"], "fanouts must be positive"),
-    (["--hidden", "0"], "must be >= 1"),
-    (["--growth", "1"], "--growth must be > 1"),
+    (["--fanouts", "5,0"], "train.fanouts = [5, 0]: a fanout is a neighbour count"),
+    (["--hidden", "0"], "model.hidden must be >= 1"),
+    (["--growth", "1"], "exchange.growth must be > 1"),
+    (["--precision", "f16"], "train.precision: 'f16' is not one of ['f32', 'bf16']"),
 ])
 def test_bad_bench_train_arguments_exit_2_naming_the_value(capsys, argv, message):
     try:

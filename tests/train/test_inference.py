@@ -194,7 +194,7 @@ def sage_run(cora_dir):
     """aggregator -> Run (built once per aggregator for the module)."""
     def get(aggregator: Aggregator):
         if aggregator not in _SAGE_RUNS:
-            config = sage_config(cora_dir, aggregator).check()
+            config = sage_config(cora_dir, aggregator)
             _SAGE_RUNS[aggregator] = build_run(config, DistGraph(cora_dir, run_mesh(config)))
         return _SAGE_RUNS[aggregator]
     yield get
@@ -295,7 +295,7 @@ def test_rgcn_full_graph_logits_with_embeddings_equal_dense_single_device_model(
                           decomposition=decomposition, num_bases=num_bases, dropout=0.0,
                           one_hot_inputs=one_hot),
         train=TrainConfig(fanouts=(4, 4), eval_fanouts=(4, 4), batch_size=32, seed=2),
-        exchange=EXCHANGE).check()
+        exchange=EXCHANGE)
     mesh = run_mesh(config)
     assert mesh.size == AIFB_DEVICES
     dg = DistGraph(aifb_dir, mesh)

@@ -144,22 +144,16 @@ def test_full_graph_inference_agrees_with_sampling_every_neighbour(trained):
 @pytest.mark.parametrize("key, value", [("train.fanouts", "[5]"),
                                         ("train.fanouts", "[5, 5, 5]"),
                                         ("train.eval_fanouts", "[-1]")])
-def test_check_rejects_fanouts_whose_length_differs_from_num_layers(tmp_path, key, value):
-    config = load(Experiment, EXPERIMENT, [f"{key}={value}"])
-    assert config.model.num_layers == 2
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.") + " has"):
-        config.check()
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        train_and_evaluate(config, str(tmp_path / "run"), Progress(enabled=False))
-    assert not (tmp_path / "run").exists()                   # rejected before any work
+def test_fanouts_whose_length_differs_from_num_layers_make_no_config(key, value):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.") + " has .* but "
+                                          r"model\.num_layers is 2"):
+        load(Experiment, EXPERIMENT, [f"{key}={value}"])
 
 
 def test_one_hot_inputs_on_a_graphsage_config_are_rejected_naming_the_field():
-    config = load(Experiment, EXPERIMENT, ["model.one_hot_inputs=true"])
-    assert config.model.kind.value == "sage"
     with pytest.raises(ConfigError, match=r"model\.one_hot_inputs is an R-GCN input layer; "
                                           r"model\.kind is 'sage'"):
-        config.check()
+        load(Experiment, EXPERIMENT, ["model.one_hot_inputs=true"])
 
 
 def test_one_hot_inputs_on_a_graph_with_features_fail_naming_the_way_out(tmp_path):
