@@ -480,6 +480,7 @@ def test_ragged_gather_and_scatter_add_equal_numpy_with_emulated_collective(case
     check_scatter_add(RAGGED, make_case(case), out)
 
 
+@pytest.mark.slow      # the ragged transport's per-rung path is in the fast tier
 @pytest.mark.parametrize("case", ONCE_CASES[:1])
 def test_ragged_gather_with_the_owner_function_run_once_equals_numpy(case, monkeypatch):
     monkeypatch.setattr(ragged_module, "_ragged_all_to_all", emulated_ragged_all_to_all)

@@ -138,7 +138,8 @@ def cora1(cora, cora8, mesh1, tmp_path_factory, reference_of):
     return relabelled, dg, reference_of(relabelled, dg)
 
 
-@pytest.mark.parametrize("sampler", [UNIFORM, REPLACE], ids=["uniform", "replace"])
+@pytest.mark.parametrize("sampler", [UNIFORM, pytest.param(REPLACE, marks=pytest.mark.slow)],
+                         ids=["uniform", "replace"])
 def test_8_device_sample_equals_single_device_sample_of_the_same_relabelled_graph(
         sampler, cora1, ref, check, runner_cls, uniform8, replace8):
     _, dg1, ref1 = cora1
@@ -291,7 +292,7 @@ def test_max_fanout_below_the_degree_draws_max_fanout_and_counts_truncated_nodes
         assert 0 < expected < mask.sum() and int(sample.stats.truncated) == expected
 
 
-@pytest.mark.parametrize("impl", ["xla", "pallas"])
+@pytest.mark.parametrize("impl", ["xla", pytest.param("pallas", marks=pytest.mark.slow)])
 def test_each_node_draws_the_reference_kernels_positions_for_its_seed_step_hop_key(
         small, reference_of, runner_cls, impl):
     """A node's neighbours, in slot order, are `draw_positions_reference` over its

@@ -23,7 +23,8 @@ P, n, DIM, STEPS = 8, 24, 4, 4
 
 OPTIMIZERS = {"adagrad": SparseAdagrad(learning_rate=0.1),
               "adam": SparseAdam(learning_rate=0.05)}
-COMBOS = [("adagrad", "all_to_all"), ("adam", "all_to_all"), ("adam", "ppermute")]
+COMBOS = [("adagrad", "all_to_all"), ("adam", "all_to_all"),
+          pytest.param("adam", "ppermute", marks=pytest.mark.slow)]   # ring: full tier
 
 
 @functools.cache
