@@ -1,12 +1,78 @@
 """jgraph: graph neural networks on graphs partitioned across many devices, in JAX.
 
+The Python API, in the order of a run (each name is documented where it lives):
+
+  graphs         Graph, Relation, load_dataset, load_npz, save_npz, symmetrize,
+                 add_reverse_relations, SparseRows                   (jgraph.data)
+  partitioning   partition_graph, open_partitions, PartitionBook     (jgraph.partition)
+  devices        use_devices (simulate N CPU devices / join a multi-process job),
+                 make_mesh, DistGraph, DistTensor, DistEmbedding, HotCache,
+                 SparseAdam, SparseAdagrad, ExchangeConfig            (jgraph.sharded)
+  sampling       NodeLoader, NeighborSampler                          (jgraph.sampling)
+  models         GraphSAGE, RGCN, LayerStack, MessagePassing, ModelSpec,
+                 register_model                                       (jgraph.models)
+  training       Experiment, DataConfig, ModelConfig, TrainConfig, CheckpointConfig,
+                 load_config, train(config, workdir), evaluate(workdir)  (jgraph.train)
+
 Importing jgraph has no side effects: nothing configures JAX or starts
-`jax.distributed` until an entry point (the CLI, the launcher, a test) does.
+`jax.distributed` until an entry point (the CLI, the launcher, a test, or your call of
+`use_devices`) does. Names from modules that import JAX load on first use.
 """
-from jgraph.data import Graph, Relation, load_dataset
+import importlib
+
+from jgraph.data import (
+    Graph,
+    Relation,
+    SparseRows,
+    add_reverse_relations,
+    load_dataset,
+    load_npz,
+    save_npz,
+    symmetrize,
+)
 from jgraph.partition import PartitionBook, open_partitions, partition_graph
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "PartitionBook", "Relation", "__version__", "load_dataset",
-           "open_partitions", "partition_graph"]
+# name -> module that defines it; imported when the name is first used.
+_LAZY = {
+    **dict.fromkeys(["DistEmbedding", "DistGraph", "DistTensor", "ExchangeConfig", "HotCache",
+                     "SparseAdagrad", "SparseAdam", "make_mesh"], "jgraph.sharded"),
+    **dict.fromkeys(["NeighborSampler", "NodeLoader"], "jgraph.sampling"),
+    **dict.fromkeys(["GraphSAGE", "LayerStack", "MessagePassing", "ModelSpec", "RGCN",
+                     "register_model"], "jgraph.models"),
+    **dict.fromkeys(["CheckpointConfig", "DataConfig", "Experiment", "ModelConfig",
+                     "TrainConfig"], "jgraph.train.experiment"),
+    "evaluate": "jgraph.train.api",
+    "load_config": "jgraph.train.api",
+    "use_devices": "jgraph.cli.devices",
+}
+_RENAMED = {"load_config": "experiment"}
+
+
+def __getattr__(name: str):
+    if name == "train":             # the subpackage, which is callable: jgraph.train(config)
+        return importlib.import_module("jgraph.train")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), _RENAMED.get(name, name))
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'jgraph' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | {"train"})
+
+
+__all__ = [  # noqa: RUF022  (in the docstring's order)
+    "Graph", "Relation", "load_dataset", "load_npz", "save_npz", "symmetrize",
+    "add_reverse_relations", "SparseRows",
+    "partition_graph", "open_partitions", "PartitionBook",
+    "use_devices", "make_mesh", "DistGraph", "DistTensor", "DistEmbedding", "HotCache",
+    "SparseAdam", "SparseAdagrad", "ExchangeConfig",
+    "NodeLoader", "NeighborSampler",
+    "GraphSAGE", "RGCN", "LayerStack", "MessagePassing", "ModelSpec", "register_model",
+    "Experiment", "DataConfig", "ModelConfig", "TrainConfig", "CheckpointConfig",
+    "load_config", "train", "evaluate",
+    "__version__",
+]

@@ -1,6 +1,14 @@
 """Flax NNX graph models over fixed-width neighbourhoods (sampled Blocks, or windows of
-the full graph in layer-wise inference)."""
+the full graph in layer-wise inference), by name (`register_model`): "sage" and "rgcn"
+are built in; see `jgraph.models.registry` for models of one's own."""
 from jgraph.models.encoder import InputEncoder, NodeClassifier
+from jgraph.models.registry import (
+    ModelSpec,
+    is_import_path,
+    model_builder,
+    register_model,
+    registered_models,
+)
 from jgraph.models.rgcn import (
     RGCN,
     Decomposition,
@@ -10,7 +18,33 @@ from jgraph.models.rgcn import (
     one_hot_width,
 )
 from jgraph.models.sage import Aggregator, GraphSAGE, SAGEConv
-from jgraph.models.stack import LayerStack, MessagePassing, Neighbourhood, gather_neighbours
+from jgraph.models.stack import (
+    LayerStack,
+    MessagePassing,
+    Neighbourhood,
+    gather_neighbours,
+    merge_partials,
+    slot_count,
+)
+
+
+def _build_sage(spec: ModelSpec, rngs) -> GraphSAGE:
+    return GraphSAGE(spec.in_features, spec.hidden, spec.out_features, spec.num_layers,
+                     aggregator=Aggregator(spec.options.aggregator), dropout=spec.dropout,
+                     input_dropout=spec.input_dropout, norm=spec.norm, rngs=rngs)
+
+
+def _build_rgcn(spec: ModelSpec, rngs) -> RGCN:
+    o = spec.options
+    return RGCN(spec.in_features, spec.hidden, spec.out_features, spec.num_layers,
+                spec.num_relations, decomposition=Decomposition(o.decomposition),
+                num_bases=o.num_bases, self_loop=o.self_loop, normalization=Norm(o.normalization),
+                dropout=spec.dropout, input_dropout=spec.input_dropout, norm=spec.norm,
+                one_hot_inputs=o.one_hot_inputs, rngs=rngs)
+
+
+register_model("sage", _build_sage)
+register_model("rgcn", _build_rgcn)
 
 __all__ = [
     "RGCN",
@@ -20,6 +54,7 @@ __all__ = [
     "InputEncoder",
     "LayerStack",
     "MessagePassing",
+    "ModelSpec",
     "Neighbourhood",
     "NodeClassifier",
     "Norm",
@@ -27,5 +62,11 @@ __all__ = [
     "RelGraphConv",
     "SAGEConv",
     "gather_neighbours",
+    "is_import_path",
+    "merge_partials",
+    "model_builder",
     "one_hot_width",
+    "register_model",
+    "registered_models",
+    "slot_count",
 ]

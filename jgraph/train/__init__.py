@@ -1,4 +1,11 @@
-"""Training: the fused SPMD step (sample, fetch, forward, backward, update)."""
+"""Training: the fused SPMD step (sample, fetch, forward, backward, update), the loop,
+and the Python entry points. The package itself can be called: `jgraph.train(config,
+workdir)` is `jgraph.train.api.train`."""
+import sys
+import types
+
+from jgraph.train.api import evaluate, experiment
+from jgraph.train.api import train as _train
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.step import (
     Batch,
@@ -10,4 +17,15 @@ from jgraph.train.step import (
 )
 
 __all__ = ["Batch", "NodeClassification", "NodeInputs", "StepData", "TrainState",
-           "class_counts", "masked_cross_entropy"]
+           "class_counts", "evaluate", "experiment", "masked_cross_entropy"]
+
+
+class _CallablePackage(types.ModuleType):
+    """`jgraph.train(...)` runs `jgraph.train.api.train(...)`; `jgraph.train.loop` and the
+    other modules stay reachable as usual."""
+
+    def __call__(self, *args, **kwargs):
+        return _train(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

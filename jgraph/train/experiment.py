@@ -13,14 +13,10 @@ import enum
 
 from jgraph.config import ConfigError
 from jgraph.exchange import ExchangeConfig
+from jgraph.models import is_import_path, registered_models
 from jgraph.models.rgcn import Decomposition, Norm
 from jgraph.models.sage import Aggregator
 from jgraph.partition import Method
-
-
-class ModelKind(enum.Enum):
-    SAGE = "sage"
-    RGCN = "rgcn"
 
 
 class Optimizer(enum.Enum):
@@ -104,7 +100,10 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """kind: sage or rgcn. hidden, num_layers: widths and depth (one layer per hop).
+    """kind: the model: "sage" (GraphSAGE), "rgcn" (R-GCN), a name given to
+      `jgraph.models.register_model`, or "module:function" (a builder that jgraph
+      imports; see `jgraph.models.registry`). hidden, num_layers: widths and depth (one
+      layer per hop).
     aggregator: GraphSAGE's. decomposition, num_bases, self_loop: R-GCN's (num_bases
       is the block count for block decomposition; 0 = a full weight per relation).
     normalization: R-GCN's neighbour normalisation: `relation` (default, the paper's)
@@ -120,7 +119,7 @@ class ModelConfig:
       (embedding_dim is then (relations + 1) x hidden; see `OneHotRelGraphConv`).
     """
 
-    kind: ModelKind = ModelKind.SAGE
+    kind: str = "sage"
     hidden: int = 256
     num_layers: int = 2
     aggregator: Aggregator = Aggregator.MEAN
@@ -136,6 +135,10 @@ class ModelConfig:
     one_hot_inputs: bool = False
 
     def __post_init__(self):
+        if self.kind not in registered_models() and not is_import_path(self.kind):
+            raise ConfigError(f"model.kind {self.kind!r} is not a model: one of "
+                              f"{registered_models()} (jgraph.models.register_model adds "
+                              f"one), or 'module:function' naming a model builder")
         _at_least(1, model__hidden=self.hidden, model__num_layers=self.num_layers,
                   model__embedding_dim=self.embedding_dim)
         if self.num_bases < 0:
@@ -145,9 +148,9 @@ class ModelConfig:
                           ("model.input_dropout", self.input_dropout)):
             if not 0.0 <= rate < 1.0:
                 raise ConfigError(f"{key} must be in [0, 1), got {rate}")
-        if self.one_hot_inputs and self.kind is not ModelKind.RGCN:
+        if self.one_hot_inputs and self.kind != "rgcn":
             raise ConfigError(f"model.one_hot_inputs is an R-GCN input layer; model.kind is "
-                              f"{self.kind.value!r}")
+                              f"{self.kind!r}")
 
 
 @dataclasses.dataclass(frozen=True)

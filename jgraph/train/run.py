@@ -16,7 +16,8 @@ from jgraph.config import ConfigError
 from jgraph.data import add_reverse_relations, load_dataset, normalize_features, symmetrize
 from jgraph.exchange import ExchangeStats
 from jgraph.mesh import ROWS, first_devices, host_sync
-from jgraph.models import RGCN, GraphSAGE, InputEncoder, NodeClassifier, one_hot_width
+from jgraph.models import InputEncoder, ModelSpec, NodeClassifier, one_hot_width
+from jgraph.models.registry import build as build_model_named
 from jgraph.partition import partition_graph
 from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
@@ -29,7 +30,6 @@ from jgraph.sharded.sparse_optim import SparseAdagrad, SparseAdam
 from jgraph.train.experiment import (
     DataConfig,
     Experiment,
-    ModelKind,
     Optimizer,
     SparseOptimizerKind,
 )
@@ -134,16 +134,12 @@ def build_model(config: Experiment, inputs: NodeInputs, num_classes: int,
     rngs = nnx.Rngs(config.train.seed)
     encoder = InputEncoder(inputs.widths(), tuple(inputs.features),
                            input_width(config, num_classes, num_relations), rngs=rngs)
-    if m.kind is ModelKind.SAGE:
-        gnn = GraphSAGE(encoder.width, m.hidden, num_classes, m.num_layers,
-                        aggregator=m.aggregator, dropout=m.dropout,
-                        input_dropout=m.input_dropout, norm=m.norm, rngs=rngs)
-    else:
-        gnn = RGCN(encoder.width, m.hidden, num_classes, m.num_layers, num_relations,
-                   decomposition=m.decomposition, num_bases=m.num_bases,
-                   self_loop=m.self_loop, normalization=m.normalization,
-                   dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm,
-                   one_hot_inputs=m.one_hot_inputs, rngs=rngs)
+    spec = ModelSpec(encoder.width, m.hidden, num_classes, m.num_layers, num_relations,
+                     dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm, options=m)
+    try:
+        gnn = build_model_named(m.kind, spec, rngs)
+    except KeyError as err:
+        raise ConfigError(err.args[0]) from None
     return NodeClassifier(encoder, gnn)
 
 

@@ -28,7 +28,6 @@ from jgraph.train.experiment import (
     Experiment,
     Inference,
     ModelConfig,
-    ModelKind,
     TrainConfig,
 )
 from jgraph.train.inference import edge_window, full_graph_logits
@@ -179,7 +178,7 @@ def sage_config(path: str, aggregator: Aggregator) -> Experiment:
     return Experiment(
         name=f"sage-{aggregator.value}",
         data=DataConfig(path=path, num_parts=CORA_DEVICES),
-        model=ModelConfig(kind=ModelKind.SAGE, hidden=16, num_layers=2,
+        model=ModelConfig(kind="sage", hidden=16, num_layers=2,
                           aggregator=aggregator, dropout=0.5),
         train=TrainConfig(fanouts=(5, 5), eval_fanouts=(-1, -1), batch_size=64,
                           eval_batch_size=1024, seed=1),
@@ -291,7 +290,7 @@ def test_rgcn_full_graph_logits_with_embeddings_equal_dense_single_device_model(
     config = Experiment(
         name=f"rgcn-{decomposition.value}",
         data=DataConfig(path=aifb_dir, num_parts=AIFB_DEVICES),
-        model=ModelConfig(kind=ModelKind.RGCN, hidden=8, num_layers=2, embedding_dim=8,
+        model=ModelConfig(kind="rgcn", hidden=8, num_layers=2, embedding_dim=8,
                           decomposition=decomposition, num_bases=num_bases, dropout=0.0,
                           one_hot_inputs=one_hot),
         train=TrainConfig(fanouts=(4, 4), eval_fanouts=(4, 4), batch_size=32, seed=2),

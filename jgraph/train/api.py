@@ -1,0 +1,61 @@
+"""The Python entry points of training: `jgraph.train(config)` and `jgraph.evaluate`.
+
+They do what `jgraph train` and `jgraph eval` do, from a Python program or a notebook:
+
+    import jax
+    jax.config.update("jax_num_cpu_devices", 4)     # before JAX starts: simulate 4
+    import jgraph
+
+    result = jgraph.train("experiments/sage_cora.yaml", "runs/cora",
+                          overrides=["data.num_parts=4", "train.epochs=10"])
+    print(result["test_acc"])
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from jgraph.config import ConfigError, build, load, override
+from jgraph.progress import Progress
+from jgraph.train.experiment import Experiment, Inference
+from jgraph.train.resume import Resume
+
+
+def experiment(config: Experiment | str | os.PathLike | Mapping,
+               overrides: Sequence[str] = ()) -> Experiment:
+    """An `Experiment` from itself, a YAML file's path, or a mapping of sections (as a
+    YAML file holds them), with `section.key=value` overrides applied."""
+    if isinstance(config, Experiment):
+        return override(config, overrides)
+    if isinstance(config, Mapping):
+        return override(build(Experiment, config), overrides)
+    if isinstance(config, (str, os.PathLike)):
+        return load(Experiment, os.fspath(config), overrides)
+    raise ConfigError(f"a config is an Experiment, a YAML path or a mapping, got "
+                      f"{type(config).__name__}")
+
+
+def train(config: Experiment | str | os.PathLike | Mapping, workdir: str | None = None, *,
+          overrides: Sequence[str] = (), resume: Resume | str = Resume.AUTO,
+          progress: bool = True) -> dict:
+    """Train `config` on the devices JAX has (partitioned into `data.num_parts`; 0 =
+    all) and evaluate it; returns the run's result (val_acc, test_acc, ... as
+    WORKDIR/result.json holds it).
+
+    workdir: where the run writes (default runs/<config name>); a run resumes from its
+    newest checkpoint there (`resume`: "auto", "require" or "fresh").
+    """
+    from jgraph.train.loop import train_and_evaluate
+    config = experiment(config, overrides)
+    workdir = workdir or os.path.join("runs", config.name)
+    return train_and_evaluate(config, workdir, Progress(enabled=progress), Resume(resume))
+
+
+def evaluate(workdir: str, splits: Sequence[str] = ("val", "test"),
+             inference: Inference | str | None = None, progress: bool = False) -> dict:
+    """Scores of the model `train` saved in `workdir`: {split: {"acc", "macro_f1", ...}}.
+    inference: "sampled" or "full" (default: the run's train.inference)."""
+    from jgraph.train.evaluate import evaluate_run
+    return evaluate_run(workdir, tuple(splits),
+                        None if inference is None else Inference(inference),
+                        Progress(enabled=progress))
