@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -160,4 +161,8 @@ def load(cls, path: str | None = None, assignments: Sequence[str] = ()):
         config = build(cls, values)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}" if path else str(err)) from None
+    if path is not None and hasattr(config, "relative_to"):
+        # Paths in a file are relative to the file; those of `assignments` (typed in a
+        # shell or a program) stay relative to the working directory.
+        config = config.relative_to(os.path.dirname(os.path.abspath(path)))
     return override(config, assignments)

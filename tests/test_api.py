@@ -123,3 +123,16 @@ def test_the_built_in_models_are_registered_builders():
     assert isinstance(build("sage", spec, nnx.Rngs(0)), jgraph.GraphSAGE)
     assert isinstance(build("rgcn", spec, nnx.Rngs(0)), jgraph.RGCN)
     assert jax.device_count() == 8
+
+
+def test_a_data_path_in_a_config_file_is_relative_to_the_file(tmp_path, monkeypatch):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "c.yaml").write_text("data:\n  path: ../graphs/g.npz\n")
+    (folder / "b.yaml").write_text("data:\n  path: cora\n")
+    monkeypatch.chdir(tmp_path / "configs")
+    assert jgraph.load_config("c.yaml").data.path == str(tmp_path / "graphs" / "g.npz")
+    assert jgraph.load_config("b.yaml").data.path == "cora"          # a built-in name
+    # What a program or a shell sets stays relative to the working directory.
+    assert jgraph.load_config("c.yaml", ["data.path=h.npz"]).data.path == "h.npz"
+    assert jgraph.load_config({"data": {"path": "h.npz"}}).data.path == "h.npz"

@@ -4,6 +4,8 @@ order in one fresh process (they build on each other), and every script in
 checkout (`experiments/`, `examples/`, and `../shared` beside it)."""
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +49,63 @@ def test_every_readme_block_is_python_bash_or_a_plain_listing():
     assert kinds <= {"python", "bash", "text", ""}, kinds
 
 
+# Shell commands of the README that this test does not run, and why.
+NOT_RUN = {
+    "pip install": "installs the package this test runs from",
+    "python -m pytest": "the test suite itself (CI runs it)",
+}
+# Appended to every `jgraph train` the README shows: its commands, on small settings.
+SMALL_TRAINING = ["--set", "train.epochs=2"]
+
+
+def shell_commands(code: str) -> list[str]:
+    """The commands of a bash block: continued lines joined, comments dropped, `a && b`
+    split, and those of NOT_RUN left out."""
+    text = code.replace("\\\n", " ")
+    commands = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if line.startswith("#"):
+            continue
+        for part in filter(None, (p.strip() for p in line.split("&&"))):
+            if not any(part.startswith(prefix) for prefix in NOT_RUN):
+                commands.append(part)
+    return commands
+
+
+def small(argv: list[str]) -> list[str]:
+    """`argv` on small settings: `jgraph train` for 2 epochs (the inner command too, of
+    `python -m jgraph.launch ... -- jgraph train ...`)."""
+    return argv + SMALL_TRAINING if "train" in argv and "jgraph" in argv else argv
+
+
+def test_the_readme_shell_blocks_are_commands_of_jgraph_or_named_as_not_run():
+    for lang, line, code in code_blocks(ROOT / "README.md"):
+        if lang == "bash":
+            for command in shell_commands(code):
+                assert command.split()[0] in ("jgraph", "python"), (line, command)
+
+
+@pytest.mark.slow      # trains, resumes, launches two processes, builds for H100
+def test_the_readme_shell_blocks_run(tmp_path):
+    main = checkout_like(tmp_path)
+    jgraph = shutil.which("jgraph") or str(Path(sys.executable).parent / "jgraph")
+    for lang, line, code in code_blocks(ROOT / "README.md"):
+        if lang != "bash":
+            continue
+        for command in shell_commands(code):
+            argv = small(shlex.split(command))
+            if argv[0] == "jgraph":
+                argv[0] = jgraph
+            elif argv[0] == "python":
+                argv[0] = sys.executable
+            out = subprocess.run(argv, cwd=main, capture_output=True, text=True, timeout=600,
+                                 env={**os.environ, "PATH": f"{Path(jgraph).parent}:"
+                                                            f"{os.environ['PATH']}"})
+            assert out.returncode == 0, (f"README.md line {line}: {command}",
+                                         out.stderr[-3000:])
+
+
 @pytest.mark.slow      # partitions facebook_musae and compiles 8-device programs
 def test_the_readme_python_blocks_run_in_order(tmp_path):
     if not SHARED_DATA.exists():
@@ -60,3 +119,48 @@ def test_the_readme_python_blocks_run_in_order(tmp_path):
     printed = out.stdout.splitlines()
     assert printed[-2].startswith("True ")       # the fetched rows are the features
     assert printed[-1].startswith("2 ")          # the sampling block's two blocks
+
+
+# Each example with the small settings the test runs it with (its docstring's figures
+# come from its defaults); a new example must be added here.
+EXAMPLES = {
+    "partition_and_inspect.py": [],
+    "distributed_tensors.py": ["--steps", "3"],
+    "node_classification.py": ["--epochs", "2"],
+    "learnable_embeddings.py": ["--epochs", "2"],
+    "rgcn_heterogeneous.py": ["--epochs", "1"],
+    "own_graph.py": ["--epochs", "2"],
+    "own_model.py": ["--epochs", "2"],
+    "multi_process.py": ["--epochs", "2"],
+}
+NEEDS_SHARED_DATA = {"rgcn_heterogeneous.py"}
+
+
+def expected_output(path: Path) -> list[str]:
+    """The lines after "Prints (...):" in an example's docstring."""
+    doc = path.read_text().split('"""')[1]
+    block = doc.split("Prints (", 1)[1].split(":\n", 1)[1]
+    return [line.strip() for line in block.strip("\n").splitlines() if line.strip()]
+
+
+def shape(line: str) -> str:
+    """A printed line with its numbers masked: small settings change the figures only."""
+    return re.sub(r"\d+(\.\d+)?", "#", line)
+
+
+def test_every_example_is_run_by_this_test_and_documents_its_output():
+    assert {p.name for p in (ROOT / "examples").glob("*.py")} == set(EXAMPLES)
+    for name in EXAMPLES:
+        assert expected_output(ROOT / "examples" / name), name
+
+
+@pytest.mark.slow      # each example trains, some twice
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_an_example_runs_and_prints_the_lines_its_docstring_shows(tmp_path, name):
+    if name in NEEDS_SHARED_DATA and not SHARED_DATA.exists():
+        pytest.skip(f"{name} reads ../shared/data ({SHARED_DATA} not found)")
+    out = run_python(ROOT / "examples" / name, checkout_like(tmp_path), EXAMPLES[name])
+    assert out.returncode == 0, out.stderr[-3000:]
+    printed = [shape(line) for line in out.stdout.splitlines()]
+    for line in expected_output(ROOT / "examples" / name):
+        assert shape(line) in printed, (line, out.stdout)

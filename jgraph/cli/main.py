@@ -36,10 +36,24 @@ def user_errors() -> tuple[type[Exception], ...]:
             + ((workdir.WorkdirError,) if workdir else ()))
 
 
+def _version() -> str:
+    """jgraph's version and the JAX it runs on, without importing JAX."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+    return (f"jgraph {installed('jgraph')} (jax {installed('jax')}, "
+            f"Python {sys.version.split()[0]})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jgraph",
         description="Partition graphs and train graph neural networks on many devices with JAX.")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     partition_cmd.add_commands(sub)
     train_cmd.add_commands(sub)

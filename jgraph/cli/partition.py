@@ -30,13 +30,22 @@ TRANSFORMS = (
 )
 
 
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default where it has one (not on required options)."""
+
+    def _get_help_string(self, action):
+        if action.required or action.default in (None, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_commands(sub) -> None:
     p = sub.add_parser(
         "partition", help="split a graph into partitions on disk",
         description="Partition a graph into N parts, one per device, and write a partition "
                     "directory (DIR/meta.json + DIR/part-K/*.npy) that each process can load "
                     "its own parts from.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=DefaultsShown)
     p.add_argument("dataset", help="a built-in name (cora), an .npz file, an OGB dataset "
                                    "directory, or synthetic:nodes=N,edges=E,...")
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")

@@ -38,7 +38,8 @@ def add_commands(sub) -> None:
     ev.add_argument("--inference", choices=["sampled", "full"],
                     help="sampled with the config's eval_fanouts, or layer-wise full-graph "
                          "(default: the config's train.inference)")
-    ev.add_argument("--devices", type=int, help="simulate this many devices on CPU")
+    ev.add_argument("--devices", type=int, help="simulate this many devices on CPU "
+                    "(default: as many as the run trained on)")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(run=run_eval)
 
@@ -73,9 +74,27 @@ def run_train(args) -> int:
     return 0
 
 
+def run_devices(workdir: str) -> int | None:
+    """The devices a run in `workdir` trained on (per process in a multi-process job,
+    as --devices counts them), from its partition; None if it has none to read."""
+    import json
+
+    from jgraph.cli.devices import NUM_PROCESSES_ENV
+    try:
+        with open(os.path.join(workdir, "partition", "meta.json")) as f:
+            parts = int(json.load(f)["num_parts"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    env = os.environ
+    processes = int(env.get(NUM_PROCESSES_ENV) or env.get("SLURM_NTASKS")
+                    or env.get("OMPI_COMM_WORLD_SIZE") or 1)
+    return max(parts // processes, 1)
+
+
 def run_eval(args) -> int:
     from jgraph.cli.devices import use_devices
-    use_devices(args.devices)
+    # Without --devices, as many as the run trained on: its partitions need them.
+    use_devices(args.devices if args.devices is not None else run_devices(args.workdir))
     import jax
 
     from jgraph.progress import Progress

@@ -235,8 +235,12 @@ def read_meta(root: str | os.PathLike) -> PartitionMeta:
     if not os.path.isdir(root):
         raise PartitionFormatError(f"{root}: no such partition directory")
     if not os.path.exists(path):
+        # A `jgraph train` workdir keeps the partition it trained on in WORKDIR/partition.
+        inner = os.path.join(root, "partition")
+        hint = (f" (a training run's workdir: its partition is {inner})"
+                if os.path.exists(os.path.join(inner, "meta.json")) else "")
         raise PartitionFormatError(f"{path}: missing; {root} is not a (complete) jgraph "
-                                   f"partition directory")
+                                   f"partition directory{hint}")
     try:
         with open(path) as f:
             raw = json.load(f)

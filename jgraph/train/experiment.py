@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 
 from jgraph.config import ConfigError
+from jgraph.data import BUILTIN
 from jgraph.exchange import ExchangeConfig
 from jgraph.models import is_import_path, registered_models
 from jgraph.models.rgcn import Decomposition, Norm
@@ -68,7 +70,8 @@ def _fanouts(key: str, fanouts: tuple[int, ...]) -> None:
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """path: a built-in name (cora), an .npz in the layouts of jgraph's datasets, an
-      OGB directory, `synthetic:...`, or a partition directory from `jgraph partition`.
+      OGB directory, `synthetic:...`, or a partition directory from `jgraph partition`;
+      a relative path in a config file is relative to that file.
     num_parts: partitions = devices of the mesh; 0 = every device JAX has.
     method: partitioning (ignored for a partition directory).
     symmetrize: add each edge's reverse (homogeneous graphs stored one way round).
@@ -247,3 +250,12 @@ class Experiment:
 
     def __post_init__(self):
         check_layers(self.model, self.train)
+
+    def relative_to(self, folder: str) -> Experiment:
+        """This config with a relative `data.path` taken from `folder` (the config
+        file's, when one is loaded): built-in names and synthetic:... stay as they are."""
+        path = self.data.path
+        if os.path.isabs(path) or path in BUILTIN or path.startswith("synthetic:"):
+            return self
+        data = dataclasses.replace(self.data, path=os.path.normpath(os.path.join(folder, path)))
+        return dataclasses.replace(self, data=data)

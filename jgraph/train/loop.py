@@ -108,7 +108,8 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     begin = starting_point(run, mesh, ckpts, resume, identity, workdir, progress)
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
-            yaml.safe_dump(to_dict(config), f, sort_keys=False)
+            # Its data.path absolute: loading this file resolves paths against its folder.
+            yaml.safe_dump(to_dict(config.relative_to(os.getcwd())), f, sort_keys=False)
     # The sampler's capacities: those the checkpoint's run had grown to (so a resumed
     # run computes with the same shapes), else measured from the graph.
     grown = begin.restored.meta.get("capacities") if begin.restored is not None else None
