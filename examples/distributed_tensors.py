@@ -5,11 +5,11 @@
 Partition k lives on device k. A `DistTensor` (features) is read like a numpy array on
 the host and through the exchange inside the step; a `DistEmbedding` is a learnable
 table sharded the same way and trained with sparse Adam, touching only the looked-up
-rows. Prints (this machine, 4 simulated devices, a few seconds):
+rows. Prints (this machine, 4 simulated devices, 5 seconds):
 
     feat: (2708, 1433) float32, rows sharded over 4 devices
-    fetched 256 rows, 137 from other devices, equal to the host rows: True
-    embedding loss 1.0133 -> 0.0189 after 50 sparse Adam steps
+    fetched 256 rows, 192 from other devices, equal to the host rows: True
+    embedding loss 16.8853 -> 0.2245 after 50 sparse Adam steps
 """
 import argparse
 

@@ -8,7 +8,8 @@ host with `srun` or `mpirun` (or the launcher on each host) instead. Every proce
 `jgraph.use_devices`, which joins the job, and then runs the same program: each loads
 only its own devices' partitions, the collectives cross processes (gloo on CPU, NCCL on
 GPUs), and the first process writes the run's files. Prints (this machine, 2 processes
-x 2 simulated devices, about a minute; the launcher prefixes each line with its rank):
+x 2 simulated devices, 58 seconds; the launcher prefixes each line with its rank, and
+gloo adds lines of its own):
 
     [rank 0] 4 devices in 2 processes; this process has devices 0..1
     [rank 0] test_acc 0.814

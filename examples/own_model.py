@@ -4,13 +4,15 @@ GIN (Xu et al., "How Powerful are Graph Neural Networks?", ICLR 2019) updates a 
 as MLP((1 + eps) h_v + sum of its neighbours' h_u). Written as `MessagePassing` layers
 (message, reduce, merge, update) in a `LayerStack`, registered under a name, and
 trained from the same config as GraphSAGE with `model.kind: gin`: sampled training,
-evaluation over whole neighbourhoods and checkpoints all work unchanged.
+evaluation over whole neighbourhoods and checkpoints all work unchanged. GIN's own
+settings (more dropout, no weight decay) were chosen by validation accuracy.
 
     python examples/own_model.py [--devices 2] [--epochs 50]
 
-Prints (this machine, 2 simulated devices, about 1 minute):
-    graphsage test_acc 0.814
-    gin       test_acc 0.799
+Prints (this machine, 2 simulated devices, 97 seconds):
+
+    graphsage test_acc 0.815
+    gin       test_acc 0.787
 """
 import argparse
 import itertools

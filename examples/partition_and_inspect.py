@@ -4,7 +4,7 @@
 
 Each partition owns a contiguous range of new node ids and holds its nodes' in-edges
 (CSC), their features, labels and splits, and its halo (the sources it reads from
-other partitions). Prints (this machine, about a second):
+other partitions). Prints (this machine, under a second):
 
     cora: 2708 nodes, 10556 edges -> 4 parts, edge cut 0.066
     part 0: nodes 0..707, 2767 in-edges, halo 130, train 36
