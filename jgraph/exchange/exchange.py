@@ -153,6 +153,11 @@ class Exchange:
     def _switch_transfer(self, transfer: Transfer, branch, rung=None):
         return self.switch(transfer.need, transfer.top, transfer.bounded, branch, rung=rung)
 
+    def _top_length(self, transfer: Transfer) -> int:
+        """Ids `transfer` delivers at its top rung: the length every rung's branch pads
+        its delivery to."""
+        return transfer.received_length(self.config.ladder(transfer.top, transfer.bounded)[-1])
+
     def _stats(self, plan, caps, wire, overflow, out_of_range, inner=None) -> ExchangeStats:
         """Sum this device's counters over devices (and add an inner exchange's totals)."""
         axis = self.axis
@@ -204,8 +209,7 @@ class Exchange:
         legs = []
         for transfer in self._transfers(plan):
             rung = self.rung(transfer.need, transfer.top, transfer.bounded)
-            ladder = self.config.ladder(transfer.top, transfer.bounded)
-            length = transfer.received_length(ladder[-1])
+            length = self._top_length(transfer)
 
             def forward(cap, transfer=transfer, length=length):
                 sent = transfer.send(cap)
@@ -304,9 +308,7 @@ class Exchange:
         parts_ids, parts_vals = [jnp.where(plan.local, plan.uniq, -1)], [summed]
         caps, wire, overflow = [], jnp.float32(0), jnp.int32(0)
         for transfer in self._transfers(plan):
-            # Every rung's branch returns the top rung's length, as lax.switch needs.
-            top_rung = self.config.ladder(transfer.top, transfer.bounded)[-1]
-            length = transfer.received_length(top_rung)
+            length = self._top_length(transfer)   # every branch's, as lax.switch needs
 
             def branch(cap, transfer=transfer, length=length):
                 sent = transfer.send(cap, payload)

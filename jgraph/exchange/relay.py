@@ -72,7 +72,8 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
     n, P, axis = plan.size, plan.num_parts, exchange.axis
     me = lax.axis_index(axis)
     direct_ladder = exchange.config.ladder(n)
-    relay_ladder = exchange.config.ladder(-(-n // P))
+    relay_top = -(-n // P)                    # an intermediate's share of n ids
+    relay_ladder = exchange.config.ladder(relay_top)
     direct_rungs = jnp.asarray(direct_ladder, jnp.int32)
     relay_rungs = jnp.asarray(relay_ladder, jnp.int32)
     best = cheapest_direct_rung(lax.all_gather(plan.counts, axis), direct_rungs, relay_rungs)
@@ -94,8 +95,7 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
     k = running_count(excess) - 1
     via, slot = (k + me) % P, k // P          # the intermediate, and the place in its row
     per_intermediate = -(-jnp.sum(excess, dtype=jnp.int32) // P)
-    rung = jnp.minimum(jnp.searchsorted(relay_rungs, lax.pmax(per_intermediate, axis)),
-                       relay_rungs.shape[0] - 1)
+    rung = exchange.rung(per_intermediate, relay_top, True)
     top = relay_ladder[-1]
 
     # Out leg: the excess ids to the intermediates, padded to the top rung's length so
