@@ -47,14 +47,13 @@ _LAZY = {
     "load_config": "jgraph.train.api",
     "use_devices": "jgraph.cli.devices",
 }
-_RENAMED = {"load_config": "experiment"}
 
 
 def __getattr__(name: str):
     if name == "train":             # the subpackage, which is callable: jgraph.train(config)
         return importlib.import_module("jgraph.train")
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), _RENAMED.get(name, name))
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'jgraph' has no attribute {name!r}")

@@ -4,7 +4,7 @@ workdir)` is `jgraph.train.api.train`."""
 import sys
 import types
 
-from jgraph.train.api import evaluate, experiment
+from jgraph.train.api import evaluate, load_config
 from jgraph.train.api import train as _train
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.step import (
@@ -17,7 +17,7 @@ from jgraph.train.step import (
 )
 
 __all__ = ["Batch", "NodeClassification", "NodeInputs", "StepData", "TrainState",
-           "class_counts", "evaluate", "experiment", "masked_cross_entropy"]
+           "class_counts", "evaluate", "load_config", "masked_cross_entropy"]
 
 
 class _CallablePackage(types.ModuleType):

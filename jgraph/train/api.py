@@ -21,7 +21,7 @@ from jgraph.train.experiment import Experiment, Inference
 from jgraph.train.resume import Resume
 
 
-def experiment(config: Experiment | str | os.PathLike | Mapping,
+def load_config(config: Experiment | str | os.PathLike | Mapping,
                overrides: Sequence[str] = ()) -> Experiment:
     """An `Experiment` from itself, a YAML file's path, or a mapping of sections (as a
     YAML file holds them), with `section.key=value` overrides applied."""
@@ -46,7 +46,7 @@ def train(config: Experiment | str | os.PathLike | Mapping, workdir: str | None 
     newest checkpoint there (`resume`: "auto", "require" or "fresh").
     """
     from jgraph.train.loop import train_and_evaluate
-    config = experiment(config, overrides)
+    config = load_config(config, overrides)
     workdir = workdir or os.path.join("runs", config.name)
     return train_and_evaluate(config, workdir, Progress(enabled=progress), Resume(resume))
 
