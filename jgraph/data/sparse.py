@@ -11,13 +11,14 @@ the first layer multiplies it by a kernel without densifying (`rows @ kernel`, a
 embedding bag: each row's sum of `value * kernel[index]`).
 
 Importing this module does not import JAX (the command line starts without it): the
-pytree registration happens on import if JAX is loaded already, else when jgraph's
-JAX-side packages (`jgraph.sharded`, `jgraph.models`) are imported, or by
-`register_pytree()`.
+pytree registration happens on import if JAX is loaded already, else as soon as JAX is
+imported (`_AfterJaxImport`), so `jax.jit` always sees a `SparseRows` as a pytree.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib.abc
+import importlib.util
 import sys
 from typing import Any
 
@@ -211,8 +212,30 @@ def register_pytree() -> None:
         _registered = True
 
 
+class _AfterJaxImport(importlib.abc.MetaPathFinder):
+    """Registers the pytree right after `import jax` finishes, for a program that
+    imports jgraph's data before JAX."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "jax":
+            return None
+        sys.meta_path.remove(self)          # once, and not for the find below
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            register_pytree()
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 if "jax" in sys.modules:
     register_pytree()
+else:
+    sys.meta_path.insert(0, _AfterJaxImport())
 
 
 def dense(x):
