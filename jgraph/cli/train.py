@@ -67,8 +67,10 @@ def run_train(args) -> int:
         if first:
             print(f"jgraph train: {stopped}", file=sys.stderr)
         return 128 + stopped.signum
-    summary = {k: result[k] for k in ("val_acc", "test_acc", "val_macro_f1", "test_macro_f1",
-                                      "best_epoch", "final_loss", "compiles", "seconds")}
+    # The scores (val_acc ... or val_mrr, test_hits@k ...), then how the run went.
+    scores = [k for k in result if k.startswith(("val_", "test_"))]
+    summary = {k: result[k] for k in (*scores, "best_epoch", "final_loss", "compiles",
+                                      "seconds")}
     if first:
         print(strict_json({"workdir": workdir, **summary}))
     return 0

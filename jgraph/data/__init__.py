@@ -1,6 +1,7 @@
 """Graph data on the host: the `Graph` container, loaders, generators and transforms."""
 from jgraph.data.datasets import BUILTIN, load_dataset
 from jgraph.data.graph import DEFAULT_NTYPE, DEFAULT_REL, Graph, GraphError, Relation
+from jgraph.data.links import EDGE_SPLITS, EdgeSet, LinkSplit, is_symmetric, split_edges
 from jgraph.data.npz import DatasetError, load_npz, save_npz
 from jgraph.data.ogb import load_ogb
 from jgraph.data.sparse import SparseRows
@@ -15,10 +16,31 @@ from jgraph.data.transforms import (
 )
 
 __all__ = [
-    "BUILTIN", "DEFAULT_NTYPE", "DEFAULT_REL", "DatasetError", "Graph", "GraphError", "Kind",
-    "Relation", "SparseRows", "SyntheticSpec", "add_reverse_relations", "add_self_loops",
+    "BUILTIN",
+    "DEFAULT_NTYPE",
+    "DEFAULT_REL",
+    "EDGE_SPLITS",
+    "DatasetError",
+    "EdgeSet",
+    "Graph",
+    "GraphError",
+    "Kind",
+    "LinkSplit",
+    "Relation",
+    "SparseRows",
+    "SyntheticSpec",
+    "add_reverse_relations",
+    "add_self_loops",
     "deduplicate",
-    "generate", "load_dataset", "load_npz", "load_ogb", "normalize_features", "parse_spec",
+    "generate",
+    "is_symmetric",
+    "load_dataset",
+    "load_npz",
+    "load_ogb",
+    "normalize_features",
+    "parse_spec",
     "remove_self_loops",
-    "save_npz", "symmetrize",
+    "save_npz",
+    "split_edges",
+    "symmetrize",
 ]

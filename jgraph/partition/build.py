@@ -12,10 +12,12 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
 from jgraph.data.graph import Graph
+from jgraph.data.links import EdgeSet
 from jgraph.data.sparse import SparseRows
 from jgraph.partition.assignment import (
     Method,
@@ -61,20 +63,25 @@ class OutputExistsError(PartitionError):
 def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir: str | os.PathLike,
                     *, seed: int = 0, tolerance: float = 0.05, rebalance: bool = True,
                     overwrite: bool = False, backend: Backend | None = None,
-                    progress: Progress | None = None) -> PartitionMeta:
+                    progress: Progress | None = None,
+                    edge_splits: Mapping[str, EdgeSet] | None = None) -> PartitionMeta:
     """Partition `graph` into `num_parts` and write the directory `out_dir`.
 
     Returns the metadata that `out_dir/meta.json` holds. `tolerance` is the allowed
     max/mean - 1 of every balance constraint; `rebalance=False` keeps the raw METIS or
     random assignment (its balance is still measured and reported). `out_dir` must be
     absent, empty, or (with `overwrite`) a partition directory, which is replaced
-    whole once the new one is complete.
+    whole once the new one is complete. edge_splits: link prediction's positive edges
+    by split (`jgraph.data.links.split_edges`), stored with the partition of their
+    destination.
     """
     start = time.perf_counter()
     progress = progress or Progress(enabled=False)
     method = parse_method(method)
     # Every refusal before anything is written.
     check_request(graph, num_parts, tolerance)
+    edge_splits = dict(edge_splits or {})
+    _check_edge_splits(graph, edge_splits)
     out_dir = os.fspath(out_dir)
     check_out_dir(out_dir, overwrite)
     edge_data = _homogeneous_edge_data(graph)
@@ -87,12 +94,13 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
         return _write(graph, num_parts, method, staging, seed=seed, tolerance=tolerance,
                       rebalance=rebalance, backend=backend, progress=progress,
                       edge_data=edge_data, node_specs=node_specs, edge_specs=edge_specs,
-                      start=start)
+                      start=start, edge_splits=edge_splits)
 
 
 def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: int,
            tolerance: float, rebalance: bool, backend: Backend | None, progress: Progress,
-           edge_data: dict, node_specs: dict, edge_specs: dict, start: float) -> PartitionMeta:
+           edge_data: dict, node_specs: dict, edge_specs: dict, start: float,
+           edge_splits: dict) -> PartitionMeta:
     """Assign, relabel and write every file into the new directory `out_dir`, one
     partition at a time (only one partition's arrays are held at once)."""
     with progress.phase("constraints and adjacency"):
@@ -114,7 +122,7 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
 
     part_info = []
     for k in progress.iterate(range(num_parts), "writing partitions", num_parts):
-        one = part(graph, relabelling, edges, edge_data, k)
+        one = part(graph, relabelling, edges, edge_data, k, edge_splits)
         _save_part(part_dir(out_dir, k), one)
         part_info.append(one.info)
 
@@ -141,6 +149,8 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
         balance_tolerance=tolerance,
         seed=seed,
         seconds=time.perf_counter() - start,
+        edge_splits={name: {"negatives": 0 if s.negatives is None else int(s.negatives.shape[1])}
+                     for name, s in edge_splits.items()},
     )
     write_meta(out_dir, meta)
     return meta
@@ -162,6 +172,29 @@ def _save_part(d: str, one: Part) -> None:
     for ntype, named in one.splits.items():
         for name, ids in named.items():
             save_array(os.path.join(d, "split", ntype, f"{name}.npy"), ids)
+    for split, arrays in one.edge_splits.items():
+        for name, values in arrays.items():
+            save_array(os.path.join(d, "edges", split, f"{name}.npy"), values)
+
+
+def _check_edge_splits(graph: Graph, edge_splits: dict) -> None:
+    """Refuse edge splits with bad names, or ids outside the graph's nodes."""
+    n, r = graph.total_nodes, len(graph.relations)
+    for name, s in edge_splits.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise PartitionError(f"edge split name {name!r}: use letters, digits and _")
+        checks = [("src", s.src, n), ("dst", s.dst, n), ("etype", s.etype, r)]
+        if s.negatives is not None:
+            checks.append(("negatives", s.negatives, n))
+        for field, ids, limit in checks:
+            ids = np.asarray(ids)
+            if ids.size and (ids.min() < 0 or ids.max() >= limit):
+                bad = ids.min() if ids.min() < 0 else ids.max()
+                raise PartitionError(f"edge split {name!r}: {field} holds {int(bad)}, "
+                                     f"outside [0, {limit})")
+        if s.negatives is not None and s.negatives.shape[0] != s.src.size:
+            raise PartitionError(f"edge split {name!r}: negatives has "
+                                 f"{s.negatives.shape[0]} rows for {s.src.size} positives")
 
 
 def _spec(what: str, values: np.ndarray) -> ArraySpec:

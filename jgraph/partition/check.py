@@ -54,6 +54,18 @@ def check_part(pg: PartitionedGraph, k: int, deep: bool = False) -> Partition:
                              f"[0, {values.width})")
                 values = values.values
             _check_values(paths[-1], values, spec, deep)
+    lo, hi = book.part_range(k)
+    for split, arrays in part.edge_splits.items():
+        path = lambda name, split=split: pg.array_path(k, "edges", split, name)
+        _check_sorted(path("eid"), arrays["eid"], strict=True,
+                      rule="edge ids of a split must be sorted and unique")
+        _check_range(path("src"), arrays["src"], 0, n - 1, f"node ids are in [0, {n})")
+        _check_range(path("dst"), arrays["dst"], lo, hi - 1,
+                     f"part {k} holds the positives whose destination it owns, [{lo}, {hi})")
+        _check_range(path("etype"), arrays["etype"], 0, r - 1, f"relations are in [0, {r})")
+        if "negatives" in arrays:
+            _check_range(path("negatives"), arrays["negatives"], 0, n - 1,
+                         f"node ids are in [0, {n})")
     if deep:
         _check_range(pg.array_path(k, "edge_ids"), part.edge_ids, 0, meta.num_edges - 1,
                      f"edge ids are in [0, {meta.num_edges})")

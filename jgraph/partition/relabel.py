@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jgraph.data.graph import Graph
+from jgraph.data.links import EdgeSet
 from jgraph.data.sparse import SparseRows
 from jgraph.partition.store import PartInfo
 
@@ -99,12 +100,30 @@ class Part(NamedTuple):
     edge_data: dict[str, np.ndarray]
     node_data: dict[tuple[str, str], np.ndarray | SparseRows]
     splits: dict[str, dict[str, np.ndarray]]
+    edge_splits: dict[str, dict[str, np.ndarray]]
     info: PartInfo
 
 
+def edge_split_part(edge_set: EdgeSet, relabelling: Relabelling, k: int) -> dict:
+    """The positives of `edge_set` whose destination partition k owns, in new ids and
+    in their order in the set: eid int64 (the position in the set, which keys the
+    loader's shuffle on any mesh), src, dst int64, etype int32, and negatives int64[.,
+    K] for evaluation sets."""
+    r = relabelling
+    dst = r.inverse[edge_set.dst]
+    eid = np.flatnonzero((dst >= r.offsets[k]) & (dst < r.offsets[k + 1])).astype(np.int64)
+    out = {"eid": eid, "src": r.inverse[edge_set.src[eid]], "dst": dst[eid],
+           "etype": edge_set.etype[eid].astype(np.int32)}
+    if edge_set.negatives is not None:
+        out["negatives"] = r.inverse[edge_set.negatives[eid]]
+    return out
+
+
 def part(graph: Graph, relabelling: Relabelling, edges: Edges,
-         edge_data: dict[str, np.ndarray], k: int) -> Part:
-    """Partition k's arrays. edge_data: the graph's edge arrays in homogeneous order."""
+         edge_data: dict[str, np.ndarray], k: int,
+         edge_splits: dict[str, EdgeSet] | None = None) -> Part:
+    """Partition k's arrays. edge_data: the graph's edge arrays in homogeneous order;
+    edge_splits: link prediction's positive edges by split (`jgraph.data.links`)."""
     r = relabelling
     lo, hi = int(r.offsets[k]), int(r.offsets[k + 1])
     e0, e1 = int(edges.bounds[k]), int(edges.bounds[k + 1])
@@ -125,13 +144,16 @@ def part(graph: Graph, relabelling: Relabelling, edges: Edges,
         for name, idx in named.items():
             new_ids = r.inverse[r.orig_offsets[t] + idx]
             splits[ntype][name] = np.sort(new_ids[(new_ids >= lo) & (new_ids < hi)])
+    positives = {name: edge_split_part(edge_set, r, k)
+                 for name, edge_set in (edge_splits or {}).items()}
     info = PartInfo(
         num_nodes=hi - lo,
         num_nodes_per_type=dict(zip(graph.node_types, r.counts[k].tolist())),
         num_edges=e1 - e0,
         num_halo=int(halo.size),
         splits={t: {name: int(ids.size) for name, ids in named.items()}
-                for t, named in splits.items()})
+                for t, named in splits.items()},
+        edge_splits={name: int(arrays["eid"].size) for name, arrays in positives.items()})
     return Part(indptr, sources, edges.etype[e0:e1], edge_ids, halo,
                 {name: values[edge_ids] for name, values in edge_data.items()},
-                node_data, splits, info)
+                node_data, splits, positives, info)

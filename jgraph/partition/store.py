@@ -14,6 +14,9 @@ Layout (format version 1):
                                         in global-id order
     DIR/part-K/edge/<name>.npy     per-edge arrays, aligned with indices.npy
     DIR/part-K/split/<type>/<name>.npy  sorted global ids of the part's nodes in a split
+    DIR/part-K/edges/<split>/{eid,src,dst,etype}.npy  link prediction's positive edges
+                                   whose destination the part owns (see `EDGE_ARRAYS`)
+    DIR/part-K/edges/<split>/negatives.npy  int64[n, K] their fixed negatives (val, test)
 
 A node's original homogeneous id numbers the original graph's node types one after
 another: type t's local id i is `orig_type_offsets[t] + i`. In-edges of each node are
@@ -49,6 +52,11 @@ READABLE_KINDS = "biuf"
 
 # The arrays every part has, by file name (without .npy).
 PART_ARRAYS = ("indptr", "indices", "etype", "edge_ids", "halo")
+
+# The arrays of one edge split in a part: eid int64 (position in the split, the same
+# on any mesh), src and dst int64 global ids, etype int32 relation index; evaluation
+# splits add negatives int64[n, K].
+EDGE_ARRAYS = {"eid": np.int64, "src": np.int64, "dst": np.int64, "etype": np.int32}
 
 class PartitionFormatError(ValueError):
     """A partition directory that is missing, incomplete or corrupt; names the file."""
@@ -93,17 +101,20 @@ class ArraySpec:
 @dataclasses.dataclass(frozen=True)
 class PartInfo:
     """meta.json's entry for one partition: its node count (and per type), stored
-    in-edges, halo size and the size of each split there ({type: {split: count}})."""
+    in-edges, halo size, the size of each split there ({type: {split: count}}) and of
+    each edge split ({split: positives whose destination it owns})."""
 
     num_nodes: int
     num_nodes_per_type: dict[str, int]
     num_edges: int
     num_halo: int
     splits: dict[str, dict[str, int]]
+    edge_splits: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, entry: Mapping) -> PartInfo:
-        return cls(**{f.name: entry[f.name] for f in dataclasses.fields(cls)})
+        return cls(**{f.name: entry[f.name] for f in dataclasses.fields(cls)
+                      if f.name in entry or f.default_factory is dataclasses.MISSING})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +135,8 @@ class PartitionMeta:
       edge_cut_fraction: stored edges whose ends are in different partitions / all.
       balance: {constraint: max/mean over partitions}; balance_tolerance: the target.
       seed, seconds, format_version.
+      edge_splits: {split: {"negatives": K}} link prediction's positive edges (K = 0:
+        none stored; see `jgraph.data.links`); empty for a graph without them.
     """
 
     format_version: int
@@ -148,6 +161,7 @@ class PartitionMeta:
     balance_tolerance: float
     seed: int
     seconds: float
+    edge_splits: dict = dataclasses.field(default_factory=dict)
 
     def book(self) -> PartitionBook:
         return PartitionBook(np.asarray(self.offsets), np.asarray(self.ntype_offsets),
@@ -176,6 +190,8 @@ class Partition:
       node_data: {type: {name: array[n_type, ...] or SparseRows}};
         edge_data: {name: array[E, ...]}.
       splits: {type: {name: int64[k]}} — sorted global ids.
+      edge_splits: {split: {"eid", "src", "dst", "etype"[, "negatives"]}} — link
+        prediction's positives whose destination the part owns (`EDGE_ARRAYS`).
     """
 
     part_id: int
@@ -188,6 +204,8 @@ class Partition:
     node_data: Mapping[str, Mapping[str, np.ndarray]]
     edge_data: Mapping[str, np.ndarray]
     splits: Mapping[str, Mapping[str, np.ndarray]]
+    edge_splits: Mapping[str, Mapping[str, np.ndarray]] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def node_range(self) -> tuple[int, int]:
@@ -254,10 +272,12 @@ def read_meta(root: str | os.PathLike) -> PartitionMeta:
                                    f"(this jgraph reads version {FORMAT_VERSION}); "
                                    f"partition the graph again")
     fields = {f.name for f in dataclasses.fields(PartitionMeta)}
-    missing = sorted(fields - set(raw))
+    optional = {f.name for f in dataclasses.fields(PartitionMeta)
+                if f.default_factory is not dataclasses.MISSING}
+    missing = sorted(fields - optional - set(raw))
     if missing:
         raise PartitionFormatError(f"{path}: missing field(s) {', '.join(missing)}")
-    meta = PartitionMeta(**{k: raw[k] for k in fields})
+    meta = PartitionMeta(**{k: raw[k] for k in fields if k in raw})
     try:
         meta.book()
     except ValueError as e:
@@ -323,6 +343,13 @@ def _meta_problem(meta: PartitionMeta) -> str | None:
             for name in names:
                 if not isinstance(info["splits"].get(t, {}).get(name), int):
                     return f"part {k} records no size for split {t}.{name}"
+        for name in meta.edge_splits:
+            if not isinstance(info.get("edge_splits", {}).get(name), int):
+                return f"part {k} records no size for edge split {name!r}"
+    for name, entry in meta.edge_splits.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("negatives"), int)
+                and entry["negatives"] >= 0):
+            return f"edge split {name!r}: needs 'negatives' >= 0, got {entry!r}"
     specs = [(f"node data {t}.{name}", spec) for t, named in meta.node_data.items()
              for name, spec in named.items()]
     specs += [(f"edge data {name}", spec) for name, spec in meta.edge_data.items()]
@@ -424,6 +451,9 @@ class PartitionedGraph:
             out += [self.array_path(k, "edge", name) for name in meta.edge_data]
             out += [self.array_path(k, "split", t, name)
                     for t, names in meta.splits.items() for name in names]
+            out += [self.array_path(k, "edges", split, name)
+                    for split, entry in meta.edge_splits.items()
+                    for name in (*EDGE_ARRAYS, *(["negatives"] if entry["negatives"] else []))]
         return out
 
     def node_paths(self, k: int, ntype: str, name: str, spec: ArraySpec) -> list[str]:
@@ -482,13 +512,24 @@ class PartitionedGraph:
                                        (info.splits[t][name],), np.int64)
                       for name in names}
                   for t, names in meta.splits.items()}
+        edge_splits = {}
+        for split, entry in meta.edge_splits.items():
+            n_pos = info.edge_splits[split]
+            arrays = {name: load_array(self.array_path(k, "edges", split, name), (n_pos,),
+                                       dtype) for name, dtype in EDGE_ARRAYS.items()}
+            if entry["negatives"]:
+                arrays["negatives"] = load_array(self.array_path(k, "edges", split,
+                                                                 "negatives"),
+                                                 (n_pos, entry["negatives"]), np.int64)
+            edge_splits[split] = arrays
         return Partition(
             part_id=k, book=self.book, indptr=indptr,
             indices=load_array(self.array_path(k, "indices"), (e,), np.int64),
             etype=load_array(self.array_path(k, "etype"), (e,), np.int32),
             edge_ids=load_array(self.array_path(k, "edge_ids"), (e,), np.int64),
             halo=load_array(self.array_path(k, "halo"), (info.num_halo,), np.int64),
-            node_data=node_data, edge_data=edge_data, splits=splits)
+            node_data=node_data, edge_data=edge_data, splits=splits,
+            edge_splits=edge_splits)
 
     # -- checks: each raises a PartitionFormatError naming the file and the value -------
 

@@ -27,15 +27,26 @@ from jgraph.sharded.graph import ShardedGraph
 ROUND = 64          # capacities are multiples of this (fewer distinct shapes)
 
 
+def loader_seeds(loader: NodeLoader):
+    """A node loader's batch as `sample_first_batches` takes it: (seeds, mask, local)."""
+    def seeds(order, index):
+        return (*loader.batch(order, index), True)
+    return seeds
+
+
 def sample_first_batches(sampler: NeighborSampler, graph: ShardedGraph, exchange: Exchange,
-                         loader: NodeLoader, take, out_specs, *, seed: int,
-                         batches: int) -> list:
+                         loader, take, out_specs, *, seed: int, batches: int,
+                         batch_seeds=None) -> list:
     """`take(sample)` (per device, under shard_map; `out_specs` for its result) of each
-    of the first `batches` batches of the loader's epoch 0, on the host."""
+    of the first `batches` batches of the loader's epoch 0, on the host. batch_seeds:
+    (order, index) -> (seeds, mask, local: whether they are the device's own), in the
+    step; default: the node loader's batch (`loader_seeds`)."""
+    batch_seeds = batch_seeds or loader_seeds(loader)
+
     def one(graph, order, index):
-        seeds, mask = loader.batch(order, index)
+        seeds, mask, local = batch_seeds(order, index)
         return take(sampler.sample(graph, exchange, seeds, mask, seed=seed, step=index,
-                                   local_seeds=True))
+                                   local_seeds=local))
 
     program = jax.jit(jax.shard_map(one, mesh=loader.mesh,
                                     in_specs=(graph.specs(), ROWS, REPLICATED),
@@ -46,12 +57,13 @@ def sample_first_batches(sampler: NeighborSampler, graph: ShardedGraph, exchange
 
 
 def measure_frontiers(sampler: NeighborSampler, graph: ShardedGraph, exchange: Exchange,
-                      loader: NodeLoader, *, seed: int, batches: int = 8) -> np.ndarray:
+                      loader, *, seed: int, batches: int = 8,
+                      batch_seeds=None) -> np.ndarray:
     """int64[hops]: per hop (seeds outward), the most src rows any device needed over
     the first `batches` batches of the loader's epoch 0, sampled at the worst case."""
     counts = sample_first_batches(dataclasses.replace(sampler, capacities=None), graph,
                                   exchange, loader, lambda s: s.stats.needed, REPLICATED,
-                                  seed=seed, batches=batches)
+                                  seed=seed, batches=batches, batch_seeds=batch_seeds)
     return np.max(np.stack(counts), axis=0).astype(np.int64)
 
 
@@ -63,11 +75,14 @@ def with_headroom(needed, worst, headroom: float) -> tuple[int, ...]:
 
 
 def calibrate(sampler: NeighborSampler, graph: ShardedGraph, exchange: Exchange,
-              loader: NodeLoader, *, seed: int, headroom: float = 0.1,
-              batches: int = 8) -> NeighborSampler:
-    """`sampler` with capacities measured on `loader`'s batches (see the module doc)."""
-    needed = measure_frontiers(sampler, graph, exchange, loader, seed=seed, batches=batches)
-    worst = sampler.worst_case(graph, loader.batch_size)
+              loader, *, seed: int, headroom: float = 0.1, batches: int = 8,
+              batch_seeds=None, num_seeds: int | None = None) -> NeighborSampler:
+    """`sampler` with capacities measured on `loader`'s batches (see the module doc);
+    batch_seeds: as `sample_first_batches`; num_seeds: the seeds of one batch (default
+    the loader's batch size)."""
+    needed = measure_frontiers(sampler, graph, exchange, loader, seed=seed, batches=batches,
+                               batch_seeds=batch_seeds)
+    worst = sampler.worst_case(graph, num_seeds or loader.batch_size)
     return dataclasses.replace(sampler, capacities=with_headroom(needed, worst, headroom))
 
 

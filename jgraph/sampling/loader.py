@@ -66,8 +66,8 @@ class NodeLoader:
             raise KeyError(f"split {split!r} of type {ntype!r} is not in {dg.parts.root}; "
                            f"it has {sorted(names)}")
         counts = np.array([p.splits[ntype][split] for p in dg.meta.parts], np.int64)
-        return cls._build(dg.mesh, counts, lambda k: dg.parts.part(k).splits[ntype][split],
-                          batch_size, drop_last, seed)
+        return cls.from_parts(dg.mesh, counts, lambda k: dg.parts.part(k).splits[ntype][split],
+                              batch_size=batch_size, drop_last=drop_last, seed=seed)
 
     @classmethod
     def from_ids(cls, mesh: Mesh, offsets, ids, *, batch_size: int, drop_last: bool = False,
@@ -80,11 +80,14 @@ class NodeLoader:
             raise ValueError(f"seed id {int(bad)} is outside the graph's [0, {int(offsets[-1])})")
         bounds = np.searchsorted(ids, offsets)
         counts = np.diff(bounds)
-        return cls._build(mesh, counts, lambda k: ids[bounds[k]:bounds[k + 1]],
-                          batch_size, drop_last, seed)
+        return cls.from_parts(mesh, counts, lambda k: ids[bounds[k]:bounds[k + 1]],
+                              batch_size=batch_size, drop_last=drop_last, seed=seed)
 
     @classmethod
-    def _build(cls, mesh, counts, part_ids, batch_size, drop_last, seed):
+    def from_parts(cls, mesh: Mesh, counts, part_ids, *, batch_size: int,
+                   drop_last: bool = False, seed: int = 0) -> NodeLoader:
+        """Distinct ids dealt by partition: `part_ids(k)` (called for this process's
+        partitions only) holds partition k's `counts[k]` ids."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if counts.size != mesh.size:

@@ -25,7 +25,7 @@ from jgraph.train.checkpoint import (
     read_failure,
     refused_writes,
 )
-from jgraph.train.experiment import Experiment, Inference
+from jgraph.train.experiment import Experiment, Inference, Task
 from jgraph.train.report import scores
 from jgraph.train.run import PARTITION_DIR, Run, build_run, is_partition_dir, open_graph, run_mesh
 
@@ -70,6 +70,14 @@ def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
     evaluators: already compiled `SampledEvaluator`s to reuse, by split."""
     present = [s for s in splits if run.has_split(s)]
     out = dict.fromkeys(splits)
+    if run.config.task is Task.LINK:
+        from jgraph.train.link import LinkEvaluator
+        evaluator = (evaluators or {}).get("val")
+        if inference is not Inference.SAMPLED or not isinstance(evaluator, LinkEvaluator):
+            evaluator = LinkEvaluator(run, inference, on_trace, progress)
+        if present:
+            out.update(evaluator(params, embeddings, present))
+        return out
     if inference is Inference.FULL:
         from jgraph.train.inference import full_graph_scores
         if present:

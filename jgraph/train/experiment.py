@@ -16,9 +16,28 @@ from jgraph.config import ConfigError
 from jgraph.data import BUILTIN
 from jgraph.exchange import ExchangeConfig
 from jgraph.models import is_import_path, registered_models
+from jgraph.models.link import Decoder
 from jgraph.models.rgcn import Decomposition, Norm
 from jgraph.models.sage import Aggregator
 from jgraph.partition import Method
+from jgraph.sampling.edges import Negatives
+
+
+class Task(enum.Enum):
+    """What a run trains: `node` classification, or `link` prediction."""
+
+    NODE = "node"
+    LINK = "link"
+
+
+class LinkLoss(enum.Enum):
+    """Link prediction's loss. bce: binary cross-entropy over every score (positives
+    1, negatives 0), the mean over all of them, as DGL's examples; contrastive: per
+    positive, the softmax cross-entropy of the positive among its negatives (InfoNCE),
+    the mean over positives."""
+
+    BCE = "bce"
+    CONTRASTIVE = "contrastive"
 
 
 class Optimizer(enum.Enum):
@@ -207,6 +226,49 @@ class TrainConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LinkConfig:
+    """Link prediction (`task: link`).
+
+    val_fraction, test_fraction: the edges of each relation held out for validation
+      and test (undirected graphs: pairs); they and their reverses leave the graph
+      the model samples (`jgraph.data.links`).
+    negatives: negatives per training positive; negative_sampler: how they are drawn
+      (uniform, local, joint, in_batch: see `jgraph.sampling.edges.Negatives`).
+    decoder: dot or distmult (one diagonal per relation); loss: bce or contrastive.
+    exclude: leave each training batch's positive edges, and their reverses, out of
+      its sampled neighbourhoods (DGL's exclude="reverse_id").
+    eval_negatives: fixed negatives per validation and test positive (OGB's protocol),
+      stored with the partition; hits: the k of the reported Hits@k.
+    split_seed: seeds the held-out edges and their negatives (apart from train.seed,
+      so runs of several seeds are ranked on one split).
+    """
+
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    negatives: int = 1
+    negative_sampler: Negatives = Negatives.UNIFORM
+    decoder: Decoder = Decoder.DOT
+    loss: LinkLoss = LinkLoss.BCE
+    exclude: bool = True
+    eval_negatives: int = 1000
+    hits: tuple[int, ...] = (1, 10, 50)
+    split_seed: int = 0
+
+    def __post_init__(self):
+        for key, value in (("link.val_fraction", self.val_fraction),
+                           ("link.test_fraction", self.test_fraction)):
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{key} must be in [0, 1), got {value}")
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ConfigError(f"link.val_fraction + link.test_fraction = "
+                              f"{self.val_fraction + self.test_fraction:g} leaves no edges "
+                              f"to train on")
+        _at_least(1, link__negatives=self.negatives, link__eval_negatives=self.eval_negatives)
+        if not self.hits or min(self.hits) < 1:
+            raise ConfigError(f"link.hits = {list(self.hits)}: give one or more k >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     """every_steps: save a checkpoint every this many training steps; 0 = at the end of
       every epoch. One is also saved at the end of training, and when SIGINT or SIGTERM
@@ -237,16 +299,19 @@ def check_layers(model: ModelConfig, train: TrainConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """name: for logs. data, model, train: as above. exchange: how rows travel between
-    devices (its defaults compile fastest). checkpoint: when the run
-    saves itself (WORKDIR/checkpoints)."""
+    """name: for logs. task: node (classification) or link (prediction). data, model,
+    train: as above; link: link prediction's settings. exchange: how rows travel
+    between devices (its defaults compile fastest). checkpoint: when the run saves
+    itself (WORKDIR/checkpoints)."""
 
     name: str = "experiment"
+    task: Task = Task.NODE
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
     exchange: ExchangeConfig = ExchangeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    link: LinkConfig = LinkConfig()
 
     def __post_init__(self):
         check_layers(self.model, self.train)

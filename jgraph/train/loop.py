@@ -35,7 +35,8 @@ from jgraph.sampling.capacity import grow
 from jgraph.sampling.loader import LoaderState
 from jgraph.train.checkpoint import CheckpointError, Checkpoints, StopRequest
 from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
-from jgraph.train.experiment import Experiment
+from jgraph.train.experiment import Experiment, Inference, Task
+from jgraph.train.link import LinkEvaluator
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
 from jgraph.train.resume import (
     Best,
@@ -101,9 +102,11 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     dg = open_graph(config, mesh, workdir, progress, reuse=bool(ckpts.steps()))
     run = build_run(config, dg)
     job = run.job
+    what = ("positive training edges" if config.task is Task.LINK else
+            f"training seeds, {run.num_classes} classes")
     progress.note(f"{config.name}: {dg.meta.num_nodes:,} nodes on {mesh.size} device(s), "
-                  f"{job.loader.num_seeds:,} training seeds, {job.loader.steps_per_epoch} "
-                  f"steps per epoch, {run.num_classes} classes")
+                  f"{job.loader.num_seeds:,} {what}, {job.loader.steps_per_epoch} steps per "
+                  f"epoch")
     identity = run_identity(config, dg)
     begin = starting_point(run, mesh, ckpts, resume, identity, workdir, progress)
     if jax.process_index() == 0:
@@ -170,8 +173,13 @@ class Loop:
         self.restored = begin.restored
         self.traces = {"train_step": 0, "eval_step": 0}
         self.data = job.data(self.dg.graph)
-        self.val_eval = (SampledEvaluator(run, "val", self.counter("eval_step"), progress)
-                         if run.has_split("val") else None)
+        self.link = config.task is Task.LINK
+        self.val_eval = None
+        if run.has_split("val"):
+            self.val_eval = (
+                LinkEvaluator(run, Inference.SAMPLED, self.counter("eval_step"), progress)
+                if self.link else
+                SampledEvaluator(run, "val", self.counter("eval_step"), progress))
         writer = jax.process_index() == 0
         self.log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, begin.rows)
         steps_file = os.path.join(workdir, "steps.jsonl")
@@ -250,7 +258,7 @@ class Loop:
         needed = [int(x) for x in sample.needed]
         old = s.job.sampler.capacities
         s.job = dataclasses.replace(s.job, sampler=grow(
-            s.job.sampler, self.dg.graph, s.job.loader.batch_size, sample.needed,
+            s.job.sampler, self.dg.graph, s.job.seeds_per_step, sample.needed,
             sample.capacity, self.config.train.capacity_headroom))
         capacities = list(s.job.sampler.capacities)
         self.progress.note(f"step {step}: its sample needed {needed} rows per hop, more "
@@ -278,7 +286,7 @@ class Loop:
             {"params": best_state[0], "embeddings": best_state[1]},
             {"step": s.step, "position": list(position), "sums": dataclasses.asdict(s.sums),
              "rows": self.log.rows,
-             "best": {"val_acc": s.best.val_acc, "epoch": s.best.epoch},
+             "best": {"score": s.best.score, "epoch": s.best.epoch},
              "rng": {"seed": self.config.train.seed, "step": s.step},
              "capacities": list(s.job.sampler.capacities or ()), **self.identity},
             wait=wait)
@@ -346,17 +354,27 @@ class Loop:
         """Log the epoch (with its sampled validation), keep the best, checkpoint."""
         s, t = self.s, self.config.train
         count = max(s.sums.count, 1)
+        # Link prediction: a training "accuracy" is a positive scored above all its
+        # negatives; seeds are positive edges.
+        rate = "edges_per_s" if self.link else "seeds_per_s"
         row = {"epoch": s.epoch, "step": s.step, "loss": s.sums.loss / count,
-               "train_acc": s.sums.correct / count, "val_acc": None,
+               "train_acc": s.sums.correct / count,
+               "val_mrr" if self.link else "val_acc": None,
                "epoch_seconds": s.sums.seconds,
-               "seeds_per_s": s.sums.count / max(s.sums.seconds, 1e-9),
+               rate: s.sums.count / max(s.sums.seconds, 1e-9),
                "compile_seconds": s.compile_seconds}
         if self.val_eval is not None:
-            val = self.val_eval(s.state.params, s.state.embeddings)
-            row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],
-                       val_loss=val["loss"])
-            if val["acc"] > s.best.val_acc:
-                s.best = Best(val["acc"], s.epoch,
+            if self.link:
+                val = self.val_eval(s.state.params, s.state.embeddings)["val"]
+                row.update({f"val_{k}": v for k, v in val.items() if k != "count"})
+                score = val["mrr"]
+            else:
+                val = self.val_eval(s.state.params, s.state.embeddings)
+                row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],
+                           val_loss=val["loss"])
+                score = val["acc"]
+            if score > s.best.score:
+                s.best = Best(score, s.epoch,
                               jax.tree.map(jnp.copy, (s.state.params, s.state.embeddings)))
         self.log.write(row)
         self.progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
@@ -372,9 +390,10 @@ class Loop:
         val and test, sampled or full-graph; write result.json, curves.png and the
         model; return the result."""
         s, t, config, dg = self.s, self.config.train, self.config, self.dg
+        t_link = config.link
         best = s.best
         if best.state is None:
-            best = Best(best.val_acc, t.epochs - 1, (s.state.params, s.state.embeddings))
+            best = Best(best.score, t.epochs - 1, (s.state.params, s.state.embeddings))
         params, embeddings = best.state
         with self.progress.phase(f"evaluating ({t.inference.value})"):
             final = evaluate_splits(self.run, params, embeddings, ("val", "test"),
@@ -385,16 +404,24 @@ class Loop:
             return None if final[split] is None else final[split][key]
         rows = self.log.rows
         val_eval = self.val_eval
+        if self.link:
+            keys = ["mrr", *(f"hits@{k}" for k in t_link.hits)]
+            scores = {f"{split}_{key}": pick(split, key) for split in ("val", "test")
+                      for key in keys}
+        else:
+            scores = {"val_acc": pick("val", "acc"), "test_acc": pick("test", "acc"),
+                      "val_macro_f1": pick("val", "macro_f1"),
+                      "test_macro_f1": pick("test", "macro_f1")}
+        rate = "edges_per_s" if self.link else "seeds_per_s"
         result = {
-            "val_acc": pick("val", "acc"), "test_acc": pick("test", "acc"),
-            "val_macro_f1": pick("val", "macro_f1"), "test_macro_f1": pick("test", "macro_f1"),
+            **scores,
             "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
             "compiles": self.traces["train_step"], "compiles_by_step": dict(self.traces),
             "capacities": list(s.job.sampler.capacities or ()), "capacity_growths": s.regrown,
             "compile_seconds": s.compile_seconds,
             "eval_compile_seconds": val_eval.compile_seconds if val_eval is not None else None,
             "seconds": seconds,
-            "seeds_per_s": float(np.median([r["seeds_per_s"] for r in rows])) if rows else None,
+            rate: float(np.median([r[rate] for r in rows])) if rows else None,
             "devices": self.mesh.size, "graph": dg.meta.graph_name,
             "inference": t.inference.value, "steps": s.step,
             "resumed_from_step": None if self.restored is None else self.restored.step,

@@ -52,16 +52,17 @@ class EpochSums:
 
 @dataclasses.dataclass(frozen=True)
 class Best:
-    """The epoch with the best validation accuracy so far.
+    """The epoch with the best validation score so far.
 
     Fields:
-      val_acc: its validation accuracy (-1 before any).
+      score: its validation score, the one the run selects by: accuracy, or MRR for
+        link prediction (-1 before any).
       epoch: its index, None before any.
       state: (params, embeddings) copied at its end; None before any (the report then
         scores the last epoch's state).
     """
 
-    val_acc: float = -1.0
+    score: float = -1.0
     epoch: int | None = None
     state: tuple | None = None
 
@@ -142,7 +143,7 @@ def starting_point(run: Run, mesh, ckpts: Checkpoints, resume: Resume, identity:
         return Start(None, run.job.init(run.params), Best(), LoaderState(0, 0), EpochSums(),
                      [], 0)
     meta = restored.meta
-    best = Best(meta["best"]["val_acc"], meta["best"]["epoch"],
+    best = Best(meta["best"].get("score", meta["best"].get("val_acc")), meta["best"]["epoch"],
                 None if meta["best"]["epoch"] is None else
                 (restored.best["params"], restored.best["embeddings"]))
     begin = Start(restored, TrainState(**restored.state), best,

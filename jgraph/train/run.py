@@ -13,16 +13,25 @@ import optax
 from flax import nnx
 
 from jgraph.config import ConfigError
-from jgraph.data import add_reverse_relations, load_dataset, normalize_features, symmetrize
+from jgraph.data import (
+    add_reverse_relations,
+    is_symmetric,
+    load_dataset,
+    normalize_features,
+    split_edges,
+    symmetrize,
+)
 from jgraph.exchange import ExchangeStats
 from jgraph.mesh import ROWS, first_devices, host_sync
 from jgraph.models import InputEncoder, ModelSpec, NodeClassifier, one_hot_width
+from jgraph.models.link import LinkPredictor
 from jgraph.models.registry import build as build_model_named
 from jgraph.partition import partition_graph
 from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.capacity import calibrate, sample_first_batches
+from jgraph.sampling.edges import EdgeLoader, NegativeSampler, TypeTable
 from jgraph.sampling.sampler import SampleStats
 from jgraph.sharded import DistGraph, make_mesh
 from jgraph.sharded.cache import HotCache, request_counts
@@ -32,8 +41,10 @@ from jgraph.train.experiment import (
     Experiment,
     Optimizer,
     SparseOptimizerKind,
+    Task,
 )
 from jgraph.train.inputs import NodeInputs
+from jgraph.train.link import LinkPrediction
 from jgraph.train.step import NodeClassification
 
 PARTITION_DIR = "partition"
@@ -71,20 +82,37 @@ def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
             progress.note(f"removing {root}: an incomplete partition (a run was stopped "
                           f"while writing it)")
             shutil.rmtree(root)
+        edge_splits = None
         with progress.phase(f"loading {data.path}"):
             graph = load_dataset(data.path)
+            if config.task is Task.LINK:
+                graph, edge_splits = held_out_edges(config, graph)
             if data.symmetrize:
                 graph = symmetrize(graph)
             if data.reverse_relations:
                 graph = add_reverse_relations(graph)
             if data.normalize_features:
                 graph = normalize_features(graph, data.feature)
-        train = [len(named["train"]) for named in graph.splits.values() if "train" in named]
-        check_mesh_fits(max(train, default=0), mesh.size, data.path)
+        if edge_splits is None:
+            train = [len(named["train"]) for named in graph.splits.values()
+                     if "train" in named]
+            check_mesh_fits(max(train, default=0), mesh.size, data.path)
         partition_graph(graph, mesh.size, data.method, root, seed=config.train.seed,
-                        overwrite=True, progress=progress)
+                        overwrite=True, progress=progress, edge_splits=edge_splits)
     host_sync("jgraph partition written")
     return DistGraph(root, mesh)
+
+
+def held_out_edges(config: Experiment, graph):
+    """(graph without the validation and test edges, {split: EdgeSet}) for link
+    prediction (see `jgraph.data.links`): pairs when the graph is or will be made
+    undirected."""
+    link = config.link
+    undirected = config.data.symmetrize or (graph.is_homogeneous and is_symmetric(graph))
+    split = split_edges(graph, link.val_fraction, link.test_fraction,
+                        eval_negatives=link.eval_negatives, seed=link.split_seed,
+                        undirected=undirected)
+    return split.graph, split.edges
 
 
 def check_mesh_fits(train_nodes: int, devices: int, path: str) -> None:
@@ -167,12 +195,16 @@ class Run:
                                      seed=shuffle_seed)
 
     def has_split(self, split: str) -> bool:
+        if self.config.task is Task.LINK:
+            return split in self.dg.meta.edge_splits
         return split in self.dg.meta.splits.get(self.target, [])
 
 
 def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
     """The run of `config` on `dg`; platform: the one its program is built for (default:
     the mesh's), which chooses the exchange's AUTO strategy."""
+    if config.task is Task.LINK:
+        return build_link_run(config, dg, platform)
     t = config.train
     target = target_type(config, dg)
     sizes = {s: sum(p.splits[target].get(s, 0) for p in dg.meta.parts)
@@ -210,6 +242,47 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
     return Run(config, dg, target, num_classes, job, params)
 
 
+def build_link_run(config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
+    """`build_run` for link prediction: a `LinkPrediction` job over the partition's
+    training edges; the model embeds nodes at model.hidden and scores edges."""
+    t, m, link = config.train, config.model, config.link
+    missing = [s for s in ("train", "val", "test") if s not in dg.meta.edge_splits]
+    if "train" in missing:
+        raise ConfigError(f"{dg.parts.root} holds no training edges for link prediction "
+                          f"(its edge splits: {sorted(dg.meta.edge_splits) or 'none'}); "
+                          f"give data.path a graph to split, not a node classification "
+                          f"partition")
+    check_features(config, dg)
+    num_relations = dg.graph.num_relations
+    inputs = NodeInputs.of(dg, feature=config.data.feature, embedding_dim=m.embedding_dim,
+                           optimizer=sparse_optimizer(config), learnable=m.learnable_inputs)
+    rngs = nnx.Rngs(t.seed)
+    encoder = InputEncoder(inputs.widths(), tuple(inputs.features), m.embedding_dim,
+                           rngs=rngs)
+    spec = ModelSpec(encoder.width, m.hidden, m.hidden, m.num_layers, num_relations,
+                     dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm, options=m)
+    try:
+        gnn = build_model_named(m.kind, spec, rngs)
+    except KeyError as err:
+        raise ConfigError(err.args[0]) from None
+    model = LinkPredictor(encoder, gnn, link.decoder, m.hidden, num_relations, rngs=rngs)
+    graphdef, params = nnx.split(model, nnx.Param)
+    try:
+        loader = EdgeLoader.from_split(dg, "train", batch_size=t.batch_size,
+                                       drop_last=t.drop_last, seed=t.seed)
+    except ValueError as e:
+        raise ConfigError(f"train.batch_size: {e}") from None
+    job = LinkPrediction(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
+                         loader, dg.exchange(config.exchange, platform), inputs, None,
+                         seed=t.seed, compute_dtype=t.precision.dtype,
+                         negatives=NegativeSampler(link.negatives, link.negative_sampler),
+                         table=TypeTable.of(dg), loss=link.loss, exclude=link.exclude)
+    if config.exchange.cache > 0 and inputs.features:
+        job = dataclasses.replace(job, inputs=dataclasses.replace(
+            inputs, caches=hot_caches(config, dg, job)))
+    return Run(config, dg, None, 0, job, params)
+
+
 CACHE_BATCHES = 8       # training batches whose requests rank nodes for cache_by=frequency
 
 
@@ -239,7 +312,7 @@ def sampled_inputs(job: NodeClassification, graph, batches: int) -> list[np.ndar
     out = []
     for got in sample_first_batches(job.sampler, graph, job.exchange, job.loader,
                                     lambda s: s.input_nodes, ROWS, seed=job.seed,
-                                    batches=batches):
+                                    batches=batches, batch_seeds=job.batch_seeds):
         got = np.asarray(got).reshape(job.mesh.size, -1)
         out += [ids[(ids >= 0) & ((ids < offsets[k]) | (ids >= offsets[k + 1]))]
                 for k, ids in enumerate(got)]
@@ -250,10 +323,11 @@ def calibrated_job(run: Run, progress: Progress) -> NodeClassification:
     """The run's job with sampling capacities measured from its graph (see
     `jgraph.sampling.capacity`) instead of the worst case."""
     job, t = run.job, run.config.train
-    worst = job.sampler.worst_case(run.dg.graph, job.loader.batch_size)
+    worst = job.sampler.worst_case(run.dg.graph, job.seeds_per_step)
     with progress.phase("measuring the sampled frontiers"):
         sampler = calibrate(job.sampler, run.dg.graph, job.exchange, job.loader,
-                            seed=t.seed, headroom=t.capacity_headroom)
+                            seed=t.seed, headroom=t.capacity_headroom,
+                            batch_seeds=job.batch_seeds, num_seeds=job.seeds_per_step)
     progress.note(f"src rows per hop: {list(sampler.capacities)} (worst case {worst})")
     return dataclasses.replace(job, sampler=sampler)
 

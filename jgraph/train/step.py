@@ -120,6 +120,16 @@ class NodeClassification:
     def mesh(self):
         return self.loader.mesh
 
+    @property
+    def seeds_per_step(self) -> int:
+        """Seeds one device's batch expands (the sampler's blocks are sized for it)."""
+        return self.loader.batch_size
+
+    def batch_seeds(self, order, index):
+        """In the step: (seeds, mask, local) of batch `index` (see
+        `jgraph.sampling.capacity.sample_first_batches`)."""
+        return (*self.loader.batch(order, index), True)
+
     def init(self, params) -> TrainState:
         """The first state: params and optimizer state replicated on the mesh (as every
         later state is, so the step does not compile again for another placement),

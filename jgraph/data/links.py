@@ -1,0 +1,131 @@
+"""Edge splits for link prediction: train/val/test positive edges, and the graph the
+model may see.
+
+`split_edges(graph, ...)` holds out a seeded fraction of the edges (per relation) as
+validation and test positives and removes them from the graph the model samples, with
+their reverse edges when the graph is undirected: an undirected edge is held out as a
+pair, both of its directions leave the graph. Apply `symmetrize` or
+`add_reverse_relations` to the returned graph, not before: then the reverse of a
+held-out edge is never made (a relation's inverse is only ever built from the edges
+that remain). Each validation and test positive gets `eval_negatives` fixed negative
+destinations, drawn uniformly from the nodes of its destination type (OGB's protocol:
+every model is ranked against the same negatives).
+
+The rest of the edges are the training positives, once per undirected pair. Self-loops
+stay in the graph but are never positives (a node scored against itself says nothing).
+Ids are original homogeneous ids (type t's local id i is `type_offsets()[t] + i`);
+`jgraph.partition.partition_graph(..., edge_splits=...)` stores them with the
+partition, in its ids, so the split is the same on any mesh.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jgraph.data.graph import Graph, GraphError
+
+EDGE_SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EdgeSet:
+    """n positive edges in original homogeneous ids.
+
+    src, dst: int64[n]; etype: int32[n], the relation's index in `graph.relations`;
+    negatives: int64[n, K] fixed negative destinations of each positive (of its
+    destination's type), or None (training positives draw theirs in the step).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    etype: np.ndarray
+    negatives: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.src.size)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinkSplit:
+    """graph: the graph without the validation and test edges (nor their reverses);
+    edges: {"train", "val", "test"} -> `EdgeSet`; undirected: whether edges were split
+    as unordered pairs."""
+
+    graph: Graph
+    edges: dict
+    undirected: bool
+
+
+def is_symmetric(graph: Graph) -> bool:
+    """Whether every same-type relation holds the reverse of each of its edges."""
+    for rel, index in graph.edges.items():
+        if rel.src_type != rel.dst_type:
+            return False
+        n = graph.num_nodes[rel.dst_type]
+        forward = np.unique(index[0] * n + index[1])
+        backward = np.unique(index[1] * n + index[0])
+        if forward.size != backward.size or not np.array_equal(forward, backward):
+            return False
+    return True
+
+
+def split_edges(graph: Graph, val_fraction: float = 0.1, test_fraction: float = 0.1, *,
+                eval_negatives: int = 1000, seed: int = 0, undirected: bool = False
+                ) -> LinkSplit:
+    """Hold out `val_fraction` and `test_fraction` of each relation's positives (see
+    the module doc). undirected: split the edges of same-type relations as unordered
+    pairs (a symmetric graph, or one about to be symmetrised)."""
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1
+            and val_fraction + test_fraction < 1):
+        raise GraphError(f"edge split fractions val {val_fraction} and test "
+                         f"{test_fraction} must be >= 0 and leave edges to train on")
+    if eval_negatives < 1:
+        raise GraphError(f"eval_negatives must be >= 1, got {eval_negatives}")
+    offsets = dict(zip(graph.node_types, graph.type_offsets().tolist()))
+    kept_edges, kept_data = {}, {}
+    parts = {name: [] for name in EDGE_SPLITS}
+    for r, (rel, index) in enumerate(graph.edges.items()):
+        n_dst = graph.num_nodes[rel.dst_type]
+        pairs = undirected and rel.src_type == rel.dst_type
+        # One key per positive: the unordered pair for undirected relations.
+        lo, hi = (np.minimum(index[0], index[1]), np.maximum(index[0], index[1])) if pairs \
+            else (index[0], index[1])
+        key = lo * np.int64(max(n_dst, 1)) + hi
+        candidate = index[0] != index[1] if rel.src_type == rel.dst_type \
+            else np.ones(index.shape[1], bool)
+        keys, first = np.unique(key[candidate], return_index=True)
+        first = np.flatnonzero(candidate)[first]
+        order = np.random.default_rng([seed, r]).permutation(keys.size)
+        n_val = int(round(val_fraction * keys.size))
+        n_test = int(round(test_fraction * keys.size))
+        held = {"val": order[:n_val], "test": order[n_val:n_val + n_test],
+                "train": np.sort(order[n_val + n_test:])}
+        gone = np.isin(key, keys[order[:n_val + n_test]])
+        keep = np.flatnonzero(~gone)
+        kept_edges[rel] = index[:, keep]
+        data = {k: v[keep] for k, v in graph.edge_data.get(rel, {}).items()}
+        if data:
+            kept_data[rel] = data
+        for name, at in held.items():
+            pos = first[np.sort(at)]
+            parts[name].append((index[0, pos] + offsets[rel.src_type],
+                                index[1, pos] + offsets[rel.dst_type],
+                                np.full(pos.size, r, np.int32), rel.dst_type))
+    edges = {}
+    for s, name in enumerate(EDGE_SPLITS):
+        src = np.concatenate([p[0] for p in parts[name]]).astype(np.int64)
+        dst = np.concatenate([p[1] for p in parts[name]]).astype(np.int64)
+        etype = np.concatenate([p[2] for p in parts[name]]).astype(np.int32)
+        negatives = None
+        if name != "train":
+            rng = np.random.default_rng([seed, len(graph.edges), s])
+            negatives = np.concatenate([
+                offsets[dtype] + rng.integers(0, graph.num_nodes[dtype], (p[0].size,
+                                                                          eval_negatives))
+                for p, dtype in ((p, p[3]) for p in parts[name])]).astype(np.int64) \
+                if src.size else np.zeros((0, eval_negatives), np.int64)
+        edges[name] = EdgeSet(src, dst, etype, negatives)
+    if not len(edges["train"]):
+        raise GraphError(f"graph {graph.name!r}: no training edges are left after the split")
+    return LinkSplit(graph.replace(edges=kept_edges, edge_data=kept_data), edges, undirected)

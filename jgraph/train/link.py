@@ -1,0 +1,359 @@
+"""The fused SPMD step for link prediction, and its ranking evaluation.
+
+Per device, inside one `shard_map` program: take this step's positive edges from the
+`EdgeLoader` (those whose destination the device owns), draw their negatives
+(`NegativeSampler`), deduplicate every endpoint into the seeds, sample their blocks
+(remote seeds through the exchange), mask the batch's own edges and their reverses out
+of the blocks (`exclude_pairs`), fetch the input rows, embed the seeds, score the
+positives and negatives with the decoder and take the loss. As for node
+classification, each device differentiates its sum and the gradients are divided by
+the global count, so 8 devices equal one device computing the same blocks.
+
+Evaluation ranks each validation or test positive against its fixed negatives (stored
+with the partition, OGB's protocol): MRR and Hits@k over the embeddings of every node,
+computed by sampled blocks (`train.eval_fanouts`) or by layer-wise full-graph
+inference.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax import lax
+
+from jgraph.mesh import REPLICATED, ROWS, replicated
+from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sampling.edges import (
+    EdgeBatch,
+    NegativeSampler,
+    TypeTable,
+    exclude_pairs,
+    link_seeds,
+)
+from jgraph.sharded.graph import ShardedGraph
+from jgraph.train.experiment import Inference, LinkLoss
+from jgraph.train.step import NodeClassification, StepData, TrainState
+
+
+def link_loss(pos, neg, mask, neg_mask, kind: LinkLoss):
+    """(loss sum, weight, correct, count): the loss is `sum / weight` once summed over
+    devices; correct counts the positives scored above all their negatives."""
+    pos = pos.astype(jnp.float32)
+    neg = neg.astype(jnp.float32)
+    count = jnp.sum(mask, dtype=jnp.int32)
+    beaten = jnp.any(neg_mask & (neg >= pos[:, None]), axis=1)
+    correct = jnp.sum(mask & ~beaten, dtype=jnp.int32)
+    if kind is LinkLoss.BCE:
+        terms = jax.nn.softplus(-pos) + jnp.sum(jnp.where(neg_mask, jax.nn.softplus(neg), 0.0),
+                                                axis=1)
+        weight = count + jnp.sum(neg_mask & mask[:, None], dtype=jnp.int32)
+    else:
+        logits = jnp.concatenate([pos[:, None], jnp.where(neg_mask, neg, -jnp.inf)], axis=1)
+        terms = -jax.nn.log_softmax(logits, axis=1)[:, 0]
+        weight = count
+    return jnp.sum(jnp.where(mask, terms, 0.0)), weight, correct, count
+
+
+class LinkBatch(NamedTuple):
+    """One device's batch: blocks (the batch's edges excluded), input rows and their
+    validity, the endpoints' rows among the seeds (`LinkSeeds`), the positives'
+    relations and mask, the stats (sample first) and the excluded slot count."""
+
+    blocks: tuple
+    rows: dict
+    valid: dict
+    ends: Any
+    etype: jax.Array
+    mask: jax.Array
+    stats: Any
+    excluded: jax.Array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinkPrediction(NodeClassification):
+    """The job of a link prediction run: `NodeClassification`'s fields (the loader an
+    `EdgeLoader`, no labels), the negatives, the node type table they are drawn with,
+    the loss, and whether the batch's edges are excluded from its blocks."""
+
+    negatives: NegativeSampler | None = None
+    table: TypeTable | None = None
+    loss: LinkLoss = LinkLoss.BCE
+    exclude: bool = True
+
+    @property
+    def seeds_per_step(self) -> int:
+        """Seeds one device's batch expands: both ends of each positive and the new
+        negative endpoints."""
+        b = self.loader.batch_size
+        return 2 * b + self.negatives.candidates(b, self.table.cum.shape[0])
+
+    def batch_seeds(self, order, index):
+        """In the step: the endpoints of batch `index` and of its negatives (drawn as
+        at step `index`), as seeds; not the device's own."""
+        batch = self.loader.batch(order, index)
+        ends = link_seeds(batch, *self.negatives.sample(self.table, batch, seed=self.seed,
+                                                        step=index, axis=self.exchange.axis))
+        return ends.seeds, ends.seeds >= 0, False
+
+    def data(self, graph: ShardedGraph) -> StepData:
+        return StepData(graph, self.inputs.arrays(), jnp.zeros((0,), jnp.int32),
+                        self.inputs.cache_arrays())
+
+    def data_specs(self, graph: ShardedGraph) -> StepData:
+        return StepData(graph.specs(), self.inputs.specs(), REPLICATED,
+                        self.inputs.cache_specs())
+
+    # -- inside the step -----------------------------------------------------------------
+
+    def fetch_edges(self, data: StepData, embeddings, batch: EdgeBatch, step,
+                    exclude: bool) -> LinkBatch:
+        """Draw the negatives of this device's positives `batch`, sample the blocks of
+        every endpoint (the batch's pairs excluded when `exclude`) and fetch the rows."""
+        axis = self.exchange.axis
+        candidates, where, valid = self.negatives.sample(self.table, batch, seed=self.seed,
+                                                         step=step, axis=axis)
+        ends = link_seeds(batch, candidates, where, valid)
+        sample = self.sampler.sample(data.graph, self.exchange, ends.seeds, ends.seeds >= 0,
+                                     seed=self.seed, step=step)
+        blocks, excluded = sample.blocks, jnp.int32(0)
+        if exclude:
+            blocks, excluded = exclude_pairs(blocks, batch.src, batch.dst, batch.mask)
+        rows, valid_rows, input_stats = self.inputs.fetch(
+            self.exchange, data.features, embeddings, sample.input_nodes, caches=data.caches)
+        return LinkBatch(blocks, rows, valid_rows, ends, batch.etype, batch.mask,
+                         (sample.stats, input_stats), lax.psum(excluded, axis))
+
+    def batch_loss(self, params, embedding_rows, batch: LinkBatch, key=None):
+        """(loss sum, (weight, correct, count)) of one device's batch."""
+        rows = {**batch.rows, **embedding_rows}
+        if self.compute_dtype != jnp.float32:
+            params = jax.tree.map(self._compute, params)
+            rows = {t: r.astype(self.compute_dtype) for t, r in rows.items()}
+        model = nnx.merge(self.graphdef, params)
+        h = model(rows, batch.valid, batch.blocks, key).astype(jnp.float32)
+        ends = batch.ends
+        h_src = h[ends.src]
+        pos = model.score(h_src, h[ends.dst], batch.etype)
+        neg = model.score(h_src[:, None, :], h[ends.neg], batch.etype[:, None])
+        loss, weight, correct, count = link_loss(pos, neg, batch.mask, ends.neg_mask,
+                                                 self.loss)
+        return loss, (weight, correct, count)
+
+    def train_step(self, state: TrainState, data: StepData, order, index, stop):
+        """As `NodeClassification.train_step`, on a batch of positive edges."""
+        axis = self.exchange.axis
+        batch = self.fetch_edges(data, state.embeddings, self.loader.batch(order, index),
+                                 state.step, self.exclude)
+        emb_rows = {t: batch.rows[t] for t in self.inputs.embeddings}
+        grad_fn = jax.value_and_grad(self.batch_loss, argnums=(0, 1), has_aux=True)
+        (loss, (weight, correct, count)), (grads, emb_grads) = grad_fn(
+            state.params, emb_rows, batch, self.dropout_key(state.step))
+        total = jnp.maximum(lax.psum(weight, axis), 1).astype(jnp.float32)
+        grads = jax.tree.map(lambda g: g / total, grads)
+        applied = (state.halted == 0) & (batch.stats[0].overflow == 0)
+        updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(applied, a, b), new, old)
+        params = keep(optax.apply_updates(state.params, updates), state.params)
+        opt_state = keep(opt_state, state.opt_state)
+        embeddings, emb_stats = dict(state.embeddings), []
+        src = batch.blocks[0].src
+        for t, table in self.inputs.embeddings.items():
+            embeddings[t], st = table.apply_gradients(
+                self.exchange, state.embeddings[t], src, batch.valid[t] & applied,
+                emb_grads[t] / total)
+            emb_stats.append(st)
+        metrics = {"loss": lax.psum(loss, axis) / total,
+                   "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
+                   "excluded": batch.excluded,
+                   "stats": (*batch.stats, tuple(emb_stats)),
+                   "stop": lax.pmax(stop[0], axis), "applied": applied}
+        return TrainState(params, opt_state, embeddings, state.step + applied,
+                          (~applied).astype(jnp.int32)), metrics
+
+    def embed_step(self, params, embeddings, data: StepData, loader: NodeLoader, order,
+                   index):
+        """Per device: (seeds int32[B], their embeddings [B, D], stats) of batch `index`
+        of a node loader, without dropout."""
+        seeds, mask = loader.batch(order, index)
+        sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
+                                     step=jnp.int32(0), local_seeds=True)
+        rows, valid, input_stats = self.inputs.fetch(
+            self.exchange, data.features, embeddings, sample.input_nodes, caches=data.caches)
+        model = nnx.merge(self.graphdef, params)
+        h = model(rows, valid, sample.blocks).astype(jnp.float32)
+        return sample.seeds, h, (sample.stats, input_stats)
+
+    def compile_embed(self, graph: ShardedGraph, loader: NodeLoader, on_trace=None):
+        """jit(shard_map(embed_step)) over `loader`: (params, embeddings, data, order,
+        index) -> (seeds, embeddings, stats)."""
+        def step(params, embeddings, data, order, index):
+            if on_trace is not None:
+                on_trace()
+            return self.embed_step(params, embeddings, data, loader, order, index)
+        return jax.jit(jax.shard_map(
+            step, mesh=self.mesh,
+            in_specs=(REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
+                      REPLICATED),
+            out_specs=(ROWS, ROWS, REPLICATED)))
+
+
+# -- ranking ----------------------------------------------------------------------------
+
+
+def ogb_ranks(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """float64[n]: each positive's rank among its negatives, OGB's way: 1 + the mean
+    of the optimistic (negatives scored above it) and pessimistic (at or above) counts,
+    so ties cost half."""
+    pos = np.asarray(pos, np.float64)[:, None]
+    neg = np.asarray(neg, np.float64)
+    return 1.0 + 0.5 * ((neg > pos).sum(axis=1) + (neg >= pos).sum(axis=1))
+
+
+def rank_metrics(ranks: np.ndarray, hits=(1, 10, 50)) -> dict:
+    """{"mrr", "hits@k"...} of ranks, and the positives' count."""
+    ranks = np.asarray(ranks, np.float64)
+    out = {"mrr": float(np.mean(1.0 / ranks)) if ranks.size else None}
+    for k in hits:
+        out[f"hits@{k}"] = float(np.mean(ranks <= k)) if ranks.size else None
+    out["count"] = int(ranks.size)
+    return out
+
+
+def score_edges(model_params, graphdef, emb: np.ndarray, src, dst, etype, negatives,
+                chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """(pos float32[n], neg float32[n, K]): the decoder's scores of edges and of each
+    positive's negatives (same source, the negative as destination), on the host."""
+    model = nnx.merge(graphdef, model_params)
+    relations = np.asarray(model.relations[...]) if hasattr(model, "relations") else None
+    h_src = emb[src]
+    if relations is not None:
+        h_src = h_src * relations[etype]
+    pos = np.sum(h_src * emb[dst], axis=1)
+    neg = np.empty(negatives.shape, np.float32)
+    for lo in range(0, len(src), chunk):
+        hi = lo + chunk
+        neg[lo:hi] = np.matmul(emb[negatives[lo:hi]], h_src[lo:hi, :, None])[..., 0]
+    return pos, neg
+
+
+class LinkEdges(NamedTuple):
+    """An evaluation split's positives and their fixed negatives, every part's, in
+    global ids: src, dst, etype [n]; negatives [n, K]."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    etype: np.ndarray
+    negatives: np.ndarray
+
+
+def eval_edges(dg, split: str) -> LinkEdges:
+    parts = [dg.parts.part(k).edge_splits[split] for k in range(dg.num_parts)]
+    cat = lambda name: np.concatenate([np.asarray(p[name]) for p in parts])
+    return LinkEdges(cat("src"), cat("dst"), cat("etype"), cat("negatives"))
+
+
+def to_host(array: jax.Array) -> np.ndarray:
+    """A sharded array on every process's host (replicated first)."""
+    mesh = array.sharding.mesh
+    return np.asarray(jax.jit(lambda x: x, out_shardings=replicated(mesh))(array))
+
+
+class NodeEmbedder:
+    """Every node's embedding by sampled blocks with the evaluation fanouts (one
+    compilation, at the first call: `compile_seconds`)."""
+
+    def __init__(self, run, on_trace=None, progress=None):
+        t = run.config.train
+        dg = run.dg
+        loader = NodeLoader.from_ids(dg.mesh, dg.book.offsets, np.arange(dg.meta.num_nodes),
+                                     batch_size=t.eval_batch_size)
+        self.job = dataclasses.replace(run.job, sampler=NeighborSampler(t.eval_fanouts))
+        self.loader, self.dg, self.progress = loader, dg, progress
+        self.program = self.job.compile_embed(dg.graph, loader, on_trace)
+        self.data = self.job.data(dg.graph)
+        self.order = loader.epoch_order(0)
+        self.compiled = None
+        self.compile_seconds: float | None = None
+
+    def __call__(self, params, embeddings) -> np.ndarray:
+        from jgraph.train.run import check_stats
+        if self.compiled is None:
+            start = time.perf_counter()
+            self.compiled = self.program.lower(params, embeddings, self.data, self.order,
+                                               jnp.int32(0)).compile()
+            self.compile_seconds = time.perf_counter() - start
+        out = None
+        for i in range(self.loader.steps_per_epoch):
+            seeds, h, stats = self.compiled(params, embeddings, self.data, self.order,
+                                            jnp.int32(i))
+            check_stats(jax.device_get(stats))
+            seeds, h = to_host(seeds), to_host(h)
+            if out is None:
+                out = np.zeros((self.dg.meta.num_nodes, h.shape[1]), np.float32)
+            real = seeds >= 0
+            out[seeds[real]] = h[real]
+        return out
+
+
+class LinkEvaluator:
+    """MRR and Hits@k (`link.hits`) of edge splits: every node embedded by sampled
+    blocks (`NodeEmbedder`, compiled once) or by full-graph inference, then each
+    positive ranked against its fixed negatives (`ogb_ranks`)."""
+
+    def __init__(self, run, inference: Inference, on_trace=None, progress=None):
+        self.run, self.inference = run, inference
+        self.embedder = (NodeEmbedder(run, on_trace, progress)
+                         if inference is Inference.SAMPLED else None)
+        self.edges: dict[str, LinkEdges] = {}
+
+    @property
+    def compile_seconds(self) -> float | None:
+        return None if self.embedder is None else self.embedder.compile_seconds
+
+    def embed(self, params, embeddings) -> np.ndarray:
+        if self.embedder is not None:
+            return self.embedder(params, embeddings)
+        return full_graph_embeddings(self.run, params, embeddings)
+
+    def __call__(self, params, embeddings, splits=("val",)) -> dict:
+        """{split: {"mrr", "hits@k"..., "count"}}."""
+        emb = self.embed(params, embeddings)
+        out = {}
+        for split in splits:
+            if split not in self.edges:
+                self.edges[split] = eval_edges(self.run.dg, split)
+            e = self.edges[split]
+            pos, neg = score_edges(params, self.run.job.graphdef, emb, e.src, e.dst, e.etype,
+                                   e.negatives)
+            out[split] = rank_metrics(ogb_ranks(pos, neg), self.run.config.link.hits)
+        return out
+
+
+def full_graph_embeddings(run, params, embeddings) -> np.ndarray:
+    """float32[N, D]: every node's embedding by layer-wise full-graph inference."""
+    from jgraph.train.inference import full_graph_logits
+    job, dg = run.job, run.dg
+
+    def per_device(params, embeddings, data):
+        model = nnx.merge(job.graphdef, params)
+        return full_graph_logits(model, job.inputs, data.features, embeddings, data.graph,
+                                 job.exchange)
+    program = jax.jit(jax.shard_map(
+        per_device, mesh=job.mesh,
+        in_specs=(REPLICATED, job.inputs.embedding_specs(), job.data_specs(dg.graph)),
+        out_specs=(ROWS, REPLICATED)))
+    h, lost = program(params, embeddings, job.data(dg.graph))
+    if int(lost):
+        from jgraph.exchange import ExchangeOverflowError
+        raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost by "
+                                    f"the exchange; leave ExchangeConfig.max_capacity None")
+    h = to_host(h)
+    h = h.reshape(dg.num_parts, -1, h.shape[-1])
+    sizes = np.diff(np.asarray(dg.book.offsets))
+    return np.concatenate([h[k, :sizes[k]] for k in range(dg.num_parts)]).astype(np.float32)
