@@ -1,0 +1,205 @@
+"""Link prediction's step and evaluation.
+
+- On 8 simulated devices the step's loss and gradients equal one device computing the
+  same batches from the host's feature table: the endpoints, negatives and blocks each
+  device used, and the rows it fetched through the exchange, are the true ones.
+- The losses equal optax's (binary cross-entropy over all scores; softmax
+  cross-entropy of the positive among its negatives).
+- MRR and Hits@k equal a numpy reference (OGB's tie rule), and the evaluator's
+  embeddings by sampled blocks with every neighbour equal full-graph inference.
+- A run stopped mid-epoch by SIGTERM resumes with the same per-step losses, epoch rows
+  and final metrics as the run that never stopped.
+"""
+import json
+import os
+import signal
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jgraph.config import load
+from jgraph.data import load_dataset, split_edges
+from jgraph.models import Neighbourhood
+from jgraph.partition import partition_graph
+from jgraph.progress import Progress
+from jgraph.sharded import REPLICATED, ROWS, DistGraph, make_mesh
+from jgraph.train.experiment import Experiment, Inference, LinkLoss
+from jgraph.train.link import LinkEvaluator, link_loss, ogb_ranks, rank_metrics
+from jgraph.train.loop import RunStopped, train_and_evaluate
+from jgraph.train.run import build_run
+
+DEVICES = 8
+ROOT = Path(__file__).resolve().parents[2]
+# Cora as a link prediction task: small model, the exchange on one capacity rung.
+LINK = ["task=link", "model.hidden=16", "model.dropout=0.0", "train.fanouts=[5,3]",
+        "train.eval_fanouts=[-1,-1]", "train.batch_size=256", "train.eval_batch_size=512",
+        "link.eval_negatives=50", "link.hits=[1,10]", "exchange.max_rungs=1"]
+
+
+def cora_config(*extra):
+    return load(Experiment, str(ROOT / "experiments" / "sage_cora.yaml"), LINK + list(extra))
+
+
+@pytest.fixture(scope="module")
+def run8(tmp_path_factory):
+    """The link prediction run of cora on 8 devices, built as `jgraph train` builds it."""
+    config = cora_config("link.negatives=3")
+    split = split_edges(load_dataset("cora"), 0.1, 0.1, eval_negatives=50, seed=0,
+                        undirected=True)
+    root = tmp_path_factory.mktemp("cora_link8")
+    partition_graph(split.graph, DEVICES, "metis", str(root), edge_splits=split.edges)
+    return build_run(config, DistGraph(str(root), make_mesh(DEVICES)))
+
+
+@pytest.mark.slow      # two programs and eight reference batches
+def test_sharded_loss_and_gradient_equal_one_device_over_the_same_batches(run8):
+    job, params = run8.job, run8.params
+    order = job.loader.epoch_order(0)
+
+    def per_device(params, data, order):
+        batch = job.fetch_edges(data, {}, job.loader.batch(order, 1), jnp.int32(2), True)
+        (loss, (weight, _, _)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
+            params, {}, batch)
+        total = jax.lax.psum(weight, "parts").astype(jnp.float32)
+        grads = jax.tree.map(lambda g: g / total, grads)
+        e = batch.ends
+        return (jax.lax.psum(loss, "parts") / total, grads,
+                [(b.nbr, b.mask) for b in batch.blocks], batch.blocks[0].src,
+                batch.rows["_N"], (e.src, e.dst, e.neg, e.neg_mask), batch.etype, batch.mask)
+
+    loss8, grads8, blocks, src, rows, ends, etype, mask = jax.jit(jax.shard_map(
+        per_device, mesh=run8.dg.mesh,
+        in_specs=(REPLICATED, job.data_specs(run8.dg.graph), ROWS),
+        out_specs=(REPLICATED, REPLICATED, ROWS, ROWS, ROWS, ROWS, ROWS, ROWS)))(
+        params, job.data(run8.dg.graph), order)
+
+    feat = job.inputs.features["_N"].to_numpy()
+    split = lambda a: np.split(np.asarray(a), DEVICES)
+    src, rows, etype, mask = split(src), split(rows), split(etype), split(mask)
+    ends = [split(a) for a in ends]
+    blocks = [tuple(split(a) for a in pair) for pair in blocks]
+    for k in range(DEVICES):           # the exchange brought the true feature rows
+        real = src[k] >= 0
+        np.testing.assert_array_equal(rows[k][real], feat[src[k][real]])
+
+    def device_loss(params, k):
+        model = nnx.merge(job.graphdef, params)
+        x = jnp.asarray(np.where((src[k] >= 0)[:, None], feat[np.maximum(src[k], 0)], 0))
+        hoods = [Neighbourhood(jnp.asarray(nbr[k]), jnp.asarray(m[k])) for nbr, m in blocks]
+        h = model({"_N": x}, {}, hoods)
+        e_src, e_dst, e_neg, e_mask = (jnp.asarray(a[k]) for a in ends)
+        pos = model.score(h[e_src], h[e_dst], jnp.asarray(etype[k]))
+        neg = model.score(h[e_src][:, None], h[e_neg], jnp.asarray(etype[k])[:, None])
+        loss, weight, _, _ = link_loss(pos, neg, jnp.asarray(mask[k]), e_mask, job.loss)
+        return loss, weight
+
+    total = sum(int(device_loss(params, k)[1]) for k in range(DEVICES))
+    assert total == int(np.sum(mask)) * (1 + job.negatives.k) > 0
+    loss1 = sum(float(device_loss(params, k)[0]) for k in range(DEVICES)) / total
+    grads1 = jax.tree.map(lambda *g: sum(g) / total, *[
+        jax.grad(lambda p, k=k: device_loss(p, k)[0])(params) for k in range(DEVICES)])
+    np.testing.assert_allclose(float(loss8), loss1, rtol=1e-5)
+    for g8, g1 in zip(jax.tree.leaves(grads8), jax.tree.leaves(grads1)):
+        np.testing.assert_allclose(np.asarray(g8), np.asarray(g1), rtol=1e-4, atol=1e-7)
+
+
+def test_link_losses_equal_optax_and_count_the_positives_ranked_first():
+    rng = np.random.default_rng(0)
+    pos = rng.normal(size=6).astype(np.float32)
+    neg = rng.normal(size=(6, 4)).astype(np.float32)
+    mask = np.array([1, 1, 1, 1, 1, 0], bool)
+    neg_mask = np.ones((6, 4), bool)
+    neg_mask[2, 3] = False
+    loss, weight, correct, count = link_loss(pos, neg, mask, neg_mask, LinkLoss.BCE)
+    scores = np.concatenate([pos[mask], neg[mask][neg_mask[mask]]])
+    labels = np.concatenate([np.ones(mask.sum()), np.zeros(neg_mask[mask].sum())])
+    want = optax.sigmoid_binary_cross_entropy(jnp.asarray(scores), jnp.asarray(labels))
+    assert int(weight) == scores.size and int(count) == 5
+    np.testing.assert_allclose(float(loss) / int(weight), float(jnp.mean(want)), rtol=1e-6)
+    first = [all(neg[i][neg_mask[i]] < pos[i]) for i in range(5)]
+    assert int(correct) == sum(first)
+
+    loss, weight, _, _ = link_loss(pos, neg, mask, neg_mask, LinkLoss.CONTRASTIVE)
+    want = [optax.softmax_cross_entropy_with_integer_labels(
+        jnp.concatenate([pos[i:i + 1], neg[i][neg_mask[i]]]), 0) for i in range(5)]
+    assert int(weight) == 5
+    np.testing.assert_allclose(float(loss) / 5, float(np.mean(want)), rtol=1e-6)
+
+
+def test_ranks_and_metrics_equal_a_numpy_loop_with_ogbs_tie_rule():
+    rng = np.random.default_rng(1)
+    pos = rng.integers(0, 5, 200).astype(np.float32)        # many ties on purpose
+    neg = rng.integers(0, 5, (200, 30)).astype(np.float32)
+    want = []
+    for p, row in zip(pos, neg):
+        above = sum(1 for x in row if x > p)
+        tied = sum(1 for x in row if x == p)
+        want.append(1 + above + tied / 2)
+    ranks = ogb_ranks(pos, neg)
+    np.testing.assert_array_equal(ranks, want)
+    got = rank_metrics(ranks, (1, 10))
+    assert got["mrr"] == pytest.approx(np.mean([1 / r for r in want]))
+    assert got["hits@1"] == pytest.approx(np.mean([r <= 1 for r in want]))
+    assert got["hits@10"] == pytest.approx(np.mean([r <= 10 for r in want]))
+    assert got["count"] == 200
+
+
+@pytest.mark.slow      # sampled and full-graph embeddings of every node
+def test_sampled_evaluation_with_every_neighbour_equals_full_graph_and_numpy(run8):
+    params = run8.params
+    sampled = LinkEvaluator(run8, Inference.SAMPLED)
+    full = LinkEvaluator(run8, Inference.FULL)
+    emb_s = sampled.embed(params, {})
+    emb_f = full.embed(params, {})
+    np.testing.assert_allclose(emb_s, emb_f, rtol=1e-4, atol=1e-5)
+    got = sampled(params, {}, ("val", "test"))
+    for split in ("val", "test"):
+        e = sampled.edges[split]
+        pos = np.sum(emb_s[e.src] * emb_s[e.dst], axis=1)
+        neg = np.einsum("nd,nkd->nk", emb_s[e.src], emb_s[e.negatives])
+        want = rank_metrics(ogb_ranks(pos, neg), (1, 10))
+        assert got[split]["count"] == want["count"] == len(e.src) > 0
+        for key in ("mrr", "hits@1", "hits@10"):
+            assert got[split][key] == pytest.approx(want[key], abs=1e-3)
+
+
+def read_lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+RUN_ONLY = {"seconds", "edges_per_s", "resumed_from_step", "checkpoints", "compile_seconds",
+            "eval_compile_seconds", "compiles", "compiles_by_step", "capacity_growths"}
+TIMINGS = {"epoch_seconds", "edges_per_s", "compile_seconds"}
+
+
+@pytest.mark.slow      # three training runs
+def test_a_link_run_stopped_mid_epoch_resumes_with_the_same_losses_and_metrics(tmp_path):
+    # Cora's 4,222 training pairs on 2 devices, batch 256: 9 steps per epoch, 2 epochs,
+    # a checkpoint every 4 steps; SIGTERM during step 5 stops it after step 8.
+    extra = ["data.num_parts=2", "train.epochs=2", "checkpoint.every_steps=4"]
+    quiet = Progress(enabled=False)
+    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
+    reference = train_and_evaluate(cora_config(*extra), str(ref_dir), quiet)
+
+    def on_step(step):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(RunStopped, match="after step 8"):
+        train_and_evaluate(cora_config(*extra), str(cut_dir), quiet, on_step=on_step)
+    result = train_and_evaluate(cora_config(*extra), str(cut_dir), quiet)
+    assert result["resumed_from_step"] == 8
+    assert read_lines(cut_dir / "steps.jsonl") == read_lines(ref_dir / "steps.jsonl")
+    rows = lambda d: [{k: v for k, v in r.items() if k not in TIMINGS}
+                      for r in read_lines(d / "metrics.jsonl")]
+    assert rows(cut_dir) == rows(ref_dir)
+    assert {k: v for k, v in result.items() if k not in RUN_ONLY} == \
+        {k: v for k, v in reference.items() if k not in RUN_ONLY}
+    assert reference["val_mrr"] > 0 and reference["test_hits@10"] > 0
+    assert sorted(f for f in os.listdir(ref_dir) if not f.startswith(".")) == ["checkpoints", "config.yaml", "curves.png",
+                                           "metrics.jsonl", "model", "partition",
+                                           "result.json", "steps.jsonl"]
