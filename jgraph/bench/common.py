@@ -20,8 +20,8 @@ from jgraph.train.experiment import DataConfig
 
 @contextlib.contextmanager
 def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Progress,
-                      node_data: tuple[str, ...] = (), splits: tuple[str, ...] = ()
-                      ) -> Iterator[tuple[PartitionMeta, DistGraph]]:
+                      node_data: tuple[str, ...] = (), splits: tuple[str, ...] = (),
+                      held_out=None) -> Iterator[tuple[PartitionMeta, DistGraph]]:
     """Load `data.path` (an npz, a built-in name or synthetic:...), symmetrized if
     `data.symmetrize`, partition it with `data.method` into `data.num_parts` and open it
     on a mesh of the first `data.num_parts` devices.
@@ -29,13 +29,17 @@ def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Prog
     A context manager yielding (meta, dist_graph); the partition directory lives until
     it exits. The graph must be homogeneous with every array of `node_data` and a
     non-empty split of each name in `splits`, else DatasetError names `bench` and what
-    it needs.
+    it needs. held_out: graph -> (graph, edge splits), applied before symmetrizing
+    (link prediction's `jgraph.train.run.held_out_edges`).
     """
     spec, num_parts, method = data.path, data.num_parts, data.method.value
     mesh = make_mesh(num_parts, first_devices(num_parts))
     with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
         with progress.phase("loading graph"):
             graph = load_dataset(spec)
+            edge_splits = None
+            if held_out is not None:
+                graph, edge_splits = held_out(graph)
             if data.symmetrize:
                 graph = symmetrize(graph)
         ntypes = graph.node_types
@@ -49,7 +53,8 @@ def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Prog
                                f"{'/'.join(splits)} split; the graph has "
                                f"{ {k: len(v) for k, v in graph.splits.get(ntypes[0], {}).items()} }")  # noqa: E501
         with progress.phase(f"partitioning ({method}, {num_parts} parts)"):
-            meta = partition_graph(graph, num_parts, method, tmp, seed=seed)
+            meta = partition_graph(graph, num_parts, method, tmp, seed=seed,
+                                   edge_splits=edge_splits)
         del graph
         yield meta, DistGraph(tmp, mesh)
 

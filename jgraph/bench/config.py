@@ -18,7 +18,9 @@ from jgraph.kernels.sample import IMPLS
 from jgraph.train.experiment import (
     DataConfig,
     Experiment,
+    LinkConfig,
     ModelConfig,
+    Task,
     TrainConfig,
     check_layers,
 )
@@ -66,24 +68,32 @@ class TrainBench:
 
     data, train, exchange: as for `jgraph train` (train.profile: a directory for a JAX
     profiler trace, "" = none). model: hidden, aggregator; num_layers = one per fanout.
-    breakdown: also time each phase of the step (`jgraph.bench.profile`).
+    task: node (classification over train_idx) or link (prediction over the graph's
+    edges, split as `link` says; batch_size counts positive edges). breakdown: also
+    time each phase of the step (`jgraph.bench.profile`; node classification).
     """
 
     data: DataConfig = WORKLOAD_DATA
     model: ModelConfig = WORKLOAD_MODEL
     train: TrainConfig = WORKLOAD_TRAIN
     exchange: ExchangeConfig = ExchangeConfig()
+    task: Task = Task.NODE
+    link: LinkConfig = LinkConfig()
     breakdown: bool = False
 
     def __post_init__(self):
         _check_devices(self.data)
         check_layers(self.model, self.train)
+        if self.task is Task.LINK and (self.breakdown or self.train.profile):
+            raise ConfigError("breakdown (and profile, which implies it) times the phases "
+                              "of node classification's step; run task=link without it")
 
     def experiment(self, partition_dir: str) -> Experiment:
         """The experiment the bench trains, on the partitions in `partition_dir`."""
-        return Experiment(name="bench_train",
+        return Experiment(name="bench_train", task=self.task,
                           data=dataclasses.replace(self.data, path=partition_dir),
-                          model=self.model, train=self.train, exchange=self.exchange)
+                          model=self.model, train=self.train, exchange=self.exchange,
+                          link=self.link)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ Perfetto or TensorBoard).
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -26,7 +27,8 @@ from jgraph.bench.config import TrainBench
 from jgraph.bench.profile import phase_breakdown
 from jgraph.exchange import ExchangeStats
 from jgraph.progress import Progress
-from jgraph.train.run import build_run, calibrated_job, check_stats
+from jgraph.train.experiment import Task
+from jgraph.train.run import build_run, calibrated_job, check_stats, held_out_edges
 
 PROFILE_STEPS = 5
 
@@ -36,9 +38,12 @@ def is_exchange_stats(x) -> bool:
 
 
 def bench_train(cfg: TrainBench, progress: Progress) -> dict:
+    link = cfg.task is Task.LINK
+    held_out = functools.partial(held_out_edges, cfg.experiment("")) if link else None
     with partition_on_mesh(cfg.data, seed=cfg.train.seed, bench="train", progress=progress,
-                           splits=("train",),
-                           node_data=("feat", "label")) as (meta, dg):
+                           splits=() if link else ("train",),
+                           node_data=("feat",) if link else ("feat", "label"),
+                           held_out=held_out) as (meta, dg):
         run = build_run(cfg.experiment(dg.parts.root), dg)
         job = calibrated_job(run, progress) if cfg.train.calibrate_capacities else run.job
     loader = job.loader
@@ -77,7 +82,7 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
     applied = [m for m in outs if bool(m["applied"])]
     for m in applied:
         check_stats(m["stats"])
-    seeds = sum(int(m["count"]) for m in applied)
+    seeds = sum(int(m["count"]) for m in applied)       # positive edges for link
     exchanges = [[s for s in jax.tree.leaves(m["stats"], is_leaf=is_exchange_stats)
                   if is_exchange_stats(s)] for m in applied]
     extra = {}
@@ -99,17 +104,23 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         extra["phase_seconds"] = phases
     return {
         "bench": "train", "graph": meta.graph_name, "devices": dg.mesh.size,
-        "method": meta.method, "model": "graphsage", "layers": len(cfg.train.fanouts),
+        "method": meta.method, "task": cfg.task.value, "model": "graphsage",
+        "layers": len(cfg.train.fanouts),
         "hidden": cfg.model.hidden, "aggregator": cfg.model.aggregator.value,
         "fanouts": list(cfg.train.fanouts),
         "batch_size": cfg.train.batch_size, "optimizer": "adam", "epochs": cfg.train.epochs,
-        "steps": len(outs), "seeds_per_epoch": loader.num_seeds,
-        "seconds": seconds, "seeds_per_s": seeds / seconds, "step_seconds": seconds / len(outs),
+        "steps": len(outs),
+        "edges_per_epoch" if link else "seeds_per_epoch": loader.num_seeds,
+        "seconds": seconds, "edges_per_s" if link else "seeds_per_s": seeds / seconds,
+        "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "final_loss": float(outs[-1]["loss"]),
         "strategy": job.exchange.config.strategy.value, "precision": cfg.train.precision.value,
         "capacities": list(job.sampler.capacities or job.sampler.worst_case(
-            dg.graph, loader.batch_size)),
-        "worst_case_capacities": job.sampler.worst_case(dg.graph, loader.batch_size),
+            dg.graph, job.seeds_per_step)),
+        "worst_case_capacities": job.sampler.worst_case(dg.graph, job.seeds_per_step),
+        **({"negatives": cfg.link.negatives,
+            "negative_sampler": cfg.link.negative_sampler.value,
+            "exclude": cfg.link.exclude} if link else {}),
         "refused_steps": len(outs) - len(applied),
         "cache": cfg.exchange.cache, "cache_by": cfg.exchange.cache_by,
         "cache_rows": sum(len(c) for c in job.inputs.caches.values()),

@@ -220,6 +220,8 @@ def add_commands(sub) -> None:
          "(0 = off)")
     flag("--cache-by", "exchange.cache_by", "rank cached nodes by out-degree or by "
          "requests counted on training batches")
+    flag("--task", "task", "node classification over train_idx, or link prediction over "
+         "the graph's edges (link.* settings; prints edges_per_s)")
     flag("--breakdown", "breakdown", "also time each phase of the step (sample, exchange, "
          "gather, forward, backward, optimizer, host): phase_seconds", action="store_true")
     flag("--profile", "train.profile", "write a JAX profiler trace of a few steps to this "

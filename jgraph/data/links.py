@@ -82,6 +82,8 @@ def split_edges(graph: Graph, val_fraction: float = 0.1, test_fraction: float = 
                          f"{test_fraction} must be >= 0 and leave edges to train on")
     if eval_negatives < 1:
         raise GraphError(f"eval_negatives must be >= 1, got {eval_negatives}")
+    if not graph.edges:
+        raise GraphError(f"graph {graph.name!r} has no relations, so no edges to split")
     offsets = dict(zip(graph.node_types, graph.type_offsets().tolist()))
     kept_edges, kept_data = {}, {}
     parts = {name: [] for name in EDGE_SPLITS}

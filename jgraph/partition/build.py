@@ -183,6 +183,10 @@ def _check_edge_splits(graph: Graph, edge_splits: dict) -> None:
     for name, s in edge_splits.items():
         if not isinstance(name, str) or not name.isidentifier():
             raise PartitionError(f"edge split name {name!r}: use letters, digits and _")
+        sizes = {field: np.asarray(getattr(s, field)).shape for field in ("src", "dst", "etype")}
+        if len(set(sizes.values())) != 1 or len(sizes["src"]) != 1:
+            raise PartitionError(f"edge split {name!r}: src, dst and etype must be 1-D and "
+                                 f"of one length, got shapes {sizes}")
         checks = [("src", s.src, n), ("dst", s.dst, n), ("etype", s.etype, r)]
         if s.negatives is not None:
             checks.append(("negatives", s.negatives, n))

@@ -108,7 +108,7 @@ def held_out_edges(config: Experiment, graph):
     prediction (see `jgraph.data.links`): pairs when the graph is or will be made
     undirected."""
     link = config.link
-    undirected = config.data.symmetrize or (graph.is_homogeneous and is_symmetric(graph))
+    undirected = config.data.symmetrize or is_symmetric(graph)
     split = split_edges(graph, link.val_fraction, link.test_fraction,
                         eval_negatives=link.eval_negatives, seed=link.split_seed,
                         undirected=undirected)
