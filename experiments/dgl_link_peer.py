@@ -32,7 +32,8 @@ import torch.nn.functional as F  # noqa: E402
 
 
 def read_partition(root):
-    meta = json.load(open(os.path.join(root, "meta.json")))
+    with open(os.path.join(root, "meta.json")) as f:
+        meta = json.load(f)
     if meta["num_parts"] != 1 or len(meta["relations"]) != 1:
         raise SystemExit(f"{root}: give the partition of a 1-device homogeneous run")
     part = os.path.join(root, "part-0")
@@ -155,7 +156,7 @@ def main():
     model = SAGE(x.shape[1], a.hidden, len(hops))
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     times = []
-    for epoch in range(a.epochs):
+    for _ in range(a.epochs):
         start = time.perf_counter()
         total = 0.0
         for input_nodes, pair, neg_pair, blocks in loader:

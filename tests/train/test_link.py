@@ -200,6 +200,6 @@ def test_a_link_run_stopped_mid_epoch_resumes_with_the_same_losses_and_metrics(t
     assert {k: v for k, v in result.items() if k not in RUN_ONLY} == \
         {k: v for k, v in reference.items() if k not in RUN_ONLY}
     assert reference["val_mrr"] > 0 and reference["test_hits@10"] > 0
-    assert sorted(f for f in os.listdir(ref_dir) if not f.startswith(".")) == ["checkpoints", "config.yaml", "curves.png",
-                                           "metrics.jsonl", "model", "partition",
-                                           "result.json", "steps.jsonl"]
+    files = sorted(f for f in os.listdir(ref_dir) if not f.startswith("."))
+    assert files == ["checkpoints", "config.yaml", "curves.png", "metrics.jsonl", "model",
+                     "partition", "result.json", "steps.jsonl"]
