@@ -5,11 +5,13 @@ and excluding the batch's own edges from its neighbourhoods (DGL's
 `EdgeLoader` deals each device the positive edges whose destination it owns (stored
 with its partition, see `jgraph.data.links`), shuffled per epoch by a hash of each
 edge's id in its split, so a device's order does not depend on the mesh. Negatives are
-drawn inside the step (`NegativeSampler`), keyed by (run seed, step, edge id), never by
-the device. `link_seeds` deduplicates a batch's endpoints into the seeds the neighbour
-sampler expands, and `exclude_pairs` masks every sampled edge between the two ends of
-one of the batch's positives, in either direction (the edge itself and its reverse: the
-model must not read the answer it is asked for).
+drawn inside the step (`NegativeSampler`): uniform ones keyed by (run seed, step, edge
+id), so an edge gets the same negatives on any mesh; local and joint ones depend on the
+device by design (its own nodes; one draw shared by its batch). `link_seeds`
+deduplicates a batch's endpoints into the seeds the neighbour sampler expands, and
+`exclude_pairs` masks every sampled edge between the two ends of one of the batch's
+positives, in either direction (the edge itself and its reverse: the model must not
+read the answer it is asked for).
 """
 from __future__ import annotations
 
