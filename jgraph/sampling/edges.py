@@ -294,9 +294,15 @@ def link_seeds(batch: EdgeBatch, candidates, where, valid) -> LinkSeeds:
 # -- exclusion -------------------------------------------------------------------------
 
 
-def exclude_pairs(blocks, src, dst, mask) -> tuple[tuple, jax.Array]:
+def exclude_pairs(blocks, src, dst, mask, rows: int | None = None
+                  ) -> tuple[tuple, jax.Array]:
     """The blocks without any sampled edge between the two ends of a positive (src[i],
-    dst[i]) where mask[i], in either direction; and how many slots that masked."""
+    dst[i]) where mask[i], in either direction; and how many slots that masked.
+
+    rows: only the first `rows` dst nodes of each block are looked at (None: all).
+    An excluded edge ends at a positive's endpoint, and with `link_seeds` those are
+    the first 2B seeds, which every block's dst begins with (a block's src begins with
+    its dst, and the next hop's dst is that src): `rows = 2 * B` finds every one."""
     big = jnp.iinfo(jnp.int32).max
     a = jnp.concatenate([jnp.where(mask, src, big), jnp.where(mask, dst, big)])
     b = jnp.concatenate([jnp.where(mask, dst, big), jnp.where(mask, src, big)])
@@ -306,8 +312,10 @@ def exclude_pairs(blocks, src, dst, mask) -> tuple[tuple, jax.Array]:
     steps = max(int(n).bit_length(), 1)
     out, removed = [], jnp.int32(0)
     for block in blocks:
-        u = jnp.where(block.mask, block.src[jnp.maximum(block.nbr, 0)], -1)
-        v = jnp.broadcast_to(block.dst[:, None], u.shape)
+        head = block.num_dst if rows is None else min(rows, block.num_dst)
+        mask_h, nbr_h = block.mask[:head], block.nbr[:head]
+        u = jnp.where(mask_h, block.src[jnp.maximum(nbr_h, 0)], -1)
+        v = jnp.broadcast_to(block.dst[:head, None], u.shape)
         lo = jnp.zeros(u.shape, jnp.int32)
         hi = jnp.full(u.shape, n, jnp.int32)
         for _ in range(steps):            # lower bound of (u, v) in the sorted pairs
@@ -318,8 +326,9 @@ def exclude_pairs(blocks, src, dst, mask) -> tuple[tuple, jax.Array]:
             lo = jnp.where(open_ & less, mid + 1, lo)
             hi = jnp.where(open_ & ~less, mid, hi)
         at = jnp.minimum(lo, n - 1)
-        hit = block.mask & (lo < n) & (a[at] == u) & (b[at] == v)
+        hit = mask_h & (lo < n) & (a[at] == u) & (b[at] == v)
         removed = removed + jnp.sum(hit, dtype=jnp.int32)
+        hit = jnp.concatenate([hit, jnp.zeros((block.num_dst - head, hit.shape[1]), bool)])
         keep = block.mask & ~hit
         out.append(dataclasses.replace(
             block, mask=keep, nbr=jnp.where(keep, block.nbr, -1),

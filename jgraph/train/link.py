@@ -123,7 +123,8 @@ class LinkPrediction(NodeClassification):
                                      seed=self.seed, step=step)
         blocks, excluded = sample.blocks, jnp.int32(0)
         if exclude:
-            blocks, excluded = exclude_pairs(blocks, batch.src, batch.dst, batch.mask)
+            blocks, excluded = exclude_pairs(blocks, batch.src, batch.dst, batch.mask,
+                                             rows=2 * batch.src.shape[0])
         rows, valid_rows, input_stats = self.inputs.fetch(
             self.exchange, data.features, embeddings, sample.input_nodes, caches=data.caches)
         return LinkBatch(blocks, rows, valid_rows, ends, batch.etype, batch.mask,

@@ -637,7 +637,10 @@ def exclude_run(link8):
         sample = sampler.sample(graph, exchange, ends.seeds, ends.seeds >= 0, seed=seed,
                                 step=step)
         blocks, removed = exclude_pairs(sample.blocks, batch.src, batch.dst, batch.mask)
-        return sample.blocks, blocks, removed[None]
+        # What the step runs: only the first 2B dst rows of each block are searched.
+        head, head_removed = exclude_pairs(sample.blocks, batch.src, batch.dst, batch.mask,
+                                           rows=2 * batch.src.shape[0])
+        return sample.blocks, blocks, removed[None], head, head_removed[None]
 
     return jax.jit(jax.shard_map(body, mesh=link8.mesh,
                                  in_specs=(link8.graph.specs(), ROWS, REPLICATED, REPLICATED),
@@ -708,8 +711,15 @@ def test_exclude_pairs_masks_exactly_the_slots_joining_a_batch_positives_ends(
         exclude_run, link8, train8, in_neighbours, seed):
     n = len(in_neighbours)
     batch, src, dst, mask = exclusion_batch(np.random.default_rng(seed), train8, in_neighbours)
-    before, after, removed = exclude_run(link8.graph, batch, jnp.uint32(seed), jnp.uint32(seed))
+    before, after, removed, head, head_removed = exclude_run(link8.graph, batch,
+                                                             jnp.uint32(seed), jnp.uint32(seed))
     before, after, removed = host_blocks(before), host_blocks(after), np.asarray(removed)
+    # Searching only the rows of the batch's endpoints (2B, as the step does) finds
+    # every one of them.
+    np.testing.assert_array_equal(np.asarray(head_removed), removed)
+    for a, h in zip(after, host_blocks(head)):
+        for key in ("mask", "nbr"):
+            np.testing.assert_array_equal(a[key], h[key])
     assert len(before) == len(FANOUTS)
     forward = backward = padding_slots = 0
     for k in range(P):
