@@ -3,6 +3,7 @@ for `jgraph train experiments/lp_sage_facebook.yaml`.
 
 usage: PY dgl_link_peer.py WORKDIR/partition [--hidden 128] [--fanouts 10,5]
          [--batch-size 1024] [--negatives 1] [--epochs 10] [--lr 0.003] [--seed 0]
+         [--dense]
 
 PY is a Python with torch and DGL (not a jgraph dependency: e.g. the peer venv of the
 benchmark harness). It reads the partition a `task: link` run wrote (one partition, a
@@ -12,8 +13,9 @@ DGL's link prediction examples do: `as_edge_prediction_sampler` with
 `exclude="reverse_id"` and `negative_sampler.Uniform(k)`, GraphSAGE (mean) with a dot
 product decoder and binary cross-entropy over every score; the first layer multiplies
 sparse feature rows by its kernels (as jgraph's does), so no dense feature matrix is
-built. Evaluation: layer-wise full-graph inference, then each positive ranked against
-its negatives with OGB's tie rule. Prints one JSON line (edges_per_s: positive edges
+built; `--dense` gives it the dense matrix instead, as DGL's examples feed features.
+Evaluation: layer-wise full-graph inference, then each positive ranked against its
+negatives with OGB's tie rule. Prints one JSON line (edges_per_s: positive edges
 per second of training, median epoch after the first; val/test MRR and Hits@k).
 """
 import argparse
@@ -129,9 +131,12 @@ def main():
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hits", default="1,10,50")
+    ap.add_argument("--dense", action="store_true")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     n, msg_src, msg_dst, x, splits = read_partition(a.partition)
+    if a.dense and x.is_sparse:
+        x = x.to_dense()
     pos_src = torch.from_numpy(splits["train"]["src"])
     pos_dst = torch.from_numpy(splits["train"]["dst"])
     m = pos_src.numel()
@@ -174,6 +179,7 @@ def main():
     result = {"peer": "dgl", "dgl": dgl.__version__, "torch": torch.__version__,
               "threads": torch.get_num_threads(), "fanouts_per_hop": hops,
               "hidden": a.hidden, "batch_size": a.batch_size, "negatives": a.negatives,
+              "features": "sparse" if x.is_sparse else "dense",
               "epochs": a.epochs, "positives": m, "final_loss": total / len(loader),
               "epoch_seconds": float(np.median(times[1:] or times)),
               "edges_per_s": m / float(np.median(times[1:] or times))}

@@ -9,11 +9,14 @@ import sys
 import time
 
 from jgraph.data import (
+    GraphError,
     add_reverse_relations,
     add_self_loops,
     deduplicate,
+    is_symmetric,
     load_dataset,
     remove_self_loops,
+    split_edges,
     symmetrize,
 )
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
@@ -61,6 +64,16 @@ def add_commands(sub) -> None:
                    help="replace an existing partition directory at --out")
     for name, _, help_text in TRANSFORMS:
         p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=help_text)
+    p.add_argument("--link-split", metavar="VAL,TEST",
+                   help="for link prediction: hold out these fractions of each relation's "
+                        "edges as val and test positives (after --remove-self-loops, before "
+                        "the other transforms; pairs if the graph is or is made undirected) "
+                        "and store them with the partition, as `jgraph train` with "
+                        "task: link does (link.val_fraction, link.test_fraction)")
+    p.add_argument("--eval-negatives", type=int, default=1000,
+                   help="with --link-split: fixed negatives per val/test positive")
+    p.add_argument("--split-seed", type=int, default=0,
+                   help="with --link-split: seeds the held-out edges and their negatives")
     p.add_argument("--json", action="store_true",
                    help="print one JSON line of results instead of the summary")
     p.set_defaults(run=run_partition)
@@ -87,16 +100,24 @@ def run_partition(args) -> int:
     print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
           f"{args.method})", file=sys.stderr)
     try:
+        fractions = link_fractions(args.link_split)
         check_out_dir(args.out, args.overwrite)       # before loading a large graph
+        edge_splits = None
         with progress.phase("loading dataset"):
             graph = load_dataset(args.dataset)
             for name, transform, _ in TRANSFORMS:
+                if fractions is not None and name != "remove_self_loops" and edge_splits is None:
+                    # Held out before any edge is reversed, as `jgraph train` does.
+                    split = split_edges(graph, *fractions, eval_negatives=args.eval_negatives,
+                                        seed=args.split_seed,
+                                        undirected=args.symmetrize or is_symmetric(graph))
+                    graph, edge_splits = split.graph, split.edges
                 if getattr(args, name):
                     graph = transform(graph)
         meta = partition_graph(graph, args.num_parts, args.method, args.out, seed=args.seed,
                                tolerance=args.balance_tolerance,
                                rebalance=not args.no_rebalance, overwrite=args.overwrite,
-                               progress=progress)
+                               progress=progress, edge_splits=edge_splits)
     except OutputExistsError as e:
         hint = "; pass --overwrite to replace it" if e.replaceable else ""
         raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None
@@ -107,6 +128,18 @@ def run_partition(args) -> int:
         print(summary(meta, args.out))
         print(f"total {seconds:.1f}s, peak memory {peak_rss_bytes() / 2**30:.2f} GiB")
     return 0
+
+
+def link_fractions(text: str | None) -> tuple[float, float] | None:
+    """--link-split VAL,TEST as two fractions, or None."""
+    if text is None:
+        return None
+    try:
+        val, test = (float(x) for x in text.split(","))
+    except ValueError:
+        raise GraphError(f"--link-split {text!r}: give two fractions VAL,TEST, e.g. "
+                         f"0.1,0.1") from None
+    return val, test
 
 
 def result_row(meta: PartitionMeta, out: str, seconds: float) -> dict:
@@ -127,6 +160,8 @@ def result_row(meta: PartitionMeta, out: str, seconds: float) -> dict:
         "part_nodes": [p.num_nodes for p in meta.parts],
         "part_edges": [p.num_edges for p in meta.parts],
         "part_halo": [p.num_halo for p in meta.parts],
+        "edge_splits": {name: sum(p.edge_splits[name] for p in meta.parts)
+                        for name in meta.edge_splits},
     }
 
 
@@ -146,6 +181,11 @@ def summary(meta: PartitionMeta, where: str) -> str:
         lines.append(f"{k:>5} {p.num_nodes:>11,} {p.num_edges:>12,} {p.num_halo:>10,}"
                      + "".join(f" {c:>9,}" for c in counts))
     lines.append(f"edge cut: {meta.edge_cut_fraction:.2%} of edges join different partitions")
+    if meta.edge_splits:
+        lines.append("link prediction positives: " + ", ".join(
+            f"{name} {sum(p.edge_splits[name] for p in meta.parts):,}"
+            + (f" ({entry['negatives']:,} fixed negatives each)" if entry["negatives"] else "")
+            for name, entry in meta.edge_splits.items()))
     within = all(v <= 1 + meta.balance_tolerance + 1e-9 for v in meta.balance.values())
     lines.append("balance (max/mean per constraint): " + ", ".join(
         f"{k} {v:.3f}" for k, v in meta.balance.items())

@@ -177,6 +177,12 @@ class LinkPrediction(NodeClassification):
         return TrainState(params, opt_state, embeddings, state.step + applied,
                           (~applied).astype(jnp.int32)), metrics
 
+    def eval_step(self, params, embeddings, data: StepData, order, index):
+        """Link prediction is evaluated by ranking every validation and test edge
+        against its fixed negatives (`LinkEvaluator`), not batch by batch."""
+        raise TypeError("LinkPrediction has no batch evaluation step; rank the edge "
+                        "splits with jgraph.train.link.LinkEvaluator")
+
     def embed_step(self, params, embeddings, data: StepData, loader: NodeLoader, order,
                    index):
         """Per device: (seeds int32[B], their embeddings [B, D], stats) of batch `index`
@@ -190,15 +196,16 @@ class LinkPrediction(NodeClassification):
         h = model(rows, valid, sample.blocks).astype(jnp.float32)
         return sample.seeds, h, (sample.stats, input_stats)
 
-    def compile_embed(self, graph: ShardedGraph, loader: NodeLoader, on_trace=None):
+    def compile_embed(self, graph: ShardedGraph, loader: NodeLoader, on_trace=None,
+                      mesh=None):
         """jit(shard_map(embed_step)) over `loader`: (params, embeddings, data, order,
-        index) -> (seeds, embeddings, stats)."""
+        index) -> (seeds, embeddings, stats); mesh: as for `compile_train`."""
         def step(params, embeddings, data, order, index):
             if on_trace is not None:
                 on_trace()
             return self.embed_step(params, embeddings, data, loader, order, index)
         return jax.jit(jax.shard_map(
-            step, mesh=self.mesh,
+            step, mesh=mesh or self.mesh,
             in_specs=(REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
                       REPLICATED),
             out_specs=(ROWS, ROWS, REPLICATED)))
@@ -336,8 +343,10 @@ class LinkEvaluator:
         return out
 
 
-def full_graph_embeddings(run, params, embeddings) -> np.ndarray:
-    """float32[N, D]: every node's embedding by layer-wise full-graph inference."""
+def full_graph_embedding_program(run, mesh=None):
+    """jit(shard_map(...)): (params, embeddings, data) -> (each device's own nodes'
+    embeddings [n, D] row-sharded, ids lost by the exchange), on the run's mesh or on
+    `mesh` (to build it for other hardware, see `jgraph.target`)."""
     from jgraph.train.inference import full_graph_logits
     job, dg = run.job, run.dg
 
@@ -345,11 +354,16 @@ def full_graph_embeddings(run, params, embeddings) -> np.ndarray:
         model = nnx.merge(job.graphdef, params)
         return full_graph_logits(model, job.inputs, data.features, embeddings, data.graph,
                                  job.exchange)
-    program = jax.jit(jax.shard_map(
-        per_device, mesh=job.mesh,
+    return jax.jit(jax.shard_map(
+        per_device, mesh=mesh or job.mesh,
         in_specs=(REPLICATED, job.inputs.embedding_specs(), job.data_specs(dg.graph)),
         out_specs=(ROWS, REPLICATED)))
-    h, lost = program(params, embeddings, job.data(dg.graph))
+
+
+def full_graph_embeddings(run, params, embeddings) -> np.ndarray:
+    """float32[N, D]: every node's embedding by layer-wise full-graph inference."""
+    job, dg = run.job, run.dg
+    h, lost = full_graph_embedding_program(run)(params, embeddings, job.data(dg.graph))
     if int(lost):
         from jgraph.exchange import ExchangeOverflowError
         raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost by "

@@ -6,6 +6,8 @@ compilation, `jgraph.target`), as a GPU user's first run would build it:
   * GraphSAGE's and R-GCN's training and evaluation steps from the shipped configs,
     on 1 and 8 devices, with every exchange strategy (ragged_all_to_all, the GPU
     default, included), and layer-wise full-graph inference;
+  * link prediction's training step and its evaluation programs (every node's
+    embedding, sampled or layer-wise);
   * each program holds what it should: the kernel's custom call on GPU and none on CPU,
     the collectives of its strategy, and no collective on one device.
 
@@ -21,12 +23,13 @@ from jgraph.kernels.sample import draw_positions, draw_positions_pallas
 from jgraph.config import load
 from jgraph.mesh import first_devices
 from jgraph.progress import Progress
-from jgraph.sharded import make_mesh
+from jgraph.sharded import ROWS, make_mesh
 from jgraph.target import Analysis, Target, abstract_like, target_mesh
 from jgraph.train.compile import build, compile_step, eval_step_args
 from jgraph.train.evaluate import SampledEvaluator
 from jgraph.train.experiment import Experiment
 from jgraph.train.inference import full_graph_program
+from jgraph.train.link import NodeEmbedder, full_graph_embedding_program
 from jgraph.train.run import build_run, open_graph
 
 pytestmark = [pytest.mark.gpu_compile, pytest.mark.slow]   # each builds a whole GPU program
@@ -132,7 +135,35 @@ def test_rgcn_training_step_compiles_for_h100(make_run, devices):
                                    {"ragged-all-to-all", "all-gather"})
 
 
+@pytest.mark.parametrize("devices", [1, 8])
+def test_link_prediction_training_step_compiles_for_h100(make_run, devices):
+    """lp_sage_facebook.yaml as shipped: positives and uniform negatives whose
+    endpoints are sampled through the exchange, the batch's edges excluded, sparse
+    feature rows."""
+    report = compile_step(make_run("experiments/lp_sage_facebook.yaml", devices), H100)
+    assert report["ok"], report.get("error")
+    assert report["pallas_kernels"] == 2
+    assert collectives(report) == (set() if devices == 1 else
+                                   {"ragged-all-to-all", "all-gather"})
+
+
 # -- evaluation: sampled and full-graph --------------------------------------------------
+
+
+def test_link_prediction_evaluation_programs_compile_for_h100(make_run):
+    """Link prediction embeds every node, by sampled blocks or layer by layer."""
+    run = make_run("experiments/lp_sage_facebook.yaml", 8)
+    mesh = target_mesh(H100, 8)
+    embedder = NodeEmbedder(run)
+    args = eval_step_args(run, mesh)
+    program = embedder.job.compile_embed(run.dg.graph, embedder.loader, mesh=mesh)
+    compiled, _ = build(program, (*args[:3], abstract_like(embedder.order, ROWS, mesh),
+                                  args[4]))
+    analysis = Analysis.of(compiled)
+    assert analysis.pallas_kernels == 2          # the config's eval fanouts are drawn
+    assert collectives(analysis) == {"ragged-all-to-all", "all-gather"}
+    compiled, _ = build(full_graph_embedding_program(run, mesh), args[:3])
+    assert "ragged-all-to-all" in Analysis.of(compiled).collectives
 
 
 @pytest.mark.parametrize("devices", [1, 8])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jgraph.config import load
-from jgraph.data import load_dataset
+from jgraph.data import load_dataset, split_edges
 from jgraph.partition import partition_graph
 from jgraph.progress import Progress
 from jgraph.train.experiment import Experiment
@@ -38,22 +38,22 @@ def parts(tmp_path_factory):
     return str(out)
 
 
-def settings(parts, epochs):
-    return SMALL + [f"data.path={parts}", f"train.epochs={epochs}"]
+def settings(parts, epochs, extra=()):
+    return SMALL + [f"data.path={parts}", f"train.epochs={epochs}", *extra]
 
 
-def in_process(parts, workdir, epochs):
-    config = load(Experiment, EXPERIMENT, settings(parts, epochs))
+def in_process(parts, workdir, epochs, extra=()):
+    config = load(Experiment, EXPERIMENT, settings(parts, epochs, extra))
     return train_and_evaluate(config, str(workdir), Progress(enabled=False))
 
 
-def launched(parts, workdir, epochs):
+def launched(parts, workdir, epochs, extra=()):
     """`jgraph train` under the launcher, 2 processes x 2 devices; its result.json."""
     proc = subprocess.run(
         [sys.executable, "-m", "jgraph.launch", "--num-processes", "2",
          "--devices-per-process", "2", "--", sys.executable, "-m", "jgraph.cli.main", "train",
          EXPERIMENT, "--workdir", str(workdir), "--quiet", "--set",
-         *settings(parts, epochs)],
+         *settings(parts, epochs, extra)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     summary = [line for line in proc.stdout.splitlines() if line.startswith("[rank 0] {")]
@@ -103,3 +103,27 @@ def test_a_1x4_checkpoint_resumes_in_2x2_processes_with_the_same_losses(parts, r
     assert_same_steps(steps(tmp_path), steps(ref_dir))
     assert resumed["test_acc"] == pytest.approx(ref["test_acc"], abs=2 / 1000)
     assert resumed["best_epoch"] == ref["best_epoch"]
+
+
+# Link prediction: cora's training pairs in batches of 256 positives per device.
+LINK = ["task=link", "train.batch_size=256", "link.hits=[1,10]"]
+
+
+@pytest.fixture(scope="module")
+def link_parts(tmp_path_factory):
+    split = split_edges(load_dataset("cora"), 0.1, 0.1, eval_negatives=20, seed=0,
+                        undirected=True)
+    out = tmp_path_factory.mktemp("cora4_link") / "parts"
+    partition_graph(split.graph, 4, "metis", out, edge_splits=split.edges)
+    return str(out)
+
+
+def test_link_prediction_in_2x2_processes_trains_and_ranks_as_1x4(link_parts, tmp_path):
+    """The edge loader, the negatives, the exchange of remote endpoints and the
+    evaluation (every node's embedding gathered on every process) across processes."""
+    ref = in_process(link_parts, tmp_path / "one", 2, LINK)
+    got = launched(link_parts, tmp_path / "two", 2, LINK)
+    assert got["devices"] == 4 and got["steps"] == ref["steps"]
+    assert_same_steps(steps(tmp_path / "two"), steps(tmp_path / "one"))
+    for key in ("val_mrr", "test_mrr", "test_hits@1", "test_hits@10"):
+        assert got[key] == pytest.approx(ref[key], abs=1e-4), key
