@@ -125,5 +125,10 @@ def test_link_prediction_in_2x2_processes_trains_and_ranks_as_1x4(link_parts, tm
     got = launched(link_parts, tmp_path / "two", 2, LINK)
     assert got["devices"] == 4 and got["steps"] == ref["steps"]
     assert_same_steps(steps(tmp_path / "two"), steps(tmp_path / "one"))
+    # The gloo all-reduce sums in another order, so the parameters differ in their last
+    # bits and a near tie among a positive's 20 negatives may break the other way: allow
+    # two positives (of cora's 528 per split) to change rank across 1 (1 / 528 of
+    # Hits@1 each, at most that much of MRR), as the node classification test allows 2
+    # of 1,000 predictions to change.
     for key in ("val_mrr", "test_mrr", "test_hits@1", "test_hits@10"):
-        assert got[key] == pytest.approx(ref[key], abs=1e-4), key
+        assert got[key] == pytest.approx(ref[key], abs=2 / 528), key
