@@ -221,11 +221,7 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
                            embedding_dim=input_width(config, num_classes, num_relations),
                            optimizer=sparse_optimizer(config),
                            learnable=config.model.learnable_inputs)
-    if config.model.one_hot_inputs and inputs.features and len(inputs.node_types) == 1:
-        raise ConfigError(
-            f"model.one_hot_inputs: node type {inputs.node_types[0]!r} of {config.data.path} "
-            f"has {config.data.feature!r} features, which one-hot inputs would replace by "
-            f"learned rows; set model.learnable_inputs=true to train without them")
+    check_one_hot(config, inputs)
     model = build_model(config, inputs, num_classes, num_relations)
     graphdef, params = nnx.split(model, nnx.Param)
     try:
@@ -242,6 +238,15 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
     return Run(config, dg, target, num_classes, job, params)
 
 
+def check_one_hot(config: Experiment, inputs: NodeInputs) -> None:
+    """One-hot inputs replace a featured graph's features only when asked to."""
+    if config.model.one_hot_inputs and inputs.features and len(inputs.node_types) == 1:
+        raise ConfigError(
+            f"model.one_hot_inputs: node type {inputs.node_types[0]!r} of {config.data.path} "
+            f"has {config.data.feature!r} features, which one-hot inputs would replace by "
+            f"learned rows; set model.learnable_inputs=true to train without them")
+
+
 def build_link_run(config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
     """`build_run` for link prediction: a `LinkPrediction` job over the partition's
     training edges; the model embeds nodes at model.hidden and scores edges."""
@@ -254,11 +259,14 @@ def build_link_run(config: Experiment, dg: DistGraph, platform: str | None = Non
                           f"partition")
     check_features(config, dg)
     num_relations = dg.graph.num_relations
-    inputs = NodeInputs.of(dg, feature=config.data.feature, embedding_dim=m.embedding_dim,
+    # The encoder's last layer gives each node a hidden-wide embedding: that is the
+    # width one-hot inputs are laid out for (in place of node classification's classes).
+    width = input_width(config, m.hidden, num_relations)
+    inputs = NodeInputs.of(dg, feature=config.data.feature, embedding_dim=width,
                            optimizer=sparse_optimizer(config), learnable=m.learnable_inputs)
+    check_one_hot(config, inputs)
     rngs = nnx.Rngs(t.seed)
-    encoder = InputEncoder(inputs.widths(), tuple(inputs.features), m.embedding_dim,
-                           rngs=rngs)
+    encoder = InputEncoder(inputs.widths(), tuple(inputs.features), width, rngs=rngs)
     spec = ModelSpec(encoder.width, m.hidden, m.hidden, m.num_layers, num_relations,
                      dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm, options=m)
     try:

@@ -31,7 +31,7 @@ from jgraph.sharded import REPLICATED, ROWS, DistGraph, make_mesh
 from jgraph.train.experiment import Experiment, Inference, LinkLoss
 from jgraph.train.link import LinkEvaluator, link_loss, ogb_ranks, rank_metrics
 from jgraph.train.loop import RunStopped, train_and_evaluate
-from jgraph.train.run import build_run
+from jgraph.train.run import build_run, open_graph
 
 DEVICES = 8
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,3 +203,18 @@ def test_a_link_run_stopped_mid_epoch_resumes_with_the_same_losses_and_metrics(t
     files = sorted(f for f in os.listdir(ref_dir) if not f.startswith("."))
     assert files == ["checkpoints", "config.yaml", "curves.png", "metrics.jsonl", "model",
                      "partition", "result.json", "steps.jsonl"]
+
+
+def test_link_prediction_builds_r_gcn_with_one_hot_inputs_laid_out_for_its_embeddings(
+        tmp_path, shared_data):
+    """rgcn_aifb.yaml's featureless R-GCN as a link predictor: one hidden-wide row per
+    relation and self per node, the last layer a hidden-wide embedding."""
+    config = load(Experiment, str(ROOT / "experiments" / "rgcn_aifb.yaml"),
+                  ["task=link", "data.num_parts=2", f"data.path={shared_data('aifb.npz')}",
+                   "model.hidden=4", "link.eval_negatives=5"])
+    dg = open_graph(config, make_mesh(devices=jax.devices()[:2]), str(tmp_path),
+                    Progress(enabled=False))
+    run = build_run(config, dg)
+    rows = run.job.inputs.embeddings["_N"].dim
+    assert rows == (dg.graph.num_relations + 1) * 4
+    assert set(dg.meta.edge_splits) == {"train", "val", "test"}
