@@ -70,10 +70,12 @@ def add_commands(sub) -> None:
                         "the other transforms; pairs if the graph is or is made undirected) "
                         "and store them with the partition, as `jgraph train` with "
                         "task: link does (link.val_fraction, link.test_fraction)")
-    p.add_argument("--eval-negatives", type=int, default=1000,
-                   help="with --link-split: fixed negatives per val/test positive")
-    p.add_argument("--split-seed", type=int, default=0,
-                   help="with --link-split: seeds the held-out edges and their negatives")
+    p.add_argument("--eval-negatives", type=int,
+                   help="with --link-split: fixed negatives per val/test positive "
+                        "(default: 1000)")
+    p.add_argument("--split-seed", type=int,
+                   help="with --link-split: seeds the held-out edges and their negatives "
+                        "(default: 0)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON line of results instead of the summary")
     p.set_defaults(run=run_partition)
@@ -101,6 +103,10 @@ def run_partition(args) -> int:
           f"{args.method})", file=sys.stderr)
     try:
         fractions = link_fractions(args.link_split)
+        given = [f for f, v in (("--eval-negatives", args.eval_negatives),
+                                ("--split-seed", args.split_seed)) if v is not None]
+        if fractions is None and given:
+            raise GraphError(f"{' and '.join(given)} only apply with --link-split VAL,TEST")
         check_out_dir(args.out, args.overwrite)       # before loading a large graph
         edge_splits = None
         with progress.phase("loading dataset"):
@@ -108,8 +114,10 @@ def run_partition(args) -> int:
             for name, transform, _ in TRANSFORMS:
                 if fractions is not None and name != "remove_self_loops" and edge_splits is None:
                     # Held out before any edge is reversed, as `jgraph train` does.
-                    split = split_edges(graph, *fractions, eval_negatives=args.eval_negatives,
-                                        seed=args.split_seed,
+                    split = split_edges(graph, *fractions,
+                                        eval_negatives=(1000 if args.eval_negatives is None
+                                                        else args.eval_negatives),
+                                        seed=args.split_seed or 0,
                                         undirected=args.symmetrize or is_symmetric(graph))
                     graph, edge_splits = split.graph, split.edges
                 if getattr(args, name):

@@ -216,11 +216,16 @@ class _AfterJaxImport(importlib.abc.MetaPathFinder):
     """Registers the pytree right after `import jax` finishes, for a program that
     imports jgraph's data before JAX."""
 
+    finding = False
+
     def find_spec(self, name, path=None, target=None):
-        if name != "jax":
+        if name != "jax" or self.finding:
             return None
-        sys.meta_path.remove(self)          # once, and not for the find below
-        spec = importlib.util.find_spec(name)
+        self.finding = True                 # the find below asks the other finders
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.finding = False
         if spec is None or spec.loader is None:
             return spec
         run = spec.loader.exec_module
@@ -228,6 +233,8 @@ class _AfterJaxImport(importlib.abc.MetaPathFinder):
         def exec_module(module):
             run(module)
             register_pytree()
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
         spec.loader.exec_module = exec_module
         return spec
 

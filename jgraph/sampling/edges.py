@@ -6,8 +6,9 @@ and excluding the batch's own edges from its neighbourhoods (DGL's
 with its partition, see `jgraph.data.links`), shuffled per epoch by a hash of each
 edge's id in its split, so a device's order does not depend on the mesh. Negatives are
 drawn inside the step (`NegativeSampler`): uniform ones keyed by (run seed, step, edge
-id), so an edge gets the same negatives on any mesh; local and joint ones depend on the
-device by design (its own nodes; one draw shared by its batch). `link_seeds`
+id), so an edge trained at a given step gets the same negatives whichever device draws
+them; local and joint ones depend on the device by design (its own nodes; one draw
+shared by its batch). `link_seeds`
 deduplicates a batch's endpoints into the seeds the neighbour sampler expands, and
 `exclude_pairs` masks every sampled edge between the two ends of one of the batch's
 positives, in either direction (the edge itself and its reverse: the model must not
@@ -229,8 +230,10 @@ class NegativeSampler:
             h = hash32(hash32(key, me)[None, None], (jnp.arange(types, dtype=jnp.uint32)[:, None]
                                                     * k + j[None, :]))       # [T, k]
             all_types = jnp.arange(types, dtype=jnp.int32)[:, None]
+            sizes = jnp.asarray(table.cum)[all_types, -1]                    # [T, 1]
             cands = table.global_ids(jnp.broadcast_to(all_types, (types, k)),
-                                     _below(h, jnp.asarray(table.cum)[all_types, -1]))
+                                     _below(h, sizes))
+            cands = jnp.where(sizes > 0, cands, -1)       # no node of a type: no draw
             where = 2 * b + ntype[:, None] * k + jnp.arange(k)[None, :]
             valid = jnp.broadcast_to(batch.mask[:, None], (b, k))
             return cands.reshape(-1), where.astype(jnp.int32), valid

@@ -67,14 +67,15 @@ class SampledEvaluator:
 def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
                     evaluators=None, on_trace=None, progress: Progress | None = None) -> dict:
     """{split: scores or None (the graph has no such split)}, sampled or full-graph.
-    evaluators: already compiled `SampledEvaluator`s to reuse, by split."""
+    evaluators: already compiled evaluators to reuse, by split (`SampledEvaluator`s; a
+    link run's "val" one is its `LinkEvaluator`, which ranks any split)."""
     present = [s for s in splits if run.has_split(s)]
     out = dict.fromkeys(splits)
     if run.config.task is Task.LINK:
         from jgraph.train.link import LinkEvaluator
         evaluator = (evaluators or {}).get("val")
         if inference is not Inference.SAMPLED or not isinstance(evaluator, LinkEvaluator):
-            evaluator = LinkEvaluator(run, inference, on_trace, progress)
+            evaluator = LinkEvaluator(run, inference, on_trace)
         if present:
             out.update(evaluator(params, embeddings, present))
         return out

@@ -17,6 +17,7 @@ inference.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, NamedTuple
 
@@ -235,19 +236,32 @@ def rank_metrics(ranks: np.ndarray, hits=(1, 10, 50)) -> dict:
 
 def score_edges(model_params, graphdef, emb: np.ndarray, src, dst, etype, negatives,
                 chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """(pos float32[n], neg float32[n, K]): the decoder's scores of edges and of each
-    positive's negatives (same source, the negative as destination), on the host."""
-    model = nnx.merge(graphdef, model_params)
-    relations = np.asarray(model.relations[...]) if hasattr(model, "relations") else None
-    h_src = emb[src]
-    if relations is not None:
-        h_src = h_src * relations[etype]
-    pos = np.sum(h_src * emb[dst], axis=1)
+    """(pos float32[n], neg float32[n, K]): the decoder's (`LinkPredictor.score`) scores
+    of edges and of each positive's negatives (same source, the negative as
+    destination), `chunk` positives at a time."""
+    score = _scorer(graphdef)
+    pos = np.empty(len(src), np.float32)
     neg = np.empty(negatives.shape, np.float32)
     for lo in range(0, len(src), chunk):
-        hi = lo + chunk
-        neg[lo:hi] = np.matmul(emb[negatives[lo:hi]], h_src[lo:hi, :, None])[..., 0]
+        at = slice(lo, lo + chunk)
+        n = len(src[at])
+        pad = lambda a, n=n: np.concatenate([a, np.zeros((chunk - n, *a.shape[1:]), a.dtype)])
+        p, q = score(model_params, pad(emb[src[at]]), pad(emb[dst[at]]),
+                     pad(emb[negatives[at]]), pad(np.asarray(etype[at])))
+        pos[at], neg[at] = np.asarray(p)[:n], np.asarray(q)[:n]
     return pos, neg
+
+
+@functools.cache
+def _scorer(graphdef):
+    """jit: (params, h_src [c, D], h_dst [c, D], h_neg [c, K, D], etype [c]) -> scores
+    of the pairs and of the negatives (one compilation per chunk shape)."""
+    @jax.jit
+    def score(params, h_src, h_dst, h_neg, etype):
+        model = nnx.merge(graphdef, params)
+        return (model.score(h_src, h_dst, etype),
+                model.score(h_src[:, None, :], h_neg, etype[:, None]))
+    return score
 
 
 class LinkEdges(NamedTuple):
@@ -268,21 +282,25 @@ def eval_edges(dg, split: str) -> LinkEdges:
 
 def to_host(array: jax.Array) -> np.ndarray:
     """A sharded array on every process's host (replicated first)."""
-    mesh = array.sharding.mesh
-    return np.asarray(jax.jit(lambda x: x, out_shardings=replicated(mesh))(array))
+    return np.asarray(_replicate(array.sharding.mesh)(array))
+
+
+@functools.cache
+def _replicate(mesh):
+    return jax.jit(lambda x: x, out_shardings=replicated(mesh))
 
 
 class NodeEmbedder:
     """Every node's embedding by sampled blocks with the evaluation fanouts (one
     compilation, at the first call: `compile_seconds`)."""
 
-    def __init__(self, run, on_trace=None, progress=None):
+    def __init__(self, run, on_trace=None):
         t = run.config.train
         dg = run.dg
         loader = NodeLoader.from_ids(dg.mesh, dg.book.offsets, np.arange(dg.meta.num_nodes),
                                      batch_size=t.eval_batch_size)
         self.job = dataclasses.replace(run.job, sampler=NeighborSampler(t.eval_fanouts))
-        self.loader, self.dg, self.progress = loader, dg, progress
+        self.loader, self.dg = loader, dg
         self.program = self.job.compile_embed(dg.graph, loader, on_trace)
         self.data = self.job.data(dg.graph)
         self.order = loader.epoch_order(0)
@@ -314,9 +332,9 @@ class LinkEvaluator:
     blocks (`NodeEmbedder`, compiled once) or by full-graph inference, then each
     positive ranked against its fixed negatives (`ogb_ranks`)."""
 
-    def __init__(self, run, inference: Inference, on_trace=None, progress=None):
+    def __init__(self, run, inference: Inference, on_trace=None):
         self.run, self.inference = run, inference
-        self.embedder = (NodeEmbedder(run, on_trace, progress)
+        self.embedder = (NodeEmbedder(run, on_trace)
                          if inference is Inference.SAMPLED else None)
         self.edges: dict[str, LinkEdges] = {}
 

@@ -177,7 +177,7 @@ class Loop:
         self.val_eval = None
         if run.has_split("val"):
             self.val_eval = (
-                LinkEvaluator(run, Inference.SAMPLED, self.counter("eval_step"), progress)
+                LinkEvaluator(run, Inference.SAMPLED, self.counter("eval_step"))
                 if self.link else
                 SampledEvaluator(run, "val", self.counter("eval_step"), progress))
         writer = jax.process_index() == 0

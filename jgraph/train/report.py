@@ -90,9 +90,10 @@ def plot_curves(rows: Sequence[dict], path: str, title: str) -> None:
     left.plot(epochs, [r["loss"] for r in rows], marker="o", color="tab:red")
     left.set(xlabel="epoch", ylabel="training loss", title="loss")
     right.plot(epochs, [r["train_acc"] for r in rows], marker="o", label="train")
-    val = [(r["epoch"], r["val_acc"]) for r in rows if r.get("val_acc") is not None]
+    key = "val_mrr" if "val_mrr" in rows[0] else "val_acc"     # link prediction: MRR
+    val = [(r["epoch"], r[key]) for r in rows if r.get(key) is not None]
     if val:
-        right.plot(*zip(*val), marker="o", label="val")
+        right.plot(*zip(*val), marker="o", label=key.replace("_", " "))
     right.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1))
     right.legend()
     for ax in (left, right):

@@ -100,6 +100,9 @@ def check_resumable(saved: dict, now: dict, path: str) -> None:
             out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
         return out
     before, after = flat(saved), flat(now)
+    # A setting added since the checkpoint was written held its default then.
+    defaults = flat({"config": to_dict(Experiment())})
+    before, after = {**defaults, **before}, {**defaults, **after}
     diffs = [f"{k}: {before.get(k)!r} there, {after.get(k)!r} now"
              for k in sorted(set(before) | set(after))
              if (k.startswith("config.") or k.startswith("partition."))

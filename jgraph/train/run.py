@@ -195,8 +195,10 @@ class Run:
                                      seed=shuffle_seed)
 
     def has_split(self, split: str) -> bool:
-        if self.config.task is Task.LINK:
-            return split in self.dg.meta.edge_splits
+        if self.config.task is Task.LINK:       # a split held out with fraction 0 is empty
+            meta = self.dg.meta
+            return split in meta.edge_splits and sum(p.edge_splits[split]
+                                                     for p in meta.parts) > 0
         return split in self.dg.meta.splits.get(self.target, [])
 
 
@@ -251,8 +253,7 @@ def build_link_run(config: Experiment, dg: DistGraph, platform: str | None = Non
     """`build_run` for link prediction: a `LinkPrediction` job over the partition's
     training edges; the model embeds nodes at model.hidden and scores edges."""
     t, m, link = config.train, config.model, config.link
-    missing = [s for s in ("train", "val", "test") if s not in dg.meta.edge_splits]
-    if "train" in missing:
+    if "train" not in dg.meta.edge_splits:
         raise ConfigError(f"{dg.parts.root} holds no training edges for link prediction "
                           f"(its edge splits: {sorted(dg.meta.edge_splits) or 'none'}); "
                           f"give data.path a graph to split, not a node classification "

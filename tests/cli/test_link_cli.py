@@ -68,6 +68,13 @@ def test_a_malformed_link_split_exits_2_naming_it(tmp_path, capsys):
     code, _, err = run(capsys, "partition", "cora", "--num-parts", "2",
                        "--out", str(tmp_path / "parts"), "--link-split", "0.6,0.5")
     assert code == 2 and "leave edges to train on" in err
+    code, _, err = run(capsys, "partition", "cora", "--num-parts", "2",
+                       "--out", str(tmp_path / "parts"), "--eval-negatives", "10")
+    assert code == 2 and "--eval-negatives only apply with --link-split VAL,TEST" in err
+    code, _, err = run(capsys, "partition", "cora", "--num-parts", "2",
+                       "--out", str(tmp_path / "parts"), "--link-split", "0.1,0.1",
+                       "--eval-negatives", "0")
+    assert code == 2 and "eval_negatives must be >= 1, got 0" in err
 
 
 @pytest.mark.slow      # a benchmark epoch
@@ -79,3 +86,14 @@ def test_bench_train_task_link_prints_edges_per_second(capsys):
     row = json.loads(out)
     assert row["task"] == "link" and row["edges_per_epoch"] == 5278 - 2 * 528
     assert row["edges_per_s"] > 0 and "seeds_per_s" not in row
+
+
+@pytest.mark.slow      # a training run
+def test_a_link_run_without_validation_edges_keeps_its_last_epoch(tmp_path, capsys):
+    code, out, err = run(capsys, "train", EXPERIMENT, "--workdir", str(tmp_path / "run"),
+                         "--quiet", "--devices", "2", "--set", "data.num_parts=2",
+                         "link.val_fraction=0", "link.eval_negatives=20", *SMALL)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["val_mrr"] is None and 0 < result["test_mrr"] <= 1
+    assert result["best_epoch"] == 0          # the last (and only) epoch

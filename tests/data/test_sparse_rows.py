@@ -2,6 +2,7 @@
 a kernel as the dense product (values and gradients), kept sparse by the npz layouts,
 normalised like dense rows, and refused with the field named when inconsistent; under
 shard_map a replicated kernel's gradient is summed once."""
+import os
 import re
 
 import jax
@@ -155,3 +156,20 @@ def test_under_shard_map_a_replicated_kernels_gradient_is_summed_once_not_per_co
     dense = jnp.asarray(m.toarray())
     want = jax.grad(lambda k: jnp.sum((dense @ k) ** 2))(kernel)
     np.testing.assert_allclose(np.asarray(fn(kernel, rows)), np.asarray(want), rtol=1e-4)
+
+
+def test_sparse_rows_are_a_pytree_when_jax_comes_after_them_even_if_looked_up_first():
+    """In a fresh process: jgraph's data imported first, JAX's spec looked up (as tools
+    do) before `import jax`; jit still sees the rows as a pytree of two leaves."""
+    import subprocess
+    import sys
+    code = ("import importlib.util, numpy as np\n"
+            "from jgraph.data import SparseRows\n"
+            "assert importlib.util.find_spec('jax') is not None\n"
+            "import jax\n"
+            "r = SparseRows(np.zeros((3, 2), np.int32), np.ones((3, 2), np.float32), 5)\n"
+            "print(len(jax.tree_util.tree_leaves(r)), jax.jit(SparseRows.todense)(r).shape)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[0] == "2 (3, 5)"

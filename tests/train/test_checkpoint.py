@@ -254,3 +254,14 @@ def test_a_stop_request_records_the_first_signal_and_restores_the_handlers():
         with pytest.raises(KeyboardInterrupt):        # a second SIGINT stops at once
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_setting_added_since_a_checkpoint_counts_as_its_default_there():
+    """A checkpoint written before `task` and `link` existed resumes a node
+    classification run (their defaults), and refuses a link prediction one."""
+    check_resumable(IDENTITY, changed("config", "task", "node"), "ck/5")
+    now = changed("config", "task", "node")
+    now["config"]["link"] = {"negatives": 1, "decoder": "dot"}
+    check_resumable(IDENTITY, now, "ck/5")
+    with pytest.raises(CheckpointError, match="config.task: 'node' there, 'link' now"):
+        check_resumable(IDENTITY, changed("config", "task", "link"), "ck/5")
