@@ -3,7 +3,7 @@
 The Python API, in the order of a run (each name is documented where it lives):
 
   graphs         Graph, Relation, load_dataset, load_npz, save_npz, symmetrize,
-                 add_reverse_relations, SparseRows                   (jgraph.data)
+                 add_reverse_relations, SparseRows, split_edges       (jgraph.data)
   partitioning   partition_graph, open_partitions, PartitionBook     (jgraph.partition)
   devices        use_devices (simulate N CPU devices / join a multi-process job),
                  make_mesh, DistGraph, DistTensor, DistEmbedding, HotCache,
@@ -12,7 +12,8 @@ The Python API, in the order of a run (each name is documented where it lives):
   models         GraphSAGE, RGCN, LayerStack, MessagePassing, ModelSpec,
                  register_model                                       (jgraph.models)
   training       Experiment, DataConfig, ModelConfig, TrainConfig, CheckpointConfig,
-                 load_config, train(config, workdir), evaluate(workdir)  (jgraph.train)
+                 LinkConfig, load_config, train(config, workdir),
+                 evaluate(workdir)                                    (jgraph.train)
 
 Importing jgraph has no side effects: nothing configures JAX or starts
 `jax.distributed` until an entry point (the CLI, the launcher, a test, or your call of
@@ -28,6 +29,7 @@ from jgraph.data import (
     load_dataset,
     load_npz,
     save_npz,
+    split_edges,
     symmetrize,
 )
 from jgraph.partition import PartitionBook, open_partitions, partition_graph
@@ -41,8 +43,8 @@ _LAZY = {
     **dict.fromkeys(["NeighborSampler", "NodeLoader"], "jgraph.sampling"),
     **dict.fromkeys(["GraphSAGE", "LayerStack", "MessagePassing", "ModelSpec", "RGCN",
                      "register_model"], "jgraph.models"),
-    **dict.fromkeys(["CheckpointConfig", "DataConfig", "Experiment", "ModelConfig",
-                     "TrainConfig"], "jgraph.train.experiment"),
+    **dict.fromkeys(["CheckpointConfig", "DataConfig", "Experiment", "LinkConfig",
+                     "ModelConfig", "TrainConfig"], "jgraph.train.experiment"),
     "evaluate": "jgraph.train.api",
     "load_config": "jgraph.train.api",
     "use_devices": "jgraph.cli.devices",
@@ -65,13 +67,13 @@ def __dir__():
 
 __all__ = [  # noqa: RUF022  (in the docstring's order)
     "Graph", "Relation", "load_dataset", "load_npz", "save_npz", "symmetrize",
-    "add_reverse_relations", "SparseRows",
+    "add_reverse_relations", "SparseRows", "split_edges",
     "partition_graph", "open_partitions", "PartitionBook",
     "use_devices", "make_mesh", "DistGraph", "DistTensor", "DistEmbedding", "HotCache",
     "SparseAdam", "SparseAdagrad", "ExchangeConfig",
     "NodeLoader", "NeighborSampler",
     "GraphSAGE", "RGCN", "LayerStack", "MessagePassing", "ModelSpec", "register_model",
     "Experiment", "DataConfig", "ModelConfig", "TrainConfig", "CheckpointConfig",
-    "load_config", "train", "evaluate",
+    "LinkConfig", "load_config", "train", "evaluate",
     "__version__",
 ]

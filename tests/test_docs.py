@@ -134,6 +134,7 @@ EXAMPLES = {
     "own_graph.py": ["--epochs", "2"],
     "own_model.py": ["--epochs", "2"],
     "multi_process.py": ["--epochs", "2"],
+    "link_prediction.py": ["--epochs", "2"],
 }
 NEEDS_SHARED_DATA = {"rgcn_heterogeneous.py"}
 
