@@ -36,7 +36,7 @@ def train_step_args(run: Run, mesh):
     state = jax.eval_shape(job.init, run.params)
     return (abstract_like(state, job.state_specs(), mesh),
             abstract_like(job.data(graph), job.data_specs(graph), mesh),
-            abstract_like(job.loader.epoch_order(0), ROWS, mesh), _index(mesh),
+            abstract_like(jax.eval_shape(job.loader.epoch_order, 0), ROWS, mesh), _index(mesh),
             abstract_like(job.stop_votes(), ROWS, mesh))
 
 
@@ -47,7 +47,7 @@ def eval_step_args(run: Run, mesh, job=None):
     return (abstract_like(state.params, REPLICATED, mesh),
             abstract_like(state.embeddings, job.inputs.embedding_specs(), mesh),
             abstract_like(job.data(graph), job.data_specs(graph), mesh),
-            abstract_like(job.loader.epoch_order(0), ROWS, mesh), _index(mesh))
+            abstract_like(jax.eval_shape(job.loader.epoch_order, 0), ROWS, mesh), _index(mesh))
 
 
 def build(fn, args) -> tuple[object, dict]:

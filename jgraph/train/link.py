@@ -24,7 +24,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax import lax
 
@@ -149,34 +148,11 @@ class LinkPrediction(NodeClassification):
 
     def train_step(self, state: TrainState, data: StepData, order, index, stop):
         """As `NodeClassification.train_step`, on a batch of positive edges."""
-        axis = self.exchange.axis
         batch = self.fetch_edges(data, state.embeddings, self.loader.batch(order, index),
                                  state.step, self.exclude)
-        emb_rows = {t: batch.rows[t] for t in self.inputs.embeddings}
-        grad_fn = jax.value_and_grad(self.batch_loss, argnums=(0, 1), has_aux=True)
-        (loss, (weight, correct, count)), (grads, emb_grads) = grad_fn(
-            state.params, emb_rows, batch, self.dropout_key(state.step))
-        total = jnp.maximum(lax.psum(weight, axis), 1).astype(jnp.float32)
-        grads = jax.tree.map(lambda g: g / total, grads)
-        applied = (state.halted == 0) & (batch.stats[0].overflow == 0)
-        updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(applied, a, b), new, old)
-        params = keep(optax.apply_updates(state.params, updates), state.params)
-        opt_state = keep(opt_state, state.opt_state)
-        embeddings, emb_stats = dict(state.embeddings), []
-        src = batch.blocks[0].src
-        for t, table in self.inputs.embeddings.items():
-            embeddings[t], st = table.apply_gradients(
-                self.exchange, state.embeddings[t], src, batch.valid[t] & applied,
-                emb_grads[t] / total)
-            emb_stats.append(st)
-        metrics = {"loss": lax.psum(loss, axis) / total,
-                   "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
-                   "excluded": batch.excluded,
-                   "stats": (*batch.stats, tuple(emb_stats)),
-                   "stop": lax.pmax(stop[0], axis), "applied": applied}
-        return TrainState(params, opt_state, embeddings, state.step + applied,
-                          (~applied).astype(jnp.int32)), metrics
+        (loss, (weight, correct, count)), grads = self.gradients(state, batch)
+        state, metrics = self.apply(state, batch, grads, weight, stop, loss, correct, count)
+        return state, {**metrics, "excluded": batch.excluded}
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
         """Link prediction is evaluated by ranking every validation and test edge

@@ -243,14 +243,27 @@ class NodeClassification:
         metrics later (no step waits for it), grows the capacities and runs the
         refused steps again from the first one: the same batches with the same
         random draws, so no id is ever dropped."""
-        axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
         batch = self.fetch(data, state.embeddings, seeds, mask, state.step)
+        (loss, (correct, count, _)), grads = self.gradients(state, batch)
+        return self.apply(state, batch, grads, count, stop, loss, correct, count)
+
+    def gradients(self, state: TrainState, batch):
+        """(batch_loss's value and aux, (gradients of the dense parameters, of the
+        batch's embedding rows)) of one device's batch, with this step's dropout."""
         emb_rows = {t: batch.rows[t] for t in self.inputs.embeddings}
         grad_fn = jax.value_and_grad(self.batch_loss, argnums=(0, 1), has_aux=True)
-        (loss, (correct, count, _)), (grads, emb_grads) = grad_fn(
-            state.params, emb_rows, batch, self.dropout_key(state.step))
-        total = jnp.maximum(lax.psum(count, axis), 1).astype(jnp.float32)
+        return grad_fn(state.params, emb_rows, batch, self.dropout_key(state.step))
+
+    def apply(self, state: TrainState, batch, gradients, weight, stop, loss, correct, count):
+        """The update half of a training step, on one device's `batch` (whose blocks,
+        input rows' validity and stats it reads) and its `gradients` (`gradients`):
+        divided by the global sum of `weight` (what the loss is a mean over), applied
+        unless the sample overflowed or an earlier step halted the state. Returns
+        (state, metrics) with the loss sum, correct and count summed over devices."""
+        axis = self.exchange.axis
+        grads, emb_grads = gradients
+        total = jnp.maximum(lax.psum(weight, axis), 1).astype(jnp.float32)
         # params are replicated (not varying over the axis), so shard_map's autodiff
         # already sums their cotangents over devices: no psum here.
         grads = jax.tree.map(lambda g: g / total, grads)
