@@ -24,12 +24,12 @@ class AllGather(Transfer):
     def transfers(cls, plan: Plan, axis: str, offsets) -> list[Transfer]:
         return [cls(plan, axis, offsets)]
 
-    def _slots(self, cap):
-        idx = jnp.arange(cap, dtype=jnp.int32)
+    def _slots(self, cap, offset):
+        idx = jnp.arange(cap, dtype=jnp.int32) + offset
         return idx, idx < self.need
 
-    def send(self, cap, payload=None, received=None) -> Delivery:
-        idx, ok = self._slots(cap)
+    def send(self, cap, payload=None, received=None, offset=0) -> Delivery:
+        idx, ok = self._slots(cap, offset)
         ids = jnp.where(ok, self.plan.compact[jnp.minimum(idx, self.n - 1)], -1)
         if received is None:
             received = lax.all_gather(ids, self.axis, tiled=True)              # [P * cap]
@@ -37,13 +37,13 @@ class AllGather(Transfer):
                                   == lax.axis_index(self.axis))
         rows = None if payload is None else jax.tree.map(
             lambda x: lax.all_gather(x, self.axis, tiled=True), take(payload, idx, ok))
-        return Delivery(cap, received, mine, rows, jnp.maximum(self.need - cap, 0))
+        return Delivery(cap, received, mine, rows, jnp.maximum(self.need - offset - cap, 0))
 
-    def back(self, sent, answers, into=None):
+    def back(self, sent, answers, into=None, offset=0):
         # Rows this device does not own are zeroed, so the sum over devices is the owner's.
         answers = jax.tree.map(lambda x: psum_scatter_any(
             select(sent.mask, x, jnp.zeros_like(x)), self.axis), answers)
-        idx, ok = self._slots(sent.cap)
+        idx, ok = self._slots(sent.cap, offset)
         return put_back(self.n, answers, idx, ok, into)
 
     def wire(self, cap, fwd_bytes, ans_bytes):
@@ -51,3 +51,13 @@ class AllGather(Transfer):
 
     def received_length(self, cap):
         return self.num_parts * cap
+
+    def estimate(self, remote):
+        return remote
+
+    def limit(self):
+        # Every device receives every device's contribution: P x cap ids and answers.
+        # A round of n / P each keeps that at the request's length n, whatever P; more
+        # remote ids take more rounds (all_gather's work grows with P by its nature).
+        share = -(-self.n // self.num_parts)
+        return max(-(-share // 8) * 8, 8)

@@ -27,20 +27,20 @@ class AllToAll(Transfer):
         out = lax.all_to_all(x, self.axis, 0, 0, tiled=True)
         return out.reshape((-1,) + x.shape[2:])
 
-    def send(self, cap, payload=None, received=None) -> Delivery:
-        ids, idx, ok = self.plan.group_ids(jnp.arange(self.num_parts), cap)   # [P, cap]
+    def send(self, cap, payload=None, received=None, offset=0) -> Delivery:
+        ids, idx, ok = self.plan.group_ids(jnp.arange(self.num_parts), cap, offset)
         if received is None:
-            received = self._all_to_all(ids)
+            received = self._all_to_all(ids)                            # [P * cap]
         rows = None if payload is None else jax.tree.map(self._all_to_all,
                                                          take(payload, idx, ok))
-        overflow = jnp.sum(jnp.maximum(self.plan.counts - cap, 0))
+        overflow = jnp.sum(jnp.maximum(self.plan.counts - offset - cap, 0))
         return Delivery(cap, received, received >= 0, rows, overflow)
 
-    def back(self, sent, answers, into=None):
+    def back(self, sent, answers, into=None, offset=0):
         cap, P = sent.cap, self.num_parts
         answers = jax.tree.map(
             lambda x: self._all_to_all(x.reshape((P, cap) + x.shape[1:])), answers)
-        idx, ok = self.plan.group(jnp.arange(P), cap)
+        idx, ok = self.plan.group(jnp.arange(P), cap, offset)
         return put_back(self.n, answers, idx.reshape(-1), ok.reshape(-1), into)
 
     def wire(self, cap, fwd_bytes, ans_bytes):
@@ -48,3 +48,6 @@ class AllToAll(Transfer):
 
     def received_length(self, cap):
         return self.num_parts * cap
+
+    def estimate(self, remote):
+        return remote / max(self.num_parts - 1, 1)

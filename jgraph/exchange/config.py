@@ -25,11 +25,33 @@ class Strategy(str, enum.Enum):
         return Strategy.RAGGED if platform in ("gpu", "cuda", "rocm") else Strategy.ALL_TO_ALL
 
 
+class Sizing(str, enum.Enum):
+    """How large a transfer's buffers are (its capacity per round)."""
+
+    CALIBRATED = "calibrated"   # what arrives: measured on the first batches, with headroom
+    BOUND = "bound"             # what could arrive at worst: never a second round, never
+                                # regrown, but P x the request for all_to_all and ragged
+
+
 @dataclasses.dataclass(frozen=True)
 class ExchangeConfig:
     """Fields:
       strategy: how data travels; AUTO (default) is ragged_all_to_all on GPUs (exact
         sizes on the wire) and all_to_all elsewhere.
+      sizing: what a transfer's capacity (ids per device pair for all_to_all and
+        ppermute, per device for all_gather, received per device for ragged_all_to_all)
+        is sized for. CALIBRATED (default): what arrives, per request length, measured
+        on the first batches (`Exchange.calibrated`) plus `headroom`; before that, or for
+        a length not measured, estimated from `cut`. Per-device memory then follows
+        the per-device batch, not the device count. A request that needs more moves in
+        further rounds of the same buffers (nothing is dropped, nothing recompiles; the
+        training loop grows the capacity when it sees one). BOUND: the worst case (the
+        whole request from every peer): one round always, but buffers of P x the request
+        for all_to_all and ragged_all_to_all.
+      headroom: calibrated capacities are the largest need measured times 1 + headroom.
+      cut: the fraction of a request's ids owned by other devices, assumed by the
+        estimate of a request length not yet measured (and by `jgraph compile
+        --abstract`); None: (P - 1) / P, as for a random partition.
       growth: ratio between neighbouring rungs of the capacity ladder; closer to 1
         wastes less wire on rounding up, at the cost of more compiled branches.
       min_capacity: the smallest rung.
@@ -39,8 +61,8 @@ class ExchangeConfig:
         busiest pair needs, or the request size when it needs less than an eighth; they
         compiled cora's 8-device training step in about half the time of the 13 rungs
         of growth 1.25 (measured on XLA:CPU).
-      max_capacity: the largest rung, to bound buffer memory; None means the batch size,
-        with which nothing can overflow.
+      max_capacity: the most a transfer's buffers hold per round, whatever the sizing
+        says (a request that needs more takes more rounds); None: no such limit.
       relay: all_to_all gathers only. When a few device pairs need far more than the
         rest (METIS partitions talk mostly to their neighbours), a uniform per-peer
         capacity pads every pair to the busiest one. With relay, the pairs' ids above a
@@ -56,6 +78,9 @@ class ExchangeConfig:
     """
 
     strategy: Strategy = Strategy.AUTO
+    sizing: Sizing = Sizing.CALIBRATED
+    headroom: float = 0.25
+    cut: float | None = None
     growth: float = 2.0
     min_capacity: int = 16
     max_capacity: int | None = None
@@ -66,6 +91,15 @@ class ExchangeConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "strategy", Strategy(self.strategy))
+        try:
+            object.__setattr__(self, "sizing", Sizing(self.sizing))
+        except ValueError:
+            raise ConfigError(f"exchange.sizing must be one of "
+                              f"{[s.value for s in Sizing]}, got {self.sizing!r}") from None
+        if self.headroom < 0:
+            raise ConfigError(f"exchange.headroom must be >= 0, got {self.headroom}")
+        if self.cut is not None and not 0.0 <= self.cut <= 1.0:
+            raise ConfigError(f"exchange.cut is a fraction in [0, 1], got {self.cut}")
         if self.growth <= 1.0:
             raise ConfigError(f"exchange.growth must be > 1, got {self.growth}")
         if self.max_rungs < 1:
@@ -81,13 +115,11 @@ class ExchangeConfig:
             raise ConfigError(f"exchange.cache_by must be 'degree' or 'frequency', got "
                              f"{self.cache_by!r}")
 
-    def ladder(self, natural_top: int, bounded: bool = True) -> tuple[int, ...]:
-        """Capacities for a transfer that can never need more than `natural_top`:
-        at most `max_rungs` of them, spaced by `growth` down from the top, multiples of
-        8 below it, none under `min_capacity`."""
-        top = max(natural_top, 1)
-        if bounded and self.max_capacity is not None:
-            top = min(top, self.max_capacity)
+    def ladder(self, top: int) -> tuple[int, ...]:
+        """Capacities of a transfer's first round whose largest is `top`: at most
+        `max_rungs` of them, spaced by `growth` down from the top, multiples of 8 below
+        it, none under `min_capacity`."""
+        top = max(top, 1)
         rungs, c = [top], top
         while len(rungs) < self.max_rungs:
             c = int(c / self.growth) // 8 * 8

@@ -16,16 +16,22 @@ and are summed per id there.
 
 How ids travel is a `Strategy`, carried out by a transport module (`transport.py` names
 the interface; `all_to_all.py`, `all_gather.py`, `ring.py`, `ragged.py`; `relay.py`
-builds on all_to_all). Every transfer has a static capacity (shapes are fixed
-at trace time) taken from a short ladder of rungs; all devices agree on the rung with
-`pmax`, and `lax.switch` runs the branch compiled for it, so small requests move small
-buffers. By default the top rung is the batch size, which no request can exceed; a
-smaller `max_capacity` bounds memory and turns would-be overflows into a counted, never
-silent, `ExchangeStats.overflow` (host-side callers raise `ExchangeOverflowError`).
+builds on all_to_all). Every transfer has a static capacity (shapes are fixed at trace
+time), sized by what arrives (`ExchangeConfig.sizing`): measured per request length on
+the first batches (`calibrated`), so that a device's buffers follow its batch and not
+the number of devices. The first round's capacity comes from a short ladder of rungs
+below it (all devices agree on the rung with `pmax`; `lax.switch` runs the branch
+compiled for it, so small requests move small buffers); a gather that needs more than
+the capacity moves the rest in further rounds of the same buffers, so nothing is ever
+dropped and nothing recompiles. `scatter_add` moves one round: what does not fit is
+counted in `ExchangeStats.overflow`, never silently (host-side callers raise
+`ExchangeOverflowError`; the training step is refused and run again after the
+capacity grows).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -37,7 +43,7 @@ from jax import lax
 from jgraph.exchange import ragged
 from jgraph.exchange.all_gather import AllGather
 from jgraph.exchange.all_to_all import AllToAll
-from jgraph.exchange.config import ExchangeConfig, Strategy
+from jgraph.exchange.config import ExchangeConfig, Sizing, Strategy
 from jgraph.exchange.plan import EMPTY, Plan, make_plan, owner_of
 from jgraph.exchange.ragged import Ragged
 from jgraph.exchange.relay import relayed_gather
@@ -64,9 +70,12 @@ class ExchangeStats(NamedTuple):
 
     requested: distinct valid ids asked for; non_local: those owned by another device;
     cached: non-local ids answered by the hot-node cache; capacity: the largest transfer
-    capacity used; wire_bytes: bytes sent between devices; overflow: ids that did not
-    fit the top rung (their answers are zero); out_of_range: valid ids the caller's
-    `contains` rejected (treated as padding).
+    capacity used; wire_bytes: bytes sent between devices; overflow: ids a
+    `scatter_add` could not move in its one round (their values are not summed);
+    out_of_range: valid ids the caller's `contains` rejected (treated as padding);
+    length: the request's length (static); needed: the devices' largest need, in the
+    units of the capacity (what calibration measures); rounds: the most rounds a
+    transfer took (1 when everything fitted its capacity).
     """
 
     requested: jnp.ndarray
@@ -76,14 +85,18 @@ class ExchangeStats(NamedTuple):
     wire_bytes: jnp.ndarray
     overflow: jnp.ndarray
     out_of_range: jnp.ndarray
+    length: jnp.ndarray
+    needed: jnp.ndarray
+    rounds: jnp.ndarray
 
     def check(self, what: str = "exchange") -> ExchangeStats:
         """Host side: raise if anything was lost; returns self."""
         overflow, bad = int(self.overflow), int(self.out_of_range)
         if overflow:
             raise ExchangeOverflowError(
-                f"{what}: {overflow} id(s) did not fit the largest capacity "
-                f"{int(self.capacity)}; raise ExchangeConfig.max_capacity (or leave it None)")
+                f"{what}: {overflow} id(s) did not fit the capacity {int(self.capacity)} "
+                f"(a request of {int(self.length)} ids needed {int(self.needed)}); grow "
+                f"it (`Exchange.grown`) or size the exchange with sizing=bound")
         if bad:
             raise IndexError(f"{what}: {bad} id(s) are not rows of the array they index")
         return self
@@ -96,10 +109,13 @@ class Exchange:
     """
 
     def __init__(self, offsets, config: ExchangeConfig = ExchangeConfig(), axis: str = AXIS,
-                 platform: str | None = None):
+                 platform: str | None = None, capacities=None):
         """platform: of the devices it runs on (a mesh's `devices.flat[0].platform`, or
         the platform a program is built for); it resolves `Strategy.AUTO` and refuses
-        ragged_all_to_all on "cpu". None: unknown (AUTO is then all_to_all)."""
+        ragged_all_to_all on "cpu". None: unknown (AUTO is then all_to_all).
+        capacities: {request length: capacity} measured for calibrated sizing (see
+        `calibrated`); lengths not in it are estimated."""
+        self.platform = platform
         self.offsets = np.asarray(offsets, np.int64)
         if self.offsets[-1] >= np.iinfo(np.int32).max:
             raise ValueError(f"{int(self.offsets[-1])} nodes do not fit int32 node ids")
@@ -112,6 +128,7 @@ class Exchange:
                 "it (GPU); XLA:CPU does not. Use all_to_all, all_gather or ppermute")
         self.config = dataclasses.replace(config, strategy=strategy)
         self.axis = axis
+        self.capacities = {int(k): int(v) for k, v in dict(capacities or {}).items()}
 
     def owner(self, ids: jnp.ndarray) -> jnp.ndarray:
         """int32 partition (device) owning each id."""
@@ -120,9 +137,48 @@ class Exchange:
     def without_relay(self) -> Exchange:
         """This exchange with `relay` off (the relay's intermediates fetch through it)."""
         return Exchange(self.offsets, dataclasses.replace(self.config, relay=False),
-                        self.axis)
+                        self.axis, self.platform, self.capacities)
 
-    # -- the capacity ladder ------------------------------------------------------------
+    # -- capacities ---------------------------------------------------------------------
+
+    def calibrated(self, capacities) -> Exchange:
+        """This exchange with `capacities` ({request length: capacity}) added to its own."""
+        return Exchange(self.offsets, self.config, self.axis, self.platform,
+                        {**self.capacities, **{int(k): int(v)
+                                               for k, v in dict(capacities).items()}})
+
+    def grown(self, stats) -> Exchange:
+        """This exchange with the capacity of every request length that needed more
+        (`ExchangeStats` leaves of `stats`, on the host, with `needed` > `capacity`)
+        set to that need plus headroom; itself if none did."""
+        want = {}
+        for st in exchange_stats(stats):
+            length, needed = int(st.length), int(st.needed)
+            if needed > int(st.capacity) and length > 0:
+                want[length] = max(want.get(length, 0), with_headroom(needed,
+                                                                      self.config.headroom))
+        want = {k: v for k, v in want.items() if v > self.capacities.get(k, 0)}
+        return self.calibrated(want) if want else self
+
+    def capacity(self, transfer: Transfer) -> int:
+        """The static capacity of `transfer`'s rounds: its need as measured (calibrated
+        sizing, never above `transfer.limit()`) or estimated from `ExchangeConfig.cut`,
+        or its top (bound sizing); never above what one round can need (`top`) nor
+        `ExchangeConfig.max_capacity`."""
+        config, top = self.config, transfer.top
+        if config.sizing is Sizing.BOUND:
+            cap = top
+        else:
+            if transfer.n in self.capacities:
+                cap = self.capacities[transfer.n]
+            else:
+                cut = (config.cut if config.cut is not None
+                       else (self.num_parts - 1) / self.num_parts)
+                cap = with_headroom(transfer.estimate(cut * transfer.n), config.headroom)
+            cap = min(cap, transfer.limit())
+        if config.max_capacity is not None:
+            cap = min(cap, config.max_capacity)
+        return max(min(cap, top), 1)
 
     def _transfers(self, plan: Plan) -> list[Transfer]:
         """The plan's transfers, none on a one-device mesh (where every id is local)."""
@@ -130,101 +186,127 @@ class Exchange:
             return []
         return TRANSPORTS[self.config.strategy](plan, self.axis, self.offsets)
 
-    def rung(self, need, top: int, bounded: bool) -> jnp.ndarray:
-        """Index of the smallest rung >= the devices' largest need (the top one if none
-        is): the same on every device."""
-        ladder = self.config.ladder(top, bounded)
+    def rung(self, need, top: int) -> jnp.ndarray:
+        """Index of the smallest rung of `top`'s ladder >= the devices' largest need (the
+        top one if none is): the same on every device."""
+        ladder = self.config.ladder(top)
         return jnp.minimum(jnp.searchsorted(jnp.asarray(ladder), lax.pmax(need, self.axis)),
                            len(ladder) - 1)
 
-    def switch(self, need, top: int, bounded: bool, branch: Callable[[int], PyTree],
+    def switch(self, need, top: int, branch: Callable[[int], PyTree],
                rung=None) -> tuple[PyTree, jnp.ndarray]:
-        """(`branch(cap)`, cap) for the smallest rung >= the devices' largest need, or
-        for the given rung index, which every device must agree on. Each rung is a
-        compiled branch; `lax.switch` runs the one picked."""
-        ladder = self.config.ladder(top, bounded)
+        """(`branch(cap)`, cap) for the smallest rung of `top`'s ladder >= the devices'
+        largest need, or for the given rung index, which every device must agree on.
+        Each rung is a compiled branch; `lax.switch` runs the one picked."""
+        ladder = self.config.ladder(top)
         if rung is None:
-            rung = self.rung(need, top, bounded)
+            rung = self.rung(need, top)
         cap = jnp.asarray(ladder, jnp.int32)[rung]
         if len(ladder) == 1:
             return branch(ladder[0]), cap
         return lax.switch(rung, [lambda c=c: branch(c) for c in ladder]), cap
 
-    def _switch_transfer(self, transfer: Transfer, branch, rung=None):
-        return self.switch(transfer.need, transfer.top, transfer.bounded, branch, rung=rung)
+    def _later_rounds(self, transfer: Transfer, cap: int, one_round, carry):
+        """(carry, rounds): `one_round(offset, carry) -> carry` run for every round after
+        the first that the devices' largest need asks for at `cap` (none where `cap`
+        holds every request: then `rounds` is 1 without looking)."""
+        if cap >= transfer.top:
+            return carry, jnp.int32(1)
+        need = lax.pmax(transfer.need, self.axis)
+        rounds = jnp.maximum((need + cap - 1) // cap, 1).astype(jnp.int32)
+        carry = lax.fori_loop(1, rounds, lambda r, c: one_round(r * cap, c), carry)
+        return carry, rounds
 
-    def _top_length(self, transfer: Transfer) -> int:
-        """Ids `transfer` delivers at its top rung: the length every rung's branch pads
-        its delivery to."""
-        return transfer.received_length(self.config.ladder(transfer.top, transfer.bounded)[-1])
+    def _round_wire(self, transfer: Transfer, first, cap: int, rounds, fwd: int, ans: int):
+        """Bytes this device sends over all rounds: the first at its rung, the rest at
+        `cap` (exact-size transports count every round in one figure)."""
+        if transfer.exact_wire:
+            return transfer.wire(cap, fwd, ans)
+        return first + transfer.wire(cap, fwd, ans) * (rounds - 1).astype(jnp.float32)
 
-    def _stats(self, plan, caps, wire, overflow, out_of_range, inner=None) -> ExchangeStats:
+    def _stats(self, plan, caps, wire, overflow, out_of_range, inner=None, needs=(),
+               rounds=()) -> ExchangeStats:
         """Sum this device's counters over devices (and add an inner exchange's totals)."""
         axis = self.axis
         count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), axis)
         wire, overflow = lax.psum(wire, axis), lax.psum(overflow, axis)
+        most = lambda xs: (lax.pmax(jnp.max(jnp.stack([jnp.asarray(x, jnp.int32)
+                                                       for x in xs])), axis)
+                           if xs else count(jnp.zeros((), bool)))
+        needs, rounds = list(needs), list(rounds)
         if inner is not None:
             caps = caps + [inner.capacity]
             wire, overflow = wire + inner.wire_bytes, overflow + inner.overflow
+            rounds.append(inner.rounds)
         return ExchangeStats(
             requested=count(plan.valid), non_local=count(plan.remote | plan.cached),
-            cached=count(plan.cached),
-            capacity=lax.pmax(jnp.max(jnp.stack(caps)), axis) if caps else jnp.int32(0),
-            wire_bytes=wire, overflow=overflow, out_of_range=count(out_of_range))
+            cached=count(plan.cached), capacity=most(caps), wire_bytes=wire,
+            overflow=overflow, out_of_range=count(out_of_range),
+            length=most([]) + plan.size, needed=most(needs), rounds=most(rounds))
 
     # -- the remote answers of a gather ----------------------------------------------------
 
     def _answer_per_rung(self, plan: Plan, owner_fn: OwnerFn, like: PyTree):
-        """(remote answers in compact order [n], caps, wire bytes, overflow), with
-        `owner_fn` traced inside every rung's branch of every transfer. Each transfer
-        writes into the one buffer, so memory does not grow with the number of
-        transfers (the ring has P - 1)."""
+        """(remote answers in compact order [n], caps, wire bytes, needs, rounds), with
+        `owner_fn` traced inside every rung's branch of every transfer and in its later
+        rounds. Each transfer writes into the one buffer, so memory does not grow with
+        the number of transfers (the ring has P - 1)."""
         remote = jax.tree.map(jnp.zeros_like, like)
         filled = jnp.zeros(plan.size, bool)
         ans_bytes = row_bytes(like)
-        caps, wire, overflow = [], jnp.float32(0), jnp.int32(0)
+        caps, wire, needs, rounds = [], jnp.float32(0), [], []
         for transfer in self._transfers(plan):
-            def branch(cap, transfer=transfer, into=(remote, filled)):
-                sent = transfer.send(cap)
-                got, now = transfer.back(
-                    sent, owner_fn(jnp.maximum(sent.ids, 0), sent.mask), into)
-                return got, now, sent.overflow, transfer.wire(cap, 4, ans_bytes)
-            (remote, filled, lost, w), cap = self._switch_transfer(transfer, branch)
+            top = self.capacity(transfer)
+
+            def one_round(cap, offset, into, transfer=transfer):
+                sent = transfer.send(cap, offset=offset)
+                return transfer.back(sent, owner_fn(jnp.maximum(sent.ids, 0), sent.mask),
+                                     into, offset)
+
+            def branch(cap, transfer=transfer, into=(remote, filled), one_round=one_round):
+                return one_round(cap, 0, into), transfer.wire(cap, 4, ans_bytes)
+            ((remote, filled), first), cap = self.switch(transfer.need, top, branch)
+            (remote, filled), n_rounds = self._later_rounds(
+                transfer, top, lambda offset, into, f=one_round, c=top: f(c, offset, into),
+                (remote, filled))
             caps.append(cap)
-            wire, overflow = wire + w, overflow + lost
-        return remote, caps, wire, overflow
+            needs.append(transfer.need)
+            rounds.append(n_rounds)
+            wire = wire + self._round_wire(transfer, first, top, n_rounds, 4, ans_bytes)
+        return remote, caps, wire, needs, rounds
 
     def _answer_once(self, plan: Plan, owner_fn: OwnerFn):
-        """`gather`'s answers with `owner_fn` compiled once: (answers to this device's own
-        ids [n] (zero where not local), remote answers in compact order [n], caps, wire
-        bytes, overflow).
+        """`gather`'s answers with `owner_fn` compiled once per transfer's first round:
+        (answers to this device's own ids [n] (zero where not local), remote answers in
+        compact order [n], caps, wire bytes, needs, rounds).
 
-        Each transfer goes through the ladder twice: its ids to the owners (the branch
-        returns them padded to the top rung's length), then the answers back (the branch
-        takes its rung's part of them). Between the two, outside every branch, each
-        device answers its own ids and all those it received in one `answer_filled`:
-        a loop over only the chunks that hold ids, so the work follows what arrived,
-        not the top rung."""
+        Each transfer's first round goes through the ladder twice: its ids to the owners
+        (the branch returns them padded to the capacity's length), then the answers
+        back (the branch takes its rung's part of them). Between the two, outside every
+        branch, each device answers its own ids and all those it received in one
+        `answer_filled`: a loop over only the chunks that hold ids, so the work follows
+        what arrived, not the capacity. Later rounds, if any, answer in a loop."""
         n = plan.size
         legs = []
         for transfer in self._transfers(plan):
-            rung = self.rung(transfer.need, transfer.top, transfer.bounded)
-            length = self._top_length(transfer)
+            top = self.capacity(transfer)
+            rung = self.rung(transfer.need, top)
+            length = transfer.received_length(top)
 
             def forward(cap, transfer=transfer, length=length):
                 sent = transfer.send(cap)
                 ids = jnp.where(sent.mask, sent.ids, -1)
                 return jnp.pad(ids, (0, length - ids.shape[0]), constant_values=-1)
-            received, cap = self._switch_transfer(transfer, forward, rung=rung)
-            legs.append((transfer, rung, received, cap))
+            received, cap = self.switch(transfer.need, top, forward, rung=rung)
+            legs.append((transfer, top, rung, received, cap))
         own = jnp.where(plan.local, plan.uniq, -1)
-        answers = answer_filled(owner_fn, jnp.concatenate([own] + [leg[2] for leg in legs]))
+        answers = answer_filled(owner_fn, jnp.concatenate([own] + [leg[3] for leg in legs]))
         local = jax.tree.map(lambda a: a[:n], answers)
         remote = jax.tree.map(jnp.zeros_like, local)
         filled = jnp.zeros(n, bool)
         ans_bytes = row_bytes(local)
-        caps, wire, overflow, start = [], jnp.float32(0), jnp.int32(0), n
-        for transfer, rung, received, cap in legs:
+        caps, wire, needs, rounds, start = [], jnp.float32(0), [], [], n
+        for transfer, top, rung, received, cap in legs:
             mine = jax.tree.map(lambda a, s=start, k=received.shape[0]: a[s:s + k], answers)
             start += received.shape[0]
 
@@ -232,12 +314,21 @@ class Exchange:
                      into=(remote, filled)):
                 k = transfer.received_length(cap)
                 sent = transfer.send(cap, received=received[:k])
-                got, now = transfer.back(sent, jax.tree.map(lambda a: a[:k], mine), into)
-                return got, now, sent.overflow, transfer.wire(cap, 4, ans_bytes)
-            (remote, filled, lost, w), _ = self._switch_transfer(transfer, back, rung=rung)
+                got = transfer.back(sent, jax.tree.map(lambda a: a[:k], mine), into)
+                return got, transfer.wire(cap, 4, ans_bytes)
+            ((remote, filled), first), _ = self.switch(transfer.need, top, back, rung=rung)
+
+            def one_round(offset, into, transfer=transfer, top=top):
+                sent = transfer.send(top, offset=offset)
+                got = owner_fn(jnp.maximum(sent.ids, 0), sent.mask)
+                return transfer.back(sent, got, into, offset)
+            (remote, filled), n_rounds = self._later_rounds(transfer, top, one_round,
+                                                            (remote, filled))
             caps.append(cap)
-            wire, overflow = wire + w, overflow + lost
-        return local, remote, caps, wire, overflow
+            needs.append(transfer.need)
+            rounds.append(n_rounds)
+            wire = wire + self._round_wire(transfer, first, top, n_rounds, 4, ans_bytes)
+        return local, remote, caps, wire, needs, rounds
 
     # -- the two operations ----------------------------------------------------------
 
@@ -254,6 +345,9 @@ class Exchange:
         once: run `owner_fn` once, outside the capacity ladder, instead of once per rung
         inside it (see `_answer_once`): for owner functions that are costly to compile
         and answer narrow rows, as the sampler's draws.
+
+        Every answer arrives whatever the capacities: a transfer that needs more than
+        its capacity moves in rounds (`ExchangeStats.rounds`).
         """
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
@@ -267,24 +361,26 @@ class Exchange:
         # not count a lost id once per requester.
         relayed = (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
                    and self.config.max_capacity is None and self.num_parts > 2)
-        inner = None
+        inner, overflow = None, jnp.int32(0)
         if once and not relayed and self.num_parts > 1:
-            answers, remote_answers, caps, wire, overflow = self._answer_once(plan, owner_fn)
+            answers, remote_answers, caps, wire, needs, rounds = self._answer_once(
+                plan, owner_fn)
         else:
             answers = owner_fn(plan.uniq, plan.local)
             if relayed:
                 relay = relayed_gather(self, plan, owner_fn, row_bytes(answers))
                 remote_answers, caps, inner = relay.answers, relay.capacities, relay.inner
-                wire, overflow = relay.wire, relay.overflow
+                wire, overflow, needs, rounds = relay.wire, relay.overflow, relay.needs, []
             else:
-                remote_answers, caps, wire, overflow = self._answer_per_rung(
+                remote_answers, caps, wire, needs, rounds = self._answer_per_rung(
                     plan, owner_fn, answers)
         if cache_values is not None:
             answers = select(plan.cached, take(cache_values, plan.cache_pos, plan.cached),
                              answers)
         answers = select(plan.remote, take(remote_answers, plan.slot, plan.remote), answers)
         answers = take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
-        return answers, self._stats(plan, caps, wire, overflow, out_of_range, inner)
+        return answers, self._stats(plan, caps, wire, overflow, out_of_range, inner, needs,
+                                    rounds)
 
     def scatter_add(self, ids, valid, values, *, contains=None
                     ) -> tuple[tuple[jnp.ndarray, PyTree, jnp.ndarray], ExchangeStats]:
@@ -293,7 +389,8 @@ class Exchange:
         ids: int[n]; valid: bool[n]; values: pytree of [n, ...]. Returns, on each owner,
         `(owned_ids int32[M], sums [M, ...], mask bool[M])`: the distinct ids it owns that
         any device sent (sorted, padding where mask is False) with the sum of their
-        values. M is static: n plus the largest total any transfer can deliver.
+        values. M is static: n plus what the transfers deliver at their capacities.
+        One round only: ids past a capacity are counted in `overflow`, not summed.
         """
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
@@ -306,9 +403,10 @@ class Exchange:
         payload = put(n, summed, plan.slot, plan.remote)            # compact order
         pay_bytes = row_bytes(summed)
         parts_ids, parts_vals = [jnp.where(plan.local, plan.uniq, -1)], [summed]
-        caps, wire, overflow = [], jnp.float32(0), jnp.int32(0)
+        caps, wire, overflow, needs = [], jnp.float32(0), jnp.int32(0), []
         for transfer in self._transfers(plan):
-            length = self._top_length(transfer)   # every branch's, as lax.switch needs
+            top = self.capacity(transfer)
+            length = transfer.received_length(top)   # every branch's, as lax.switch needs
 
             def branch(cap, transfer=transfer, length=length):
                 sent = transfer.send(cap, payload)
@@ -318,10 +416,11 @@ class Exchange:
                 got = jax.tree.map(lambda x: jnp.pad(
                     x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), sent.payload)
                 return got_ids, got, sent.overflow, transfer.wire(cap, 4 + pay_bytes, 0)
-            (got_ids, got, lost, w), cap = self._switch_transfer(transfer, branch)
+            (got_ids, got, lost, w), cap = self.switch(transfer.need, top, branch)
             parts_ids.append(got_ids)
             parts_vals.append(got)
             caps.append(cap)
+            needs.append(transfer.need)
             wire, overflow = wire + w, overflow + lost
         all_ids = jnp.concatenate(parts_ids)
         all_vals = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts_vals)
@@ -331,8 +430,9 @@ class Exchange:
         sums = jax.tree.map(lambda x: jax.ops.segment_sum(x, inverse.reshape(-1), num_segments=m),
                             all_vals)
         mask = owned != EMPTY
+        one = [jnp.int32(1)] if caps else []
         return (jnp.where(mask, owned, -1), sums, mask), self._stats(
-            plan, caps, wire, overflow, out_of_range)
+            plan, caps, wire, overflow, out_of_range, needs=needs, rounds=one)
 
     def gather_local(self, ids, valid, owner_fn: OwnerFn, *, contains=None
                      ) -> tuple[PyTree, ExchangeStats]:
@@ -354,7 +454,8 @@ class Exchange:
         zero = count(jnp.zeros((), bool))
         return answers, ExchangeStats(
             requested=count(valid), non_local=zero, cached=zero, capacity=zero,
-            wire_bytes=zero.astype(jnp.float32), overflow=zero, out_of_range=count(out_of_range))
+            wire_bytes=zero.astype(jnp.float32), overflow=zero, out_of_range=count(out_of_range),
+            length=zero + ids.shape[0], needed=zero, rounds=zero)
 
     def _screen(self, ids, valid, contains):
         """Drop ids outside the graph (or outside `contains`), counting them."""
@@ -363,3 +464,14 @@ class Exchange:
         if contains is not None:
             ok = ok & contains(ids)
         return valid & ok, valid & ~ok
+
+
+def with_headroom(need: float, headroom: float) -> int:
+    """A capacity for `need`: times 1 + headroom, rounded up to a multiple of 8."""
+    return max(-(-math.ceil(need * (1 + headroom)) // 8) * 8, 8)
+
+
+def exchange_stats(tree) -> list[ExchangeStats]:
+    """The `ExchangeStats` in a pytree (a step's metrics), in order."""
+    return [leaf for leaf in jax.tree.leaves(
+        tree, is_leaf=lambda x: isinstance(x, ExchangeStats)) if isinstance(leaf, ExchangeStats)]

@@ -53,16 +53,16 @@ class Plan(NamedTuple):
     def num_parts(self) -> int:
         return self.counts.shape[0]
 
-    def group(self, p: jnp.ndarray, cap: int) -> tuple[jnp.ndarray, jnp.ndarray]:
-        """(positions in compact of the first `cap` ids owned by p, which of them exist):
-        int32/bool[..., cap] for p of any shape."""
-        j = jnp.arange(cap, dtype=jnp.int32)
+    def group(self, p: jnp.ndarray, cap: int, offset=0) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """(positions in compact of the `cap` ids owned by p from the `offset`-th on,
+        which of them exist): int32/bool[..., cap] for p of any shape."""
+        j = jnp.arange(cap, dtype=jnp.int32) + offset
         return self.start[p][..., None] + j, j < self.counts[p][..., None]
 
-    def group_ids(self, p: jnp.ndarray, cap: int) -> tuple[jnp.ndarray, jnp.ndarray,
-                                                             jnp.ndarray]:
-        """(ids, positions, exists) of `group(p, cap)`: the ids -1 where they do not."""
-        idx, ok = self.group(p, cap)
+    def group_ids(self, p: jnp.ndarray, cap: int, offset=0
+                  ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+        """(ids, positions, exists) of `group(p, cap, offset)`: ids -1 where they do not."""
+        idx, ok = self.group(p, cap, offset)
         return jnp.where(ok, jnp.take(self.compact, jnp.where(ok, idx, 0)), -1), idx, ok
 
 

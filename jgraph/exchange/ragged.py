@@ -14,12 +14,22 @@ from jgraph.exchange.transport import Delivery, Transfer
 _ragged_all_to_all = lax.ragged_all_to_all   # module-level so tests can emulate it on CPU
 
 
+def _at(offsets: jnp.ndarray, sizes: jnp.ndarray) -> jnp.ndarray:
+    """Offsets of slices, 0 for the empty ones (whose offsets may lie past the buffer,
+    outside a round's window)."""
+    return jnp.where(sizes > 0, offsets, 0).astype(jnp.int32)
+
+
 class Ragged(Transfer):
     """Each device's groups land back to back in the owners' receive buffers; `cap` is
     the receive buffer's length, so the need is what this device receives and the top
-    is what P - 1 full requests could send it (no `max_capacity` applies)."""
+    is what P - 1 full requests could send it.
 
-    bounded = False
+    Rounds: an owner's receive order (sender by sender, each sender's group in compact
+    order) is cut into windows of `cap`; round r moves window r, every sender the part
+    of its group that falls in it."""
+
+    exact_wire = True
 
     def __init__(self, plan: Plan, axis: str):
         super().__init__(plan, axis)
@@ -28,7 +38,7 @@ class Ragged(Transfer):
         self.sender_starts = lax.all_gather(plan.start, axis)[:, me]  # my group, per sender
         self.recv_sizes = matrix[:, me]                              # from each sender
         self.recv_offsets = (jnp.cumsum(self.recv_sizes) - self.recv_sizes).astype(jnp.int32)
-        # Where my group for owner p lands in p's receive buffer: after lower senders'.
+        # Where my group for owner p lands in p's receive order: after lower senders'.
         self.out_offsets = (jnp.cumsum(matrix, axis=0) - matrix)[me].astype(jnp.int32)
         self.need, self.top = jnp.sum(self.recv_sizes), (self.num_parts - 1) * self.n
 
@@ -36,30 +46,64 @@ class Ragged(Transfer):
     def transfers(cls, plan: Plan, axis: str, offsets) -> list[Transfer]:
         return [cls(plan, axis)]
 
-    def _forward(self, x: jnp.ndarray, cap: int, fill) -> jnp.ndarray:
+    @staticmethod
+    def _window(begin, size, offset, cap):
+        """(first, count) of the part of [begin, begin + size) inside the window
+        [offset, offset + cap), relative to begin."""
+        lo = jnp.clip(offset - begin, 0, size)
+        hi = jnp.clip(offset + cap - begin, 0, size)
+        return lo.astype(jnp.int32), (hi - lo).astype(jnp.int32)
+
+    def _sending(self, cap, offset):
+        """(first, count) of my group for each owner that moves in this round."""
+        return self._window(self.out_offsets, self.plan.counts, offset, cap)
+
+    def _receiving(self, cap, offset):
+        """(first, count) of each sender's group for me that moves in this round."""
+        return self._window(self.recv_offsets, self.recv_sizes, offset, cap)
+
+    def _forward(self, x: jnp.ndarray, cap: int, fill, offset) -> jnp.ndarray:
+        first, count = self._sending(cap, offset)
+        _, got = self._receiving(cap, offset)
         out = jnp.full((cap,) + x.shape[1:], fill, x.dtype)
-        return _ragged_all_to_all(x, out, self.plan.start, self.plan.counts, self.out_offsets,
-                                  self.recv_sizes, axis_name=self.axis)
+        return _ragged_all_to_all(x, out, _at(self.plan.start + first, count), count,
+                                  _at(self.out_offsets + first - offset, count), got,
+                                  axis_name=self.axis)
 
-    def send(self, cap, payload=None, received=None) -> Delivery:
+    def send(self, cap, payload=None, received=None, offset=0) -> Delivery:
         if received is None:
-            received = self._forward(self.plan.compact, cap, -1)
+            received = self._forward(self.plan.compact, cap, -1, offset)
         rows = None if payload is None else jax.tree.map(
-            lambda x: self._forward(x, cap, 0), payload)
-        return Delivery(cap, received, received >= 0, rows, jnp.int32(0))
+            lambda x: self._forward(x, cap, 0, offset), payload)
+        # Mine that no round up to this one moves (what a single round leaves behind).
+        moved = self._window(self.out_offsets, self.plan.counts, 0, offset + cap)[1]
+        overflow = jnp.sum(self.plan.counts) - jnp.sum(moved)
+        return Delivery(cap, received, received >= 0, rows, overflow)
 
-    def back(self, sent, answers, into=None):
-        n, plan = self.n, self.plan
+    def back(self, sent, answers, into=None, offset=0):
+        n, plan, cap = self.n, self.plan, sent.cap
         base, filled = into if into is not None else (None, None)
         if base is None:
             base = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype), answers)
+        first, count = self._receiving(cap, offset)
+        mine, back = self._sending(cap, offset)
         answers = jax.tree.map(
-            lambda x, out: _ragged_all_to_all(x, out, self.recv_offsets, self.recv_sizes,
-                                              self.sender_starts, plan.counts,
-                                              axis_name=self.axis), answers, base)
-        now = jnp.arange(n) < jnp.sum(plan.counts)
+            lambda x, out: _ragged_all_to_all(
+                x, out, _at(self.recv_offsets + first - offset, count), count,
+                _at(self.sender_starts + first, count), back, axis_name=self.axis),
+            answers, base)
+        # My compact entries answered this round: each owner's group from `mine` on.
+        pos = jnp.arange(n, dtype=jnp.int32)
+        owner = jnp.clip(jnp.searchsorted(plan.start + plan.counts, pos, side="right"), 0,
+                         self.num_parts - 1)
+        rank = pos - plan.start[owner]
+        now = (pos < jnp.sum(plan.counts)) & (rank >= mine[owner]) & (
+            rank < mine[owner] + back[owner])
         return answers, now if filled is None else now | filled
 
     def wire(self, cap, fwd_bytes, ans_bytes):
         sent = jnp.sum(self.plan.counts)
         return (sent * fwd_bytes + self.need * ans_bytes).astype(jnp.float32)
+
+    def estimate(self, remote):
+        return remote

@@ -32,7 +32,9 @@ class Relayed(NamedTuple):
     answers: pytree of [n, ...] in the plan's compact order; filled: bool[n] the compact
     entries answered; capacities: [direct_cap, relay_cap] (int32 scalars); wire:
     float32 bytes this device sent on the direct and relay legs; overflow: int32 excess
-    ids that did not fit the relay's top rung; inner: the intermediates' exchange stats.
+    ids that did not fit the relay's top rung; needs: [the busiest pair's count]
+    (what the direct leg's capacity is calibrated from); inner: the intermediates'
+    exchange stats.
     """
 
     answers: PyTree
@@ -40,6 +42,7 @@ class Relayed(NamedTuple):
     capacities: list
     wire: jnp.ndarray
     overflow: jnp.ndarray
+    needs: list
     inner: ExchangeStats
 
 
@@ -71,7 +74,9 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
     """The remote part of `exchange.gather` for `plan`, with the busiest pairs relayed."""
     n, P, axis = plan.size, plan.num_parts, exchange.axis
     me = lax.axis_index(axis)
-    direct_ladder = exchange.config.ladder(n)
+    direct = AllToAll(plan, axis)
+    direct_top = exchange.capacity(direct)    # the busiest pair's need, as sized
+    direct_ladder = exchange.config.ladder(direct_top)
     relay_top = -(-n // P)                    # an intermediate's share of n ids
     relay_ladder = exchange.config.ladder(relay_top)
     direct_rungs = jnp.asarray(direct_ladder, jnp.int32)
@@ -80,13 +85,11 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
     direct_cap = direct_rungs[best]
 
     # Direct leg: each pair's first direct_cap ids, straight to the owner.
-    direct = AllToAll(plan, axis)
-
     def direct_leg(cap):
         sent = direct.send(cap)
         got, filled = direct.back(sent, owner_fn(jnp.maximum(sent.ids, 0), sent.mask))
         return got, filled, direct.wire(cap, 4, ans_bytes)
-    (answers, filled, wire), _ = exchange.switch(None, n, True, direct_leg, rung=best)
+    (answers, filled, wire), _ = exchange.switch(None, direct_top, direct_leg, rung=best)
 
     # The excess: each pair's ids past direct_cap, dealt round-robin over the devices.
     owner = owner_of(exchange.offsets, plan.compact)
@@ -95,7 +98,7 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
     k = running_count(excess) - 1
     via, slot = (k + me) % P, k // P          # the intermediate, and the place in its row
     per_intermediate = -(-jnp.sum(excess, dtype=jnp.int32) // P)
-    rung = exchange.rung(per_intermediate, relay_top, True)
+    rung = exchange.rung(per_intermediate, relay_top)
     top = relay_ladder[-1]
 
     # Out leg: the excess ids to the intermediates, padded to the top rung's length so
@@ -108,7 +111,7 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
         held = jnp.pad(held, ((0, 0), (0, top - cap)), constant_values=-1).reshape(-1)
         return (held, jnp.sum(excess & ~fits, dtype=jnp.int32),
                 jnp.float32((P - 1) * cap * 4))
-    (held, lost, out_wire), relay_cap = exchange.switch(None, top, True, out_leg, rung=rung)
+    (held, lost, out_wire), relay_cap = exchange.switch(None, top, out_leg, rung=rung)
 
     # The intermediates fetch what they hold from the owners: an exchange without relay.
     fetched, inner = exchange.without_relay().gather(held, held >= 0, owner_fn)
@@ -120,9 +123,9 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
             a.reshape((P, top) + a.shape[1:])[:, :cap], axis, 0, 0, tiled=True
         ).reshape((P * cap,) + a.shape[1:]), fetched)
         return take(rows, via * cap + slot, fits), jnp.float32((P - 1) * cap * ans_bytes)
-    (relayed, back_wire), _ = exchange.switch(None, top, True, back_leg, rung=rung)
+    (relayed, back_wire), _ = exchange.switch(None, top, back_leg, rung=rung)
 
     answers = select(excess, relayed, answers)
     filled = filled | (excess & (slot < relay_cap))
     return Relayed(answers, filled, [direct_cap, relay_cap], wire + out_wire + back_wire,
-                   lost, inner)
+                   lost, [direct.need], inner)

@@ -26,19 +26,22 @@ class RingShift(Transfer):
     def transfers(cls, plan: Plan, axis: str, offsets) -> list[Transfer]:
         return [cls(plan, axis, shift) for shift in range(1, plan.num_parts)]
 
-    def send(self, cap, payload=None, received=None) -> Delivery:
-        ids, idx, ok = self.plan.group_ids(self.peer, cap)                     # [cap]
+    def send(self, cap, payload=None, received=None, offset=0) -> Delivery:
+        ids, idx, ok = self.plan.group_ids(self.peer, cap, offset)             # [cap]
         if received is None:
             received = lax.ppermute(ids, self.axis, self.forward)
         rows = None if payload is None else jax.tree.map(
             lambda x: lax.ppermute(x, self.axis, self.forward), take(payload, idx, ok))
-        overflow = jnp.maximum(self.plan.counts[self.peer] - cap, 0)
+        overflow = jnp.maximum(self.plan.counts[self.peer] - offset - cap, 0)
         return Delivery(cap, received, received >= 0, rows, overflow)
 
-    def back(self, sent, answers, into=None):
+    def back(self, sent, answers, into=None, offset=0):
         answers = jax.tree.map(lambda x: lax.ppermute(x, self.axis, self.backward), answers)
-        idx, ok = self.plan.group(self.peer, sent.cap)
+        idx, ok = self.plan.group(self.peer, sent.cap, offset)
         return put_back(self.n, answers, idx, ok, into)
 
     def wire(self, cap, fwd_bytes, ans_bytes):
         return jnp.float32(cap * (fwd_bytes + ans_bytes))
+
+    def estimate(self, remote):
+        return remote / max(self.num_parts - 1, 1)

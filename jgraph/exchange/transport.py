@@ -2,9 +2,10 @@
 
 A transport turns a `Plan` into one or more `Transfer`s. A transfer moves each device's
 remote ids, at most `cap` per destination slot, to their owners (`send`), and the
-owners' answers back into the plan's compact order (`back`). The exchange picks `cap`
-from its ladder (the same on every device) and compiles one branch per rung, so a
-transfer's buffers have static shapes. To add a strategy: a module with a `Transfer`
+owners' answers back into the plan's compact order (`back`). A transfer whose need
+exceeds `cap` moves in rounds: round r sends the ids `offset = r * cap` onwards. The
+exchange picks `cap` (the same on every device) and each round's buffers have that
+static shape, so memory follows the capacity, never the request's worst case. To add a strategy: a module with a `Transfer`
 subclass and its `transfers(plan, axis, offsets)`, one entry in `Strategy`, and one in
 `jgraph.exchange.exchange.TRANSPORTS`; the exchange tests run every strategy against
 the same numpy reference.
@@ -39,13 +40,12 @@ class Transfer(abc.ABC):
     """One movement of ids to owners and answers back, at a capacity picked per call.
 
     need: int32 this device's load in capacity units (the exchange takes the devices'
-    largest and climbs the ladder to it); top: the capacity no request can exceed;
-    bounded: whether `ExchangeConfig.max_capacity` may lower `top`.
+    largest, and moves the transfer in as many rounds of its capacity as that needs);
+    top: the capacity no request can exceed (one round always suffices there).
     """
 
     need: jnp.ndarray
     top: int
-    bounded: bool = True
 
     def __init__(self, plan: Plan, axis: str):
         self.plan, self.axis = plan, axis
@@ -53,26 +53,42 @@ class Transfer(abc.ABC):
 
     @abc.abstractmethod
     def send(self, cap: int, payload: PyTree = None,
-             received: jnp.ndarray | None = None) -> Delivery:
-        """Route the ids (and `payload`, rows in compact order) to their owners. With
-        `received` (the ids an earlier `send` at this `cap` delivered) the ids are not
-        sent again: the delivery holds them, ready for `back`."""
+             received: jnp.ndarray | None = None, offset=0) -> Delivery:
+        """Route the ids from `offset` on (int32, a multiple of `cap`: the round's first),
+        and `payload` (rows in compact order), to their owners, at most `cap` per slot.
+        With `received` (the ids an earlier `send` of this round delivered) the ids are
+        not sent again: the delivery holds them, ready for `back`."""
 
     @abc.abstractmethod
     def back(self, sent: Delivery, answers: PyTree,
-             into: tuple[PyTree, jnp.ndarray] | None = None) -> tuple[PyTree, jnp.ndarray]:
-        """Return `answers` (rows for `sent.ids`) to the requesters: (answers in compact
-        order [n], filled bool[n]), written into `into = (answers, filled)` when given,
-        so that a gather's transfers fill one buffer in turn."""
+             into: tuple[PyTree, jnp.ndarray] | None = None,
+             offset=0) -> tuple[PyTree, jnp.ndarray]:
+        """Return `answers` (rows for `sent.ids`, sent from `offset`) to the requesters:
+        (answers in compact order [n], filled bool[n]), written into `into = (answers,
+        filled)` when given, so that a gather's transfers and rounds fill one buffer."""
 
     @abc.abstractmethod
     def wire(self, cap: int, fwd_bytes: int, ans_bytes: int) -> jnp.ndarray:
-        """float32 bytes this device sends at `cap`: `fwd_bytes` per id slot out,
-        `ans_bytes` per answer slot back."""
+        """float32 bytes this device sends in one round at `cap`: `fwd_bytes` per id
+        slot out, `ans_bytes` per answer slot back."""
+
+    exact_wire = False
+    """True: `wire` counts the bytes of every round together (exact sizes), whatever
+    `cap`; False: it counts one round's padded buffers."""
 
     def received_length(self, cap: int) -> int:
         """Length of `Delivery.ids` at `cap`."""
         return cap
+
+    @abc.abstractmethod
+    def estimate(self, remote: float) -> float:
+        """The need expected when `remote` of this device's ids are owned elsewhere,
+        spread evenly over the other devices (and this device is asked as much)."""
+
+    def limit(self) -> int:
+        """The largest capacity worth a round: `top` (one round holds everything), less
+        for a transport whose buffers would otherwise grow with the device count."""
+        return self.top
 
 
 def put_back(n: int, answers: PyTree, idx: jnp.ndarray, ok: jnp.ndarray,

@@ -22,15 +22,18 @@ CHILD = textwrap.dedent(f"""
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     import numpy as np
-    from jgraph.sharded import REPLICATED, ROWS, Exchange, make_mesh
+    from jgraph.sharded import REPLICATED, ROWS, Exchange, ExchangeConfig, make_mesh
 
     offsets = np.cumsum([0, 5, 0, 12, 7, 70, 3, 9, 16])
-    exchange = Exchange(offsets)                 # all_to_all; ladder(24) has two rungs
+    # all_to_all. The gather's capacity of 8 (calibrated) takes rounds: collectives in a
+    # loop; the scatter_add's (bound) is 24, a ladder of two rungs.
     n = 24
+    exchange = Exchange(offsets, capacities={{n: 8}})
+    bound = Exchange(offsets, ExchangeConfig(sizing="bound"))
 
     def body(ids, valid, values):
         rows, gathered = exchange.gather(ids, valid, lambda q, m: q)
-        (_, sums, _), scattered = exchange.scatter_add(ids, valid, values)
+        (_, sums, _), scattered = bound.scatter_add(ids, valid, values)
         return rows, sums, gathered, scattered
 
     step = jax.jit(jax.shard_map(body, mesh=make_mesh(8), in_specs=(ROWS,) * 3,

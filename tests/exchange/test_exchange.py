@@ -36,7 +36,7 @@ TABLE = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
 # Every strategy, by test id, on ladders of many rungs (choosing rungs is tested here).
 # "all_to_all-relay" relays the busiest pairs' excess through intermediate devices;
 # "all_to_all" is the plain per-peer-capacity all_to_all (the default).
-LADDER = dict(growth=1.25, max_rungs=24)
+LADDER = dict(growth=1.25, max_rungs=24, sizing="bound")
 CONFIGS = {"all_to_all-relay": ExchangeConfig(strategy="all_to_all", relay=True, **LADDER),
            "all_to_all": ExchangeConfig(strategy="all_to_all", **LADDER),
            "ppermute": ExchangeConfig(strategy="ppermute", **LADDER),
@@ -60,11 +60,11 @@ def sharded_table() -> np.ndarray:
 
 
 @functools.cache
-def exchange_step(config: ExchangeConfig, once: bool = False):
+def exchange_step(config: ExchangeConfig, once: bool = False, capacities=()):
     """One compiled program per config: gather (pytree answers, a `contains` screen read
     from a replicated bool[N]; `once`: the owner function outside the ladder) and
-    scatter_add of the same ids."""
-    ex = Exchange(OFFSETS, config)
+    scatter_add of the same ids; capacities: calibrated ((length, capacity), ...)."""
+    ex = Exchange(OFFSETS, config, capacities=dict(capacities))
     offsets = jnp.asarray(OFFSETS, jnp.int32)
 
     def body(shard, allowed, ids, valid, values):
@@ -88,9 +88,10 @@ def exchange_step(config: ExchangeConfig, once: bool = False):
         out_specs=((ROWS, ROWS), REPLICATED, (ROWS, ROWS, ROWS), REPLICATED)))
 
 
-def run(config, case, once=False):
+def run(config, case, once=False, capacities=()):
     ids, valid, allowed, values = case
-    (rows, twice), gstats, (owned, sums, mask), sstats = exchange_step(config, once)(
+    (rows, twice), gstats, (owned, sums, mask), sstats = exchange_step(
+        config, once, tuple(sorted(dict(capacities).items())))(
         sharded_table(), allowed, ids.reshape(-1).astype(np.int32), valid.reshape(-1),
         values.reshape(P * n, 2))
     m = owned.shape[0] // P
@@ -217,7 +218,7 @@ def expected_capacity(config, counts):
     if s == "all_gather":
         return smallest_rung(config.ladder(n), counts.sum(axis=1).max())
     if s == "ragged_all_to_all":   # everything an owner receives, in one exact-size buffer
-        return smallest_rung(config.ladder((P - 1) * n, bounded=False), counts.sum(axis=0).max())
+        return smallest_rung(config.ladder((P - 1) * n), counts.sum(axis=0).max())
     raise AssertionError(s)
 
 
@@ -350,7 +351,7 @@ def test_default_config_never_overflows_when_every_id_goes_to_one_peer(strategy)
 
 def test_out_of_range_ids_are_counted_answered_zero_and_check_raises_index_error():
     case = make_case("out_of_range")
-    out = run(ExchangeConfig(), case)
+    out = run(ExchangeConfig(sizing="bound"), case)
     ids, valid, allowed, _ = case
     rejected = valid & ~(in_range(ids) & allowed[np.clip(ids, 0, N - 1)])
     assert rejected.sum() == 14 and int(out["gstats"].out_of_range) == 14
@@ -363,48 +364,101 @@ def test_out_of_range_ids_are_counted_answered_zero_and_check_raises_index_error
         out["sstats"].check()
 
 
-# -- overflow --------------------------------------------------------------------------------
+# -- capacities below the need: rounds, never a lost answer ------------------------------
+
+
+def expected_need(strategy, counts):
+    """The largest need, in the capacity's units, that each strategy reports."""
+    if strategy == "all_gather":                     # one buffer for all peers
+        return int(counts.sum(axis=1).max())
+    if strategy == "ragged_all_to_all":              # what an owner receives
+        return int(counts.sum(axis=0).max())
+    return int(counts.max())                         # per (device, peer)
 
 
 def expected_overflow(strategy, counts, cap):
-    if strategy == "all_gather":                     # one buffer of cap for all peers
+    if strategy == "all_gather":
         return int(np.maximum(counts.sum(axis=1) - cap, 0).sum())
     return int(np.maximum(counts - cap, 0).sum())    # a buffer of cap per (device, peer)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_overflow_beyond_max_capacity_is_counted_and_check_raises(strategy):
+def test_gather_beyond_max_capacity_takes_rounds_and_scatter_add_counts_its_overflow(strategy):
+    """A capacity of 4 where a peer is asked 32 ids: the gather moves them in rounds of
+    4 and answers every one; scatter_add's one round loses exactly what does not fit,
+    counted, and check raises."""
     config = dataclasses.replace(CONFIGS[strategy], max_capacity=4)
-    assert config.ladder(n) == (4,)
     case = make_case("one_peer")
     ids, valid, _, _ = case
     out = run(config, case)
-    _, counts = request_counts(ids, valid)
     gst, sst = out["gstats"], out["sstats"]
-    # scatter_add (never relayed) loses exactly what does not fit per transfer.
+    ok = valid & in_range(ids)
+    np.testing.assert_array_equal(out["rows"], np.where(ok[..., None], TABLE[ids], 0))
+    _, counts = request_counts(ids, valid)
+    need = expected_need(config.strategy.value, counts)
+    assert int(gst.overflow) == 0 and gst.check() is gst
+    if not config.relay:
+        assert int(gst.needed) == need and int(gst.capacity) == 4
+        assert int(gst.rounds) == -(-need // 4) > 1
     lost = expected_overflow(config.strategy.value, counts, 4)
-    assert lost > 0 and int(sst.overflow) == lost
-    assert int(gst.overflow) > 0 and int(gst.capacity) == 4
-    if not (config.strategy.value == "all_to_all" and config.relay):
-        assert int(gst.overflow) == lost
-    with pytest.raises(ExchangeOverflowError, match="max_capacity"):
-        gst.check()
-    with pytest.raises(ExchangeOverflowError):
+    assert lost > 0 and int(sst.overflow) == lost and int(sst.needed) == need
+    with pytest.raises(ExchangeOverflowError, match="capacity 4"):
         sst.check()
-    # Never a wrong answer: each is the true row or, for a lost id, zeros; and the
-    # count is the number of requests lost: the distinct (device, id) pairs answered
-    # with zeros.
-    zero_pairs = set()
-    for k in range(P):
-        for i in range(n):
-            row = out["rows"][k, i]
-            if np.all(row == 0):
-                zero_pairs.add((k, ids[k, i]))
-                assert out["twice"][k, i] == 0
-            else:
-                np.testing.assert_array_equal(row, TABLE[ids[k, i]])
-                assert out["twice"][k, i] == 2 * ids[k, i]
-    assert len(zero_pairs) == int(gst.overflow)
+
+
+@pytest.mark.parametrize("case", ("one_peer", "duplicates", "out_of_range"))
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("once", [False, True], ids=["per_rung", "once"])
+def test_calibrated_capacities_below_the_need_answer_everything_in_rounds(strategy, case,
+                                                                          once):
+    """Calibrated sizing with a capacity of 8 for the batch's length: every answer
+    equals numpy's in as many rounds as the need asks; `grown` sizes the length to
+    its need plus headroom, after which one round holds it."""
+    if once and strategy == "all_to_all-relay":
+        pytest.skip("the relay answers per rung (once is not relayed)")
+    config = dataclasses.replace(CONFIGS[strategy], sizing="calibrated")
+    data = make_case(case)
+    out = run(config, data, once, {n: 8})
+    ids, valid, allowed, _ = data
+    ok = valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)]
+    np.testing.assert_array_equal(out["rows"], np.where(ok[..., None],
+                                                        TABLE[np.clip(ids, 0, N - 1)], 0))
+    np.testing.assert_array_equal(out["twice"], np.where(ok, ids * 2, 0))
+    _, counts = request_counts(ids, ok)
+    gst = out["gstats"]
+    if config.relay:
+        return
+    need = expected_need(config.strategy.value, counts)
+    assert int(gst.needed) == need and int(gst.rounds) == max(-(-need // 8), 1)
+    grown = Exchange(OFFSETS, config, capacities={n: 8}).grown(gst)
+    if need > 8:
+        assert grown.capacities[n] >= need
+        again = run(config, data, once, grown.capacities)
+        # all_gather: every device receives every device's round, so a round holds at
+        # most n / P ids from each, rounded up to 8 (its memory stays about n, whatever
+        # P): growing does not take it past that.
+        limit = 8 if config.strategy.value == "all_gather" else n
+        assert int(again["gstats"].rounds) == -(-need // limit)
+        np.testing.assert_array_equal(again["rows"], out["rows"])
+    else:
+        assert grown.capacities == {n: 8}
+
+
+def test_calibrated_capacity_of_an_unmeasured_length_is_estimated_from_the_cut():
+    """Before calibration: cut x n spread over the other devices, with headroom (8 at
+    least); measured lengths use what was measured; bound sizing the worst case."""
+    from jgraph.exchange.all_to_all import AllToAll
+
+    class Shape:            # what `capacity` reads of a transfer
+        def __init__(self, length):
+            self.n, self.num_parts, self.top = length, P, length
+        estimate, limit = AllToAll.estimate, AllToAll.limit
+    ex = Exchange(OFFSETS, ExchangeConfig(strategy="all_to_all", cut=0.5, headroom=0.25))
+    assert ex.capacity(Shape(1400)) == 128         # 1400 * 0.5 / 7 * 1.25 = 125 -> 128
+    assert ex.capacity(Shape(32)) == 8
+    assert ex.calibrated({1400: 40}).capacity(Shape(1400)) == 40
+    bound = Exchange(OFFSETS, ExchangeConfig(strategy="all_to_all", sizing="bound"))
+    assert bound.capacity(Shape(1400)) == 1400
 
 
 # -- ragged_all_to_all ----------------------------------------------------------------------
@@ -469,7 +523,7 @@ def test_emulated_ragged_all_to_all_follows_the_documented_example():
 
 
 # Few rungs (each compiles its own copy of the emulation); top (P - 1) * n.
-RAGGED = ExchangeConfig(strategy="ragged_all_to_all", growth=4.0)
+RAGGED = ExchangeConfig(strategy="ragged_all_to_all", growth=4.0, sizing="bound")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -478,6 +532,22 @@ def test_ragged_gather_and_scatter_add_equal_numpy_with_emulated_collective(case
     out = run(RAGGED, make_case(case))
     check_gather(RAGGED, make_case(case), out)
     check_scatter_add(RAGGED, make_case(case), out)
+
+
+@pytest.mark.parametrize("once", [False, True], ids=["per_rung", "once"])
+def test_ragged_rounds_answer_everything_with_emulated_collective(once, monkeypatch):
+    """ragged_all_to_all with a receive buffer of 8 where owners receive up to 7 x 32
+    ids: windows of the receive order, round by round, every answer equal to numpy's."""
+    monkeypatch.setattr(ragged_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
+    config = dataclasses.replace(RAGGED, sizing="calibrated")
+    data = make_case("one_peer")
+    out = run(config, data, once, {n: 8})
+    ids, valid, _, _ = data
+    np.testing.assert_array_equal(out["rows"], np.where(valid[..., None], TABLE[ids], 0))
+    _, counts = request_counts(ids, valid)
+    need = expected_need("ragged_all_to_all", counts)
+    assert int(out["gstats"].needed) == need and int(out["gstats"].rounds) == -(-need // 8)
+    assert float(out["gstats"].wire_bytes) == counts.sum() * (4 + ROW_BYTES)
 
 
 @pytest.mark.slow      # the ragged transport's per-rung path is in the fast tier
