@@ -27,9 +27,10 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
+from jgraph.cost import Peaks
 from jgraph.mesh import AXIS, first_devices
 
-GPU_DEVICES_PER_HOST = 8
+GPU_DEVICES_PER_HOST = 8     # DGX / HGX hosts
 
 
 class Target(str, enum.Enum):
@@ -51,6 +52,25 @@ class Target(str, enum.Enum):
             return None
         m = re.search(r"device_memory_size:\s*(\d+)", target_config(self))
         return int(m[1])
+
+
+    @property
+    def peaks(self) -> Peaks | None:
+        """Published peak rates of one device (None for the CPU: this machine's)."""
+        return PEAKS.get(self)
+
+
+# NVIDIA's H100 SXM and H200 SXM datasheets (dense, no sparsity); hosts of 8 GPUs on
+# NVLink 4 (900 GB/s both ways); between hosts one 400 Gb/s InfiniBand NDR adapter per
+# GPU, as in DGX H100 / HGX clusters (an assumption: name another with `Peaks`).
+_HOPPER_FLOPS = {"bf16": 989e12, "tf32": 495e12, "f32": 67e12}
+_NDR = "400 Gb/s InfiniBand NDR per GPU (50 GB/s)"
+PEAKS = {
+    Target.H100: Peaks(_HOPPER_FLOPS, memory=3.35e12, intra_host=450e9, inter_host=50e9,
+                       per_host=GPU_DEVICES_PER_HOST, network=_NDR),
+    Target.H200: Peaks(_HOPPER_FLOPS, memory=4.8e12, intra_host=450e9, inter_host=50e9,
+                       per_host=GPU_DEVICES_PER_HOST, network=_NDR),
+}
 
 
 class TargetError(RuntimeError):

@@ -12,7 +12,9 @@ devices, mean over batches. `min_bytes`: bytes of the distinct remote rows the b
 request (each device's distinct ids it does not own, times the row size), the least any
 exchange without a cache must move. `wire_bytes_ratio` = wire / min; a cache can take
 it below 1. `seconds_per_call`: one call from dispatch to its answers, mean over
-batches, after a warm-up call.
+batches, after a warm-up call. With `exchange.sizing` calibrated (the default), the
+capacities are fitted to what the batches send before anything is measured, as a
+training run fits them to its first batches.
 
 Memory. Each program is compiled before anything of its own is allocated, and runs only
 if what XLA says it holds (temporaries and answers, on every simulated device at once:
@@ -31,6 +33,7 @@ import numpy as np
 from jgraph.bench.common import memory_shortage, partition_on_mesh
 from jgraph.bench.config import ExchangeBench
 from jgraph.data import SparseRows
+from jgraph.exchange import Sizing
 from jgraph.exchange import row_bytes as stored_row_bytes
 from jgraph.mesh import first_devices, rows_sharding
 from jgraph.partition import PartitionBook
@@ -190,18 +193,24 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
             what = f"the {strategy.value} exchange"
             line = {"bench": "exchange", "graph": meta.graph_name, "strategy": strategy.value,
                     "method": meta.method, "devices": mesh.size}
-            exchange = dg.exchange(cfg.exchange_for(strategy))
-
-            def body(shard, ids, cids, crows, exchange=exchange):
-                return feat.lookup(exchange, shard, ids, ids >= 0, cache=(cids, crows))
-            fn = jax.jit(jax.shard_map(body, mesh=mesh,
-                                       in_specs=(ROWS, ROWS, REPLICATED, REPLICATED),
-                                       out_specs=(ROWS, REPLICATED)))
             args = [(feat.array, jnp.asarray(b.reshape(-1)), cache_ids, cache_rows)
                     for b in batches]
+
+            def program(exchange):
+                def body(shard, ids, cids, crows):
+                    return feat.lookup(exchange, shard, ids, ids >= 0, cache=(cids, crows))
+                return jax.jit(jax.shard_map(body, mesh=mesh,
+                                             in_specs=(ROWS, ROWS, REPLICATED, REPLICATED),
+                                             out_specs=(ROWS, REPLICATED)))
+            exchange = dg.exchange(cfg.exchange_for(strategy))
+            if exchange.config.sizing is Sizing.CALIBRATED and mesh.size > 1:
+                # As training does: capacities fitted to what the batches send.
+                with progress.phase(f"measuring {what}"):
+                    measure = program(exchange)
+                    exchange = exchange.fitted([measure(*a)[1] for a in args])
             with progress.phase(f"compiling {what} for {mesh.size} device(s)"):
                 start = time.perf_counter()
-                fn = fn.lower(*args[0]).compile()
+                fn = program(exchange).lower(*args[0]).compile()
                 compile_s = time.perf_counter() - start
             # Compiled, nothing allocated yet: does one call fit? Beside the program's own
             # buffers, checking holds three blocks of one device's answers.

@@ -28,7 +28,13 @@ from jgraph.bench.profile import phase_breakdown
 from jgraph.exchange import ExchangeStats
 from jgraph.progress import Progress
 from jgraph.train.experiment import Task
-from jgraph.train.run import build_run, calibrated_job, check_stats, held_out_edges
+from jgraph.train.run import (
+    build_run,
+    calibrated_exchange,
+    calibrated_sampler,
+    check_stats,
+    held_out_edges,
+)
 
 PROFILE_STEPS = 5
 
@@ -45,7 +51,8 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
                            node_data=("feat",) if link else ("feat", "label"),
                            held_out=held_out) as (meta, dg):
         run = build_run(cfg.experiment(dg.parts.root), dg)
-        job = calibrated_job(run, progress) if cfg.train.calibrate_capacities else run.job
+        job = calibrated_sampler(run, progress) if cfg.train.calibrate_capacities else run.job
+        job = calibrated_exchange(job, dg.graph, progress=progress)
     loader = job.loader
     step = job.compile_train(dg.graph)
     data = job.data(dg.graph)

@@ -19,7 +19,9 @@ def add_commands(sub) -> None:
     c.add_argument("config", help="experiment YAML, e.g. experiments/sage_cora.yaml")
     c.add_argument("--target", choices=TARGETS, default="h100",
                    help="the hardware to compile for (default: h100)")
-    c.add_argument("--devices", type=int, required=True, help="devices (= partitions)")
+    c.add_argument("--devices", required=True,
+                   help="devices (= partitions), or several counts, e.g. 8,16,32,64: one "
+                        "report (one JSON line) each")
     c.add_argument("--set", dest="assignments", action="extend", nargs="+", default=[],
                    metavar="KEY=VALUE", help="override config fields (as jgraph train)")
     c.add_argument("--abstract", action="store_true",
@@ -30,10 +32,22 @@ def add_commands(sub) -> None:
     c.set_defaults(run=run_compile)
 
 
+def device_counts(text: str) -> list[int]:
+    """--devices: one count or a comma-separated list of them."""
+    from jgraph.cli.devices import UsageError
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--devices: give a device count or counts separated by commas "
+                         f"(8,16,32), got {text!r}") from None
+    if min(counts) < 1:
+        raise UsageError(f"--devices must be >= 1, got {text!r}")
+    return counts
+
+
 def run_compile(args) -> int:
     from jgraph.cli.devices import UsageError, use_devices
-    if args.devices < 1:
-        raise UsageError(f"--devices must be >= 1, got {args.devices}")
+    counts = device_counts(args.devices)
     gpu = args.target != "cpu"
     if gpu:
         # XLA describes GPU targets from the CPU platform; JAX must not start CUDA.
@@ -44,7 +58,7 @@ def run_compile(args) -> int:
         os.environ["JAX_PLATFORMS"] = "cpu"
     # The graph's arrays live on CPU devices while the step is built, one per partition
     # (in abstract mode there are none, but a CPU target's mesh is made of them).
-    use_devices(1 if args.abstract and gpu else args.devices)
+    use_devices(1 if args.abstract and gpu else max(counts))
 
     from jgraph.config import load
     from jgraph.progress import Progress
@@ -54,14 +68,17 @@ def run_compile(args) -> int:
     progress = Progress(enabled=not args.json)
     target = Target(args.target)
     if args.abstract:
-        from jgraph.train.abstract import compile_abstract
-        report = compile_abstract(config, target, args.devices, progress)
+        from jgraph.train.abstract import compile_abstract as compile_one
     else:
-        from jgraph.train.compile import compile_config
-        report = compile_config(config, target, args.devices, progress)
-    if args.json:
-        print(json.dumps(report), flush=True)
-    else:
-        for key, value in report.items():
-            print(f"{key}: {value}")
-    return 0 if report["ok"] else 1
+        from jgraph.train.compile import compile_config as compile_one
+    ok = True
+    for devices in counts:
+        report = compile_one(config, target, devices, progress)
+        ok = ok and report["ok"]
+        if args.json:
+            print(json.dumps(report), flush=True)
+        else:
+            for key, value in report.items():
+                print(f"{key}: {value}")
+            print(flush=True)
+    return 0 if ok else 1

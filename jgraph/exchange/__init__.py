@@ -7,9 +7,9 @@ device's deduplicated request grouped by owner), `transport` (the interface of a
 transport) with one module per transport (`all_to_all`, `all_gather`, `ring`,
 `ragged`), `relay` (all_to_all with the busiest pairs relayed), `rows` (row helpers),
 `exchange` (gather and scatter_add over them)."""
-from jgraph.exchange.config import ExchangeConfig, Strategy
+from jgraph.exchange.config import ExchangeConfig, Sizing, Strategy
 from jgraph.exchange.exchange import Exchange, ExchangeOverflowError, ExchangeStats
 from jgraph.exchange.rows import OwnerFn, answer_filled, row_bytes, running_count
 
 __all__ = ["Exchange", "ExchangeConfig", "ExchangeOverflowError", "ExchangeStats", "OwnerFn",
-           "Strategy", "answer_filled", "row_bytes", "running_count"]
+           "Sizing", "Strategy", "answer_filled", "row_bytes", "running_count"]

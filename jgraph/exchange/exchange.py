@@ -147,26 +147,48 @@ class Exchange:
                         {**self.capacities, **{int(k): int(v)
                                                for k, v in dict(capacities).items()}})
 
+    def fitted(self, stats) -> Exchange:
+        """This exchange with the capacity of every request length in `stats`
+        (`ExchangeStats` leaves, on the host, e.g. of a training step's first batches)
+        set to the largest need measured there plus headroom: calibrated sizing's
+        capacities, higher or lower than before. Itself on one device (nothing moves)."""
+        if self.num_parts == 1:
+            return self
+        return self.calibrated({length: with_headroom(needed, self.config.headroom)
+                                for length, (needed, _) in self._needs(stats).items()})
+
     def grown(self, stats) -> Exchange:
         """This exchange with the capacity of every request length that needed more
         (`ExchangeStats` leaves of `stats`, on the host, with `needed` > `capacity`)
         set to that need plus headroom; itself if none did."""
-        want = {}
-        for st in exchange_stats(stats):
-            length, needed = int(st.length), int(st.needed)
-            if needed > int(st.capacity) and length > 0:
-                want[length] = max(want.get(length, 0), with_headroom(needed,
-                                                                      self.config.headroom))
+        want = {length: with_headroom(needed, self.config.headroom)
+                for length, (needed, over) in self._needs(stats).items() if over}
         want = {k: v for k, v in want.items() if v > self.capacities.get(k, 0)}
         return self.calibrated(want) if want else self
 
-    def capacity(self, transfer: Transfer) -> int:
+    @staticmethod
+    def _needs(stats) -> dict[int, tuple[int, bool]]:
+        """{request length: (the largest need, whether any exchange of that length
+        needed more than its capacity)} over the `ExchangeStats` leaves of `stats`."""
+        out = {}
+        for st in exchange_stats(stats):
+            length, needed = int(st.length), int(st.needed)
+            if length > 0:
+                most, over = out.get(length, (0, False))
+                out[length] = (max(most, needed), over or needed > int(st.capacity))
+        return out
+
+    def capacity(self, transfer: Transfer, one_round: bool = False) -> int:
         """The static capacity of `transfer`'s rounds: its need as measured (calibrated
         sizing, never above `transfer.limit()`) or estimated from `ExchangeConfig.cut`,
         or its top (bound sizing); never above what one round can need (`top`) nor
-        `ExchangeConfig.max_capacity`."""
+        `ExchangeConfig.max_capacity`.
+
+        one_round: the transfer has no later rounds (a scatter_add's): its measured
+        need, not limited, or else its top, since an estimate that falls short would
+        lose values (a training run measures every length its step sends)."""
         config, top = self.config, transfer.top
-        if config.sizing is Sizing.BOUND:
+        if config.sizing is Sizing.BOUND or (one_round and transfer.n not in self.capacities):
             cap = top
         else:
             if transfer.n in self.capacities:
@@ -175,7 +197,8 @@ class Exchange:
                 cut = (config.cut if config.cut is not None
                        else (self.num_parts - 1) / self.num_parts)
                 cap = with_headroom(transfer.estimate(cut * transfer.n), config.headroom)
-            cap = min(cap, transfer.limit())
+            if not one_round:
+                cap = min(cap, transfer.limit())
         if config.max_capacity is not None:
             cap = min(cap, config.max_capacity)
         return max(min(cap, top), 1)
@@ -405,7 +428,7 @@ class Exchange:
         parts_ids, parts_vals = [jnp.where(plan.local, plan.uniq, -1)], [summed]
         caps, wire, overflow, needs = [], jnp.float32(0), jnp.int32(0), []
         for transfer in self._transfers(plan):
-            top = self.capacity(transfer)
+            top = self.capacity(transfer, one_round=True)
             length = transfer.received_length(top)   # every branch's, as lax.switch needs
 
             def branch(cap, transfer=transfer, length=length):

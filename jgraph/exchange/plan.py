@@ -12,6 +12,10 @@ from jax import lax
 from jgraph.exchange.rows import running_count
 
 EMPTY = jnp.iinfo(jnp.int32).max   # pads the deduplicated ids: sorts after every real id
+# Up to this many devices, a distinct request's ids are grouped by owner with an [n, P]
+# running count (cheaper than a sort on XLA:CPU); beyond it with a sort, so that the
+# plan's memory stays n entries however many devices there are.
+COUNT_BY_OWNER = 16
 
 
 def owner_of(offsets: np.ndarray, ids: jnp.ndarray) -> jnp.ndarray:
@@ -92,10 +96,17 @@ def make_plan(ids: jnp.ndarray, valid: jnp.ndarray, offsets: np.ndarray, axis: s
     remote = uvalid & ~local & ~cached
     counts = jax.ops.segment_sum(remote.astype(jnp.int32), owner, num_segments=num_parts)
     start = jnp.cumsum(counts) - counts
-    if distinct:        # unsorted: place each id after the earlier ones of its owner
+    if distinct and num_parts <= COUNT_BY_OWNER:
+        # Unsorted: place each id after the earlier ones of its owner, counted per owner.
         mine = (owner[:, None] == jnp.arange(num_parts)) & remote[:, None]     # [n, P]
         rank = jnp.take_along_axis(running_count(mine), owner[:, None], axis=1)[:, 0] - 1
         slot = jnp.where(remote, start[owner] + rank, -1)
+    elif distinct:
+        # The same places from a stable sort by owner (remote ids first, by owner, each
+        # owner's in request order): n entries whatever the device count.
+        order = jnp.argsort(jnp.where(remote, owner, num_parts), stable=True)
+        place = jnp.zeros(n, jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
+        slot = jnp.where(remote, place, -1)
     else:               # sorted ids are already grouped by owner
         slot = running_count(remote) - 1
     compact = jnp.full(n, -1, jnp.int32).at[jnp.where(remote, slot, n)].set(uniq, mode="drop")

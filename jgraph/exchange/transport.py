@@ -5,10 +5,11 @@ remote ids, at most `cap` per destination slot, to their owners (`send`), and th
 owners' answers back into the plan's compact order (`back`). A transfer whose need
 exceeds `cap` moves in rounds: round r sends the ids `offset = r * cap` onwards. The
 exchange picks `cap` (the same on every device) and each round's buffers have that
-static shape, so memory follows the capacity, never the request's worst case. To add a strategy: a module with a `Transfer`
-subclass and its `transfers(plan, axis, offsets)`, one entry in `Strategy`, and one in
-`jgraph.exchange.exchange.TRANSPORTS`; the exchange tests run every strategy against
-the same numpy reference.
+static shape, so memory follows the capacity, never the request's worst case.
+
+To add a strategy: a module with a `Transfer` subclass and its `transfers(plan, axis,
+offsets)`, one entry in `Strategy`, and one in `jgraph.exchange.exchange.TRANSPORTS`;
+the exchange tests run every strategy against the same numpy reference.
 """
 from __future__ import annotations
 

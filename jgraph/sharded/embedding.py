@@ -91,17 +91,33 @@ class DistEmbedding:
     def apply_gradients(self, exchange: Exchange, state: EmbeddingState, ids, valid, grads
                         ) -> tuple[EmbeddingState, ExchangeStats]:
         """Route `grads` (float32[n, dim], the gradient of each looked-up row) to the
-        owners, sum them per row, and apply the sparse optimizer to those rows only."""
-        (owned, sums, mask), stats = exchange.scatter_add(ids, valid, grads,
-                                                          contains=self.layout.contains)
+        owners, sum them per row, and apply the sparse optimizer to those rows only.
+
+        When some gradients did not fit the exchange's capacity (`stats.overflow`,
+        the same on every device), no row is updated, so no gradient is ever half
+        applied: the caller runs the step again with a larger capacity."""
+        routed, stats = self.route_gradients(exchange, ids, valid, grads)
+        return self.update_rows(exchange, state, routed, stats.overflow == 0), stats
+
+    def route_gradients(self, exchange: Exchange, ids, valid, grads):
+        """((owned ids, summed gradients, mask), stats): `grads` sent to the owners of
+        `ids` and summed per row there (`Exchange.scatter_add`)."""
+        return exchange.scatter_add(ids, valid, grads, contains=self.layout.contains)
+
+    def update_rows(self, exchange: Exchange, state: EmbeddingState, routed, when
+                    ) -> EmbeddingState:
+        """`state` with the sparse optimizer applied to the rows of `routed` (from
+        `route_gradients`) where `when` (a bool scalar) holds; only those rows move."""
+        owned, sums, mask = routed
         r = state.table.shape[0]
-        local = jnp.where(mask, self.layout.local_row(owned, lax.axis_index(exchange.axis)), r)
+        local = jnp.where(mask & when,
+                          self.layout.local_row(owned, lax.axis_index(exchange.axis)), r)
         get = lambda a: a.at[local].get(mode="fill", fill_value=0)
         rows, slots = self.optimizer.update(get(state.table),
                                             {k: get(v) for k, v in state.slots.items()}, sums)
         put = lambda a, new: a.at[local].set(new, mode="drop")
         return EmbeddingState(put(state.table, rows),
-                              {k: put(state.slots[k], slots[k]) for k in state.slots}), stats
+                              {k: put(state.slots[k], slots[k]) for k in state.slots})
 
     # -- host side ---------------------------------------------------------------------
 

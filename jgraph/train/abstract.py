@@ -33,7 +33,7 @@ from jgraph.sharded.graph import ShardedGraph
 from jgraph.sharded.layout import RowLayout
 from jgraph.sharded.tensor import DistTensor
 from jgraph.target import Target, abstract_like, target_mesh
-from jgraph.train.compile import compile_into
+from jgraph.train.compile import Workload, compile_into
 from jgraph.train.experiment import Experiment
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.run import build_model, dense_optimizer
@@ -161,4 +161,4 @@ def compile_abstract(config: Experiment, target: Target, devices: int,
               "strategy": job.exchange.config.strategy.value}
     return compile_into(report, target, job.compile_train(graph, mesh=mesh),
                         lambda: abstract_train_args(job, graph, params, mesh), progress,
-                        " from counts")
+                        Workload.of(config, job), " from counts")

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
+from jgraph.cost import Costs, roofline
 from jgraph.mesh import REPLICATED, ROWS, first_devices, make_mesh
 from jgraph.progress import Progress
 from jgraph.target import Analysis, Target, abstract_like, target_mesh
@@ -82,14 +83,31 @@ def compile_step(run: Run, target: Target, progress: Progress | None = None) -> 
               "edges": int(sum(p.num_edges for p in meta.parts)),
               "strategy": run.job.exchange.config.strategy.value}
     return compile_into(report, target, run.job.compile_train(run.dg.graph, mesh=mesh),
-                        lambda: train_step_args(run, mesh), progress)
+                        lambda: train_step_args(run, mesh), progress,
+                        Workload.of(run.config, run.job))
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What the roofline of a step needs besides the program: the dtype its matmuls
+    run in on the target ("bf16" with train.precision bf16; float32 matmuls run as
+    TF32 on Hopper GPUs by XLA's default precision) and the steps of an epoch."""
+
+    compute: str
+    steps_per_epoch: int
+
+    @classmethod
+    def of(cls, config: Experiment, job) -> Workload:
+        bf16 = config.train.precision.dtype == jnp.bfloat16
+        return cls("bf16" if bf16 else "tf32", job.loader.steps_per_epoch)
 
 
 def compile_into(report: dict, target: Target, fn, make_args, progress: Progress,
-                 what: str = "") -> dict:
+                 workload: Workload, what: str = "") -> dict:
     """`report` completed by compiling the training step `fn` for `make_args()`: ok, the
-    seconds and the program's `Analysis`, or ok False and XLA's error (the answer to
-    "does it compile?", so reported, not raised)."""
+    seconds, the program's `Analysis` and `Costs`, and on a GPU target the roofline
+    lower bound of the step's and the epoch's time (`jgraph.cost.roofline`), or ok
+    False and XLA's error (the answer to "does it compile?", so reported, not raised)."""
     start = time.perf_counter()
     with progress.phase(f"compiling the training step for {report['devices']} "
                         f"{target.value} device(s){what}"):
@@ -98,7 +116,14 @@ def compile_into(report: dict, target: Target, fn, make_args, progress: Progress
         except Exception as err:
             return {**report, "compile_seconds": time.perf_counter() - start,
                     "error": f"{type(err).__name__}: {err}".strip()[:2000]}
-    return {**report, "ok": True, **seconds, **report_of(Analysis.of(compiled), target)}
+    costs = Costs.of(compiled)
+    out = {**report, "ok": True, **seconds, **report_of(Analysis.of(compiled), target),
+           "flops": costs.flops, "bytes_accessed": costs.bytes_accessed,
+           "collective_bytes": costs.collective_bytes}
+    if target.peaks is not None:
+        out["roofline"] = roofline(costs, target.peaks, report["devices"], workload.compute,
+                                   workload.steps_per_epoch)
+    return out
 
 
 def report_of(analysis: Analysis, target: Target) -> dict:

@@ -148,11 +148,16 @@ class LinkPrediction(NodeClassification):
 
     def train_step(self, state: TrainState, data: StepData, order, index, stop):
         """As `NodeClassification.train_step`, on a batch of positive edges."""
-        batch = self.fetch_edges(data, state.embeddings, self.loader.batch(order, index),
-                                 state.step, self.exclude)
+        batch = self.batch_of(data, state.embeddings, order, index, state.step)
         (loss, (weight, correct, count)), grads = self.gradients(state, batch)
         state, metrics = self.apply(state, batch, grads, weight, stop, loss, correct, count)
         return state, {**metrics, "excluded": batch.excluded}
+
+    def batch_of(self, data: StepData, embeddings, order, index, step) -> LinkBatch:
+        """Training batch `index` of positive edges (see `NodeClassification.batch_of`),
+        the batch's pairs excluded from its blocks when the job says so."""
+        return self.fetch_edges(data, embeddings, self.loader.batch(order, index), step,
+                                self.exclude)
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
         """Link prediction is evaluated by ranking every validation and test edge

@@ -47,7 +47,15 @@ from jgraph.train.resume import (
     starting_point,
     state_dict,
 )
-from jgraph.train.run import Run, build_run, calibrated_job, check_stats, open_graph, run_mesh
+from jgraph.train.run import (
+    Run,
+    build_run,
+    calibrated_exchange,
+    calibrated_sampler,
+    check_stats,
+    open_graph,
+    run_mesh,
+)
 from jgraph.train.step import NodeClassification, TrainState
 from jgraph.train.trace import StepTrace
 from jgraph.train.workdir import WorkdirLock, prepare
@@ -113,14 +121,20 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
             # Its data.path absolute: loading this file resolves paths against its folder.
             yaml.safe_dump(to_dict(config.relative_to(os.getcwd())), f, sort_keys=False)
-    # The sampler's capacities: those the checkpoint's run had grown to (so a resumed
-    # run computes with the same shapes), else measured from the graph.
-    grown = begin.restored.meta.get("capacities") if begin.restored is not None else None
-    if grown:
+    # The sampler's and the exchange's capacities: those the checkpoint's run had
+    # grown to (so a resumed run computes with the same shapes), else measured from the
+    # graph and the first batches.
+    meta = begin.restored.meta if begin.restored is not None else {}
+    if meta.get("capacities"):
         job = dataclasses.replace(job, sampler=dataclasses.replace(
-            job.sampler, capacities=tuple(grown)))
+            job.sampler, capacities=tuple(meta["capacities"])))
     elif config.train.calibrate_capacities:
-        job = calibrated_job(run, progress)
+        job = calibrated_sampler(run, progress)
+    if "exchange_capacities" in meta:
+        job = dataclasses.replace(job, exchange=job.exchange.calibrated(
+            meta["exchange_capacities"]))
+    else:
+        job = calibrated_exchange(job, dg.graph, begin.state.embeddings, progress)
 
     loop = Loop(config, run, workdir, ckpts, identity, progress, on_step, begin, job)
     loop.train_epochs()
@@ -133,14 +147,17 @@ class LoopState:
     """What changes while the epochs run.
 
     Fields:
-      job: the `NodeClassification` (its sampler's capacities grow when a batch
-        needs more); train: its compiled step; compile_seconds: all compilations of it.
+      job: the `NodeClassification` (its sampler's and exchange's capacities grow
+        when a batch needs more); train: its compiled step; compile_seconds: all
+        compilations of it.
       state: the `TrainState`; best: the best epoch so far (`Best`).
       epoch, index: the loader's position (the next batch); step: steps applied.
       sums: the epoch's running totals (`EpochSums`); tick: when they last took time.
       pending: (step, epoch, batch, metrics) dispatched but not yet read on the host.
       saved: the step of the newest checkpoint (None: none yet).
-      regrown: each capacity growth {step, needed, capacities}.
+      regrown: each capacity growth {step, needed, capacities, exchange_capacities}.
+      wider: an exchange that the applied steps read since the last growth asked
+        more rounds of (None: none did); the next flush point grows to it.
     """
 
     job: NodeClassification
@@ -156,6 +173,7 @@ class LoopState:
     pending: list = dataclasses.field(default_factory=list)
     saved: int | None = None
     regrown: list = dataclasses.field(default_factory=list)
+    wider: Any = None
 
 
 class Loop:
@@ -230,6 +248,11 @@ class Loop:
                 s.pending.clear()         # it and every later step are run again
                 return (step, e, i, m), vote
             check_stats(m["stats"])
+            # Gathers that needed more than their capacity took further rounds (the
+            # step is right, only slower): the capacities grow at this flush.
+            exchange = s.wider or s.job.exchange
+            if exchange.grown(m["stats"]) is not exchange:
+                s.wider = exchange.grown(m["stats"])
             s.sums.add(m)
             self.step_log.write({"step": step, "epoch": e, "batch": i,
                                  "loss": float(m["loss"]), "count": int(m["count"]),
@@ -247,31 +270,64 @@ class Loop:
 
     def settle(self, keep_last: bool = False) -> int:
         """flush(); if the device refused a step, grow the capacities, recompile, and
-        rewind to it (`step`, `index`), with the state it left untouched. Returns the
-        largest stop vote read."""
+        rewind to it (`step`, `index`), with the state it left untouched; if applied
+        steps needed more exchange rounds than one, grow the exchange and recompile.
+        Returns the largest stop vote read."""
         s = self.s
         refused, vote = self.flush(keep_last)
         if refused is None:
+            if s.wider is not None:
+                self.regrow(s.step + 1, dataclasses.replace(s.job, exchange=s.wider), None)
             return vote
         step, _, i, m = refused
-        sample = m["stats"][0]
-        needed = [int(x) for x in sample.needed]
-        old = s.job.sampler.capacities
-        s.job = dataclasses.replace(s.job, sampler=grow(
-            s.job.sampler, self.dg.graph, s.job.seeds_per_step, sample.needed,
-            sample.capacity, self.config.train.capacity_headroom))
-        capacities = list(s.job.sampler.capacities)
-        self.progress.note(f"step {step}: its sample needed {needed} rows per hop, more "
-                           f"than the capacities {list(old or ())}; running it again with "
-                           f"{capacities}")
-        s.regrown.append({"step": step, "needed": needed, "capacities": capacities})
+        self.regrow(step, self.grown(m["stats"]), m["stats"])
         s.state = dataclasses.replace(s.state, halted=jax.device_put(
             jnp.zeros((), jnp.int32), s.state.halted.sharding))
+        s.step, s.index = step - 1, i
+        return vote
+
+    def grown(self, stats) -> NodeClassification:
+        """The job with larger capacities wherever the refused step's `stats` needed
+        more: the sampler's hops (its sample overflowed) and the exchange's lengths
+        (a scatter_add overflowed). Raises what `check_stats` raises when nothing can
+        grow (a capacity held by exchange.max_capacity)."""
+        s, sample = self.s, stats[0]
+        job = s.job
+        if int(sample.overflow):
+            job = dataclasses.replace(job, sampler=grow(
+                job.sampler, self.dg.graph, job.seeds_per_step, sample.needed,
+                sample.capacity, self.config.train.capacity_headroom))
+        job = dataclasses.replace(job, exchange=(s.wider or job.exchange).grown(stats))
+        if (job.sampler == s.job.sampler
+                and job.exchange.capacities == s.job.exchange.capacities):
+            check_stats(stats)
+            raise RuntimeError(f"a training step was refused, but no capacity can grow: "
+                               f"{stats}")
+        return job
+
+    def regrow(self, step: int, job: NodeClassification, stats) -> None:
+        """Recompile the step for `job`'s capacities (from step `step` on) and say so."""
+        s = self.s
+        said = []
+        if job.sampler.capacities != s.job.sampler.capacities:
+            said.append(f"its sample needed {[int(x) for x in stats[0].needed]} rows per "
+                        f"hop, more than the capacities "
+                        f"{list(s.job.sampler.capacities or ())}; sampling with "
+                        f"{list(job.sampler.capacities)}")
+        if job.exchange.capacities != s.job.exchange.capacities:
+            said.append(f"the exchange needed more than its capacities; now "
+                        f"{job.exchange.capacities} by request length")
+        self.progress.note(f"step {step}: " + "; ".join(said) + (
+            "; running it again" if stats is not None else " from here on"))
+        s.regrown.append({
+            "step": step, "needed": [int(x) for x in (stats[0].needed if stats is not None
+                                                      else ())],
+            "capacities": list(job.sampler.capacities or ()),
+            "exchange_capacities": dict(job.exchange.capacities)})
+        s.job, s.wider = job, None
         s.train, seconds = self.compile(s.job)
         s.compile_seconds += seconds
         s.tick = time.perf_counter()          # the epoch's seconds are its steps' own
-        s.step, s.index = step - 1, i
-        return vote
 
     def save(self, position: LoaderState, wait: bool = False) -> None:
         s = self.s
@@ -288,7 +344,8 @@ class Loop:
              "rows": self.log.rows,
              "best": {"score": s.best.score, "epoch": s.best.epoch},
              "rng": {"seed": self.config.train.seed, "step": s.step},
-             "capacities": list(s.job.sampler.capacities or ()), **self.identity},
+             "capacities": list(s.job.sampler.capacities or ()),
+             "exchange_capacities": dict(s.job.exchange.capacities), **self.identity},
             wait=wait)
 
     def due(self, step: int) -> bool:
@@ -417,7 +474,9 @@ class Loop:
             **scores,
             "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
             "compiles": self.traces["train_step"], "compiles_by_step": dict(self.traces),
-            "capacities": list(s.job.sampler.capacities or ()), "capacity_growths": s.regrown,
+            "capacities": list(s.job.sampler.capacities or ()),
+            "exchange_capacities": dict(s.job.exchange.capacities),
+            "capacity_growths": s.regrown,
             "compile_seconds": s.compile_seconds,
             "eval_compile_seconds": val_eval.compile_seconds if val_eval is not None else None,
             "seconds": seconds,

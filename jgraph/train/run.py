@@ -21,8 +21,8 @@ from jgraph.data import (
     split_edges,
     symmetrize,
 )
-from jgraph.exchange import ExchangeStats
-from jgraph.mesh import ROWS, first_devices, host_sync
+from jgraph.exchange import ExchangeStats, Sizing
+from jgraph.mesh import REPLICATED, ROWS, first_devices, host_sync
 from jgraph.models import InputEncoder, ModelSpec, NodeClassifier, one_hot_width
 from jgraph.models.link import LinkPredictor
 from jgraph.models.registry import build as build_model_named
@@ -292,6 +292,7 @@ def build_link_run(config: Experiment, dg: DistGraph, platform: str | None = Non
     return Run(config, dg, None, 0, job, params)
 
 
+CALIBRATION_BATCHES = 8  # first training batches whose exchanges size the capacities
 CACHE_BATCHES = 8       # training batches whose requests rank nodes for cache_by=frequency
 
 
@@ -328,7 +329,7 @@ def sampled_inputs(job: NodeClassification, graph, batches: int) -> list[np.ndar
     return out
 
 
-def calibrated_job(run: Run, progress: Progress) -> NodeClassification:
+def calibrated_sampler(run: Run, progress: Progress) -> NodeClassification:
     """The run's job with sampling capacities measured from its graph (see
     `jgraph.sampling.capacity`) instead of the worst case."""
     job, t = run.job, run.config.train
@@ -339,6 +340,41 @@ def calibrated_job(run: Run, progress: Progress) -> NodeClassification:
                             batch_seeds=job.batch_seeds, num_seeds=job.seeds_per_step)
     progress.note(f"src rows per hop: {list(sampler.capacities)} (worst case {worst})")
     return dataclasses.replace(job, sampler=sampler)
+
+
+def calibrated_exchange(job: NodeClassification, graph, embeddings=None,
+                        progress: Progress | None = None) -> NodeClassification:
+    """`job` with its exchange's capacities fitted to what its first training batches
+    send (`Exchange.fitted`, measured with the job's sampler capacities, so calibrate
+    those first); itself where there is nothing to measure (one device, or
+    exchange.sizing bound). embeddings: the tables the batches read (their values do
+    not matter; default: freshly drawn ones)."""
+    exchange = job.exchange
+    if exchange.num_parts == 1 or exchange.config.sizing is not Sizing.CALIBRATED:
+        return job
+    progress = progress or Progress(enabled=False)
+    if embeddings is None:
+        embeddings = job.inputs.init_embeddings(job.mesh, jax.random.key(job.seed))
+    with progress.phase("measuring the exchange"):
+        exchange = exchange.fitted(measure_exchange(job, graph, embeddings))
+    progress.note(f"exchange capacities by request length: {exchange.capacities}")
+    return dataclasses.replace(job, exchange=exchange)
+
+
+def measure_exchange(job: NodeClassification, graph, embeddings,
+                     batches: int = CALIBRATION_BATCHES) -> list:
+    """The statistics of every exchange of the job's first `batches` training batches
+    of epoch 0 (`batch_of`, sampled and fetched as the step does, no model), on the
+    host: a list of the batches' stats pytrees."""
+    def one(embeddings, data, order, index):
+        return job.batch_of(data, embeddings, order, index, index).stats
+
+    program = jax.jit(jax.shard_map(
+        one, mesh=job.mesh, in_specs=(job.inputs.embedding_specs(), job.data_specs(graph),
+                                      ROWS, REPLICATED), out_specs=REPLICATED))
+    data, order = job.data(graph), job.loader.epoch_order(0)
+    return [jax.device_get(program(embeddings, data, order, jnp.int32(i)))
+            for i in range(min(batches, job.loader.steps_per_epoch))]
 
 
 def check_features(config: Experiment, dg: DistGraph) -> None:

@@ -237,16 +237,23 @@ class NodeClassification:
         epoch whose shuffled seeds are `order`. Returns (state, metrics); `stop` is this
         device's block of `stop_votes`.
 
-        A step is applied only if its sample fit the sampler's capacities and no
-        earlier step halted the state; otherwise the state is returned unchanged
+        A step is applied only if its sample fit the sampler's capacities, its
+        embedding gradients fit the exchange's (a `scatter_add` moves one round), and
+        no earlier step halted the state; otherwise the state is returned unchanged
         but for `halted` = 1, and metrics["applied"] is False. The host, reading the
         metrics later (no step waits for it), grows the capacities and runs the
         refused steps again from the first one: the same batches with the same
         random draws, so no id is ever dropped."""
-        seeds, mask = self.loader.batch(order, index)
-        batch = self.fetch(data, state.embeddings, seeds, mask, state.step)
+        batch = self.batch_of(data, state.embeddings, order, index, state.step)
         (loss, (correct, count, _)), grads = self.gradients(state, batch)
         return self.apply(state, batch, grads, count, stop, loss, correct, count)
+
+    def batch_of(self, data: StepData, embeddings, order, index, step) -> Batch:
+        """Training batch `index` of the epoch whose seeds are `order`, sampled and
+        fetched with the draws of `step`: what a training step computes on (and what
+        `measure_exchange` measures)."""
+        seeds, mask = self.loader.batch(order, index)
+        return self.fetch(data, embeddings, seeds, mask, step)
 
     def gradients(self, state: TrainState, batch):
         """(batch_loss's value and aux, (gradients of the dense parameters, of the
@@ -269,18 +276,23 @@ class NodeClassification:
         grads = jax.tree.map(lambda g: g / total, grads)
         # The sample's overflow is summed over devices: every device agrees.
         applied = (state.halted == 0) & (batch.stats[0].overflow == 0)
+        # Embedding gradients travel to their rows' owners first: if any did not fit
+        # the exchange's capacity (a scatter_add moves one round), the step is refused
+        # and no table moves.
+        src, routed, emb_stats = batch.blocks[0].src, {}, []
+        for t, table in self.inputs.embeddings.items():
+            routed[t], st = table.route_gradients(self.exchange, src, batch.valid[t] & applied,
+                                                  emb_grads[t] / total)
+            emb_stats.append(st)
+            applied = applied & (st.overflow == 0)
+        embeddings = {**state.embeddings, **{
+            t: table.update_rows(self.exchange, state.embeddings[t], routed[t], applied)
+            for t, table in self.inputs.embeddings.items()}}
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
         keep = lambda new, old: jax.tree.map(
             lambda a, b: jnp.where(applied, a, b), new, old)
         params = keep(optax.apply_updates(state.params, updates), state.params)
         opt_state = keep(opt_state, state.opt_state)
-        embeddings, emb_stats = dict(state.embeddings), []
-        src = batch.blocks[0].src
-        for t, table in self.inputs.embeddings.items():
-            embeddings[t], st = table.apply_gradients(
-                self.exchange, state.embeddings[t], src, batch.valid[t] & applied,
-                emb_grads[t] / total)
-            emb_stats.append(st)
         metrics = {"loss": lax.psum(loss, axis) / total,
                    "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
                    "stats": (*batch.stats, tuple(emb_stats)),

@@ -25,8 +25,10 @@ def setup(cora_parts8, mesh):
     dg = DistGraph(cora_parts8, mesh)
     values = np.random.default_rng(0).normal(size=(dg.meta.num_nodes, 4)).astype(np.float32)
     tensor = DistTensor.from_numpy(mesh, dg.layout(), values, name="x")
-    # all_to_all, relayed, on a fine ladder (rungs under the batch size exist)
-    return dg, tensor, values, dg.exchange(ExchangeConfig(relay=True, growth=1.25, max_rungs=24))
+    # all_to_all, relayed, on a fine ladder up to the request's length (sized for the
+    # worst case, so that rungs under the batch size exist)
+    return dg, tensor, values, dg.exchange(ExchangeConfig(relay=True, growth=1.25, max_rungs=24,
+                                                          sizing="bound"))
 
 
 @functools.cache

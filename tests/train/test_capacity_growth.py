@@ -1,6 +1,9 @@
 """A training step whose sample needs more than the calibrated capacities is refused
 on the device and run again by the host with more room: the run logs every step once,
-with the same losses as a run at the worst-case capacities, and counts the compiles."""
+with the same losses as a run at the worst-case capacities, and counts the compiles.
+The exchange's calibrated capacities likewise: set far too low on purpose, gathers take
+more rounds and embedding gradients that do not fit refuse the step, the capacities
+grow, and the losses equal those of an exchange sized for the worst case."""
 import dataclasses
 import json
 from pathlib import Path
@@ -39,7 +42,7 @@ def test_steps_refused_for_their_capacities_are_run_again_with_the_same_losses(
         job = run.job
         return dataclasses.replace(job, sampler=dataclasses.replace(
             job.sampler, capacities=(40, 48)))
-    monkeypatch.setattr(loop, "calibrated_job", tiny)
+    monkeypatch.setattr(loop, "calibrated_sampler", tiny)
     config = load(Experiment, EXPERIMENT, SMALL)
     result = loop.train_and_evaluate(config, str(tmp_path), Progress(enabled=False))
     growths = result["capacity_growths"]
@@ -53,3 +56,42 @@ def test_steps_refused_for_their_capacities_are_run_again_with_the_same_losses(
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
     assert result["test_acc"] == ref["test_acc"]
 
+
+
+# Four devices, two steps an epoch: every exchange moves ids between devices.
+SHARDED = ["data.num_parts=4", "train.epochs=2", "train.batch_size=16"]
+
+
+@pytest.mark.parametrize("inputs", ["features", "embeddings"])
+def test_exchange_capacities_calibrated_low_give_the_losses_of_worst_case_ones(
+        inputs, tmp_path, monkeypatch):
+    """With every measured exchange capacity cut to 8 ids, the run grows them (gathers
+    at the first flush; embedding gradients, which travel in one round, by refusing the
+    step) and logs the losses of `exchange.sizing=bound`, where nothing ever grows."""
+    extra = SHARDED + (["model.learnable_inputs=true"] if inputs == "embeddings" else [])
+    ref_dir = tmp_path / "bound"
+    ref = loop.train_and_evaluate(load(Experiment, EXPERIMENT, extra + ["exchange.sizing=bound"]),
+                                  str(ref_dir), Progress(enabled=False))
+    assert ref["exchange_capacities"] == {} and ref["capacity_growths"] == []
+    measured = loop.calibrated_exchange
+
+    def low(job, graph, embeddings=None, progress=None):
+        job = measured(job, graph, embeddings, progress)
+        assert job.exchange.capacities, "nothing was measured"
+        return dataclasses.replace(job, exchange=job.exchange.calibrated(
+            dict.fromkeys(job.exchange.capacities, 8)))
+    monkeypatch.setattr(loop, "calibrated_exchange", low)
+    got_dir = tmp_path / "low"
+    result = loop.train_and_evaluate(load(Experiment, EXPERIMENT, extra), str(got_dir),
+                                     Progress(enabled=False))
+    growths = result["capacity_growths"]
+    assert growths, "capacities of 8 ids sufficed: the test measures nothing"
+    assert result["compiles"] == 1 + len(growths)
+    assert result["exchange_capacities"] == growths[-1]["exchange_capacities"]
+    assert max(result["exchange_capacities"].values()) > 8
+    got, want = steps(got_dir), steps(ref_dir)
+    assert [r["step"] for r in got] == [r["step"] for r in want]
+    for a, b in zip(got, want):
+        assert (a["count"], a["correct"]) == (b["count"], b["correct"])
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
+    assert result["test_acc"] == ref["test_acc"]
