@@ -96,6 +96,22 @@ def test_the_draw_kernel_compiles_for_h100_to_a_triton_call(fanout, replace):
         assert "mosaic_gpu" not in text
 
 
+def draw_kernels(devices: int, strategy: str = "ragged_all_to_all", hops: int = 2,
+                 local_seeds: bool = True) -> tuple[int, int]:
+    """(fewest, most) draw kernels in a step of `hops` sampled hops: one per hop, and
+    at most one more in the rounds loop of each transfer of a hop whose frontier goes
+    through the exchange (every hop but a node loader's first), compiled where a batch
+    could need more than the calibrated capacity. Never one per capacity rung."""
+    transfers = devices - 1 if strategy == "ppermute" else 1
+    remote = 0 if devices == 1 else hops - (1 if local_seeds else 0)
+    return hops, hops + remote * transfers
+
+
+def holds_draw_kernels(count: int, *args, **kwargs) -> bool:
+    fewest, most = draw_kernels(*args, **kwargs)
+    return fewest <= count <= most
+
+
 # -- the training step ------------------------------------------------------------------
 
 
@@ -104,7 +120,7 @@ def test_graphsage_training_step_compiles_for_h100_with_the_kernel(make_run, dev
     """The shipped cora config with its defaults: on GPU the exchange is ragged."""
     report = compile_step(make_run("experiments/sage_cora.yaml", devices), H100)
     assert report["ok"], report.get("error")
-    assert report["pallas_kernels"] == 2         # one per hop: never one per rung
+    assert holds_draw_kernels(report["pallas_kernels"], devices)
     assert report["fits"] and report["temp_bytes"] > 0 and report["argument_bytes"] > 0
     if devices == 1:
         assert collectives(report) == set()
@@ -119,7 +135,7 @@ def test_every_exchange_strategy_compiles_for_h100(make_run, strategy):
     run = make_run("experiments/sage_cora.yaml", 4, "gpu", f"exchange.strategy={strategy}")
     report = compile_step(run, H100)
     assert report["ok"], report.get("error")
-    assert report["pallas_kernels"] == 2
+    assert holds_draw_kernels(report["pallas_kernels"], 4, strategy)
     assert collectives(report) == STRATEGY_COLLECTIVES[strategy]
     assert "ragged-all-to-all" not in report["collectives"]
 
@@ -130,7 +146,7 @@ def test_rgcn_training_step_compiles_for_h100(make_run, devices):
     inputs as sharded embeddings whose gradients go back to their owners."""
     report = compile_step(make_run("experiments/rgcn_aifb.yaml", devices), H100)
     assert report["ok"], report.get("error")
-    assert report["pallas_kernels"] == 2
+    assert holds_draw_kernels(report["pallas_kernels"], devices)
     assert collectives(report) == (set() if devices == 1 else
                                    {"ragged-all-to-all", "all-gather"})
 
@@ -142,7 +158,8 @@ def test_link_prediction_training_step_compiles_for_h100(make_run, devices):
     feature rows."""
     report = compile_step(make_run("experiments/lp_sage_facebook.yaml", devices), H100)
     assert report["ok"], report.get("error")
-    assert report["pallas_kernels"] == 2
+    # Every endpoint is sampled through the exchange: no hop is local.
+    assert holds_draw_kernels(report["pallas_kernels"], devices, local_seeds=False)
     assert collectives(report) == (set() if devices == 1 else
                                    {"ragged-all-to-all", "all-gather"})
 
@@ -160,7 +177,8 @@ def test_link_prediction_evaluation_programs_compile_for_h100(make_run):
     compiled, _ = build(program, (*args[:3], abstract_like(embedder.order, ROWS, mesh),
                                   args[4]))
     analysis = Analysis.of(compiled)
-    assert analysis.pallas_kernels == 2          # the config's eval fanouts are drawn
+    # The config's eval fanouts are drawn.
+    assert holds_draw_kernels(analysis.pallas_kernels, 8)
     assert collectives(analysis) == {"ragged-all-to-all", "all-gather"}
     compiled, _ = build(full_graph_embedding_program(run, mesh), args[:3])
     assert "ragged-all-to-all" in Analysis.of(compiled).collectives

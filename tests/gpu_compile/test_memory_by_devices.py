@@ -1,0 +1,41 @@
+"""Per-device memory follows the per-device work, never the device count (DESIGN.md,
+principle 6): the same per-device graph and batch, built for 2, 4 and 8 H100s from
+counts (`jgraph compile --abstract`), needs the same temporary buffers with every
+exchange strategy. (Before the exchange was sized by what arrives, all_to_all's and
+ragged_all_to_all's buffers held P x the request.)"""
+from pathlib import Path
+
+import pytest
+
+from jgraph.config import load
+from jgraph.exchange import Strategy
+from jgraph.target import Target
+from jgraph.train.abstract import compile_abstract
+from jgraph.train.experiment import Experiment
+
+SYNTHETIC = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_synthetic.yaml")
+STRATEGIES = [s.value for s in Strategy if s is not Strategy.AUTO]
+
+pytestmark = [pytest.mark.gpu_compile, pytest.mark.slow]
+
+# 3M nodes and 30M in-edges per device: large enough that the sampler deduplicates by
+# sorting at every device count (a dense [num_nodes] table would follow the graph).
+PER_DEVICE_NODES, PER_DEVICE_EDGES = 3_000_000, 30_000_000
+# Capacities are multiples of 8 ids: P x (n / P rounded up to 8) moves by a few rows.
+ROUNDING = 0.01
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_temp_bytes_do_not_grow_with_the_device_count(strategy):
+    temps = {}
+    for devices in (2, 4, 8):
+        spec = (f"synthetic:nodes={devices * PER_DEVICE_NODES},"
+                f"edges={devices * PER_DEVICE_EDGES},feat=16,classes=5")
+        config = load(Experiment, SYNTHETIC, [
+            f"data.path={spec}", "model.num_layers=2", "train.fanouts=[5,5]",
+            "train.eval_fanouts=[5,5]", "train.batch_size=64", f"exchange.strategy={strategy}"])
+        report = compile_abstract(config, Target.H100, devices)
+        assert report["ok"], report.get("error")
+        assert report["nodes_per_device"] == round(PER_DEVICE_NODES * 1.05)
+        temps[devices] = report["temp_bytes"]
+    assert max(temps.values()) <= min(temps.values()) * (1 + ROUNDING), temps
