@@ -72,16 +72,25 @@ class ShardedGraph:
             node_mask=ROWS, offsets=REPLICATED)
 
 
+def check_int32(num_nodes: int, edges_per_part: int, what: str) -> None:
+    """Raise ValueError unless the device program's int32 ids and offsets hold the
+    graph: global node ids (the exchange routes them) and one partition's in-edge
+    offsets. Counts across partitions (the graph's edges) are int64 on the host and
+    never enter the program."""
+    if num_nodes >= INT32_MAX:
+        raise ValueError(f"{what}: {num_nodes} nodes do not fit int32 node ids")
+    if edges_per_part >= INT32_MAX:
+        raise ValueError(f"{what}: a partition with {edges_per_part} edges does not fit "
+                         f"int32 edge offsets; partition it into more parts (devices)")
+
+
 def load_sharded_graph(pg: PartitionedGraph, mesh: Mesh) -> ShardedGraph:
     """Load each local partition's CSC onto its device (other processes load theirs)."""
     meta, book = pg.meta, pg.book
     check_parts(meta.num_parts, mesh, source=f"partition directory {pg.root}")
-    if meta.num_nodes >= INT32_MAX:
-        raise ValueError(f"{pg.root}: {meta.num_nodes} nodes do not fit int32 node ids")
     n = max(int(book.part_sizes().max()), 1)
     e = max(max(int(p.num_edges) for p in meta.parts), 1)
-    if e >= INT32_MAX:
-        raise ValueError(f"{pg.root}: a partition with {e} edges does not fit int32 offsets")
+    check_int32(meta.num_nodes, e, str(pg.root))
 
     def indptr(k):
         ip = np.asarray(pg.part(k).indptr)

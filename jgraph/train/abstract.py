@@ -29,7 +29,7 @@ from jgraph.mesh import REPLICATED, ROWS
 from jgraph.partition import PartitionBook
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
-from jgraph.sharded.graph import ShardedGraph
+from jgraph.sharded.graph import ShardedGraph, check_int32
 from jgraph.sharded.layout import RowLayout
 from jgraph.sharded.tensor import DistTensor
 from jgraph.target import Target, abstract_like, target_mesh
@@ -103,6 +103,10 @@ def abstract_job(config: Experiment, counts: Counts, mesh, platform: str):
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     book = PartitionBook(offsets, np.stack([offsets[:-1], offsets[1:]], axis=1), ("_N",))
     n, e = int(sizes.max()), counts.largest(counts.edges)
+    try:
+        check_int32(counts.nodes, e, f"data.path {config.data.path!r} on {P} device(s)")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     graph = ShardedGraph(
         indptr=_struct(mesh, ROWS, (P * (n + 1),), jnp.int32),
         indices=_struct(mesh, ROWS, (P * e,), jnp.int32),

@@ -68,6 +68,20 @@ def test_abstract_compile_for_h100_builds_shapes_from_counts(capsys):
     assert roofline["bound_by"] in ("compute", "network")
 
 
+def test_a_graph_past_2_31_edges_compiles_with_int32_offsets_per_device(capsys):
+    """papers100M stored symmetric (3.2B edges): the counts are host integers, each
+    of 2 devices holds 1.68B in-edges, which its int32 offsets address."""
+    code, out, err = run(capsys, "compile", SYNTHETIC, "--target", "cpu", "--devices", "2",
+                         "--abstract", "--set",
+                         "data.path=synthetic:nodes=111M,edges=3.2B,feat=8,classes=3",
+                         "model.num_layers=1", "train.fanouts=[3]", "train.eval_fanouts=[3]",
+                         "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["ok"] and report["edges"] == 3_200_000_000 > 2**31
+    assert 2**31 > report["edges_per_device"] == math.ceil(1_600_000_000 * 1.05)
+
+
 def test_compile_for_several_device_counts_prints_a_line_each(capsys):
     code, out, err = run(capsys, "compile", SYNTHETIC, "--target", "cpu", "--devices", "1,2",
                          "--abstract", "--set",
@@ -93,6 +107,10 @@ def test_compile_in_human_form_prints_one_field_per_line(capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--devices", "0"], "--devices must be >= 1"),
     (["--devices", "8,x"], "separated by commas"),
+    # papers100M stored symmetric: 3.2B edges fit int32 offsets on 2 devices, not on 1.
+    (["--devices", "1", "--abstract", "--set", "model.num_layers=1", "train.fanouts=[3]",
+      "train.eval_fanouts=[3]", "data.path=synthetic:nodes=111M,edges=3.2B,feat=8,classes=3"],
+     "a partition with 3200000000 edges does not fit int32 edge offsets"),
     (["--devices", "2", "--abstract"], "data.path must be synthetic"),
     (["--devices", "2", "--abstract", "--set", "train.fanouts=[-1,5,5]",
       "data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3"], "train.fanouts has -1"),
