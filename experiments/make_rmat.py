@@ -1,6 +1,6 @@
 """An R-MAT graph as an .npz file: the partitioning benchmark's large case.
 
-    python experiments/make_rmat.py rmat.npz                       # 2^23 nodes, 100M edges, 32 features
+    python experiments/make_rmat.py rmat.npz        # 2^23 nodes, 100M edges, 32 features
     python experiments/make_rmat.py rmat_small.npz --scale 20 --edges 10M
     /usr/bin/time -v jgraph partition rmat.npz --num-parts 8 --method metis --out parts --json
 
