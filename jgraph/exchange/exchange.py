@@ -209,24 +209,32 @@ class Exchange:
             return []
         return TRANSPORTS[self.config.strategy](plan, self.axis, self.offsets)
 
-    def rung(self, need, top: int) -> jnp.ndarray:
-        """Index of the smallest rung of `top`'s ladder >= the devices' largest need (the
-        top one if none is): the same on every device."""
-        ladder = self.config.ladder(top)
+    def ladder(self, transfer: Transfer, top: int) -> tuple[int, ...]:
+        """The capacities `transfer`'s first round picks from, the largest `top`: a
+        measured capacity alone (it is the need plus headroom: rungs below it would
+        save little wire and cost a compiled branch each; measured on the 200k-node
+        graph's 8-device step, one rung compiled in 6.1 s where four took 9.4 s, and
+        stepped faster), else the ladder below an estimated or bound top."""
+        if transfer.n in self.capacities and self.config.sizing is Sizing.CALIBRATED:
+            return (top,)
+        return self.config.ladder(top)
+
+    def rung(self, need, ladder: tuple[int, ...]) -> jnp.ndarray:
+        """Index of the smallest rung of `ladder` >= the devices' largest need (the top
+        one if none is): the same on every device."""
         return jnp.minimum(jnp.searchsorted(jnp.asarray(ladder), lax.pmax(need, self.axis)),
                            len(ladder) - 1)
 
-    def switch(self, need, top: int, branch: Callable[[int], PyTree],
+    def switch(self, need, ladder: tuple[int, ...], branch: Callable[[int], PyTree],
                rung=None) -> tuple[PyTree, jnp.ndarray]:
-        """(`branch(cap)`, cap) for the smallest rung of `top`'s ladder >= the devices'
-        largest need, or for the given rung index, which every device must agree on.
-        Each rung is a compiled branch; `lax.switch` runs the one picked."""
-        ladder = self.config.ladder(top)
-        if rung is None:
-            rung = self.rung(need, top)
-        cap = jnp.asarray(ladder, jnp.int32)[rung]
+        """(`branch(cap)`, cap) for the smallest rung of `ladder` >= the devices' largest
+        need, or for the given rung index, which every device must agree on. Each rung
+        is a compiled branch; `lax.switch` runs the one picked."""
         if len(ladder) == 1:
-            return branch(ladder[0]), cap
+            return branch(ladder[0]), jnp.int32(ladder[0])
+        if rung is None:
+            rung = self.rung(need, ladder)
+        cap = jnp.asarray(ladder, jnp.int32)[rung]
         return lax.switch(rung, [lambda c=c: branch(c) for c in ladder]), cap
 
     def _later_rounds(self, transfer: Transfer, cap: int, one_round, carry):
@@ -235,10 +243,14 @@ class Exchange:
         holds every request: then `rounds` is 1 without looking)."""
         if cap >= transfer.top:
             return carry, jnp.int32(1)
-        need = lax.pmax(transfer.need, self.axis)
-        rounds = jnp.maximum((need + cap - 1) // cap, 1).astype(jnp.int32)
+        rounds = self._rounds(transfer, cap)
         carry = lax.fori_loop(1, rounds, lambda r, c: one_round(r * cap, c), carry)
         return carry, rounds
+
+    def _rounds(self, transfer: Transfer, cap: int) -> jnp.ndarray:
+        """int32 rounds of `cap` that the devices' largest need asks for (at least 1)."""
+        need = lax.pmax(transfer.need, self.axis)
+        return jnp.maximum((need + cap - 1) // cap, 1).astype(jnp.int32)
 
     def _round_wire(self, transfer: Transfer, first, cap: int, rounds, fwd: int, ans: int):
         """Bytes this device sends over all rounds: the first at its rung, the rest at
@@ -269,7 +281,8 @@ class Exchange:
 
     # -- the remote answers of a gather ----------------------------------------------------
 
-    def _answer_per_rung(self, plan: Plan, owner_fn: OwnerFn, like: PyTree):
+    def _answer_per_rung(self, plan: Plan, transfers: list[Transfer], owner_fn: OwnerFn,
+                         like: PyTree):
         """(remote answers in compact order [n], caps, wire bytes, needs, rounds), with
         `owner_fn` traced inside every rung's branch of every transfer and in its later
         rounds. Each transfer writes into the one buffer, so memory does not grow with
@@ -278,17 +291,17 @@ class Exchange:
         filled = jnp.zeros(plan.size, bool)
         ans_bytes = row_bytes(like)
         caps, wire, needs, rounds = [], jnp.float32(0), [], []
-        for transfer in self._transfers(plan):
+        for transfer in transfers:
             top = self.capacity(transfer)
+            ladder = self.ladder(transfer, top)
 
             def one_round(cap, offset, into, transfer=transfer):
                 sent = transfer.send(cap, offset=offset)
                 return transfer.back(sent, owner_fn(jnp.maximum(sent.ids, 0), sent.mask),
                                      into, offset)
-
             def branch(cap, transfer=transfer, into=(remote, filled), one_round=one_round):
                 return one_round(cap, 0, into), transfer.wire(cap, 4, ans_bytes)
-            ((remote, filled), first), cap = self.switch(transfer.need, top, branch)
+            ((remote, filled), first), cap = self.switch(transfer.need, ladder, branch)
             (remote, filled), n_rounds = self._later_rounds(
                 transfer, top, lambda offset, into, f=one_round, c=top: f(c, offset, into),
                 (remote, filled))
@@ -298,7 +311,7 @@ class Exchange:
             wire = wire + self._round_wire(transfer, first, top, n_rounds, 4, ans_bytes)
         return remote, caps, wire, needs, rounds
 
-    def _answer_once(self, plan: Plan, owner_fn: OwnerFn):
+    def _answer_once(self, plan: Plan, transfers: list[Transfer], owner_fn: OwnerFn):
         """`gather`'s answers with `owner_fn` compiled once per transfer's first round:
         (answers to this device's own ids [n] (zero where not local), remote answers in
         compact order [n], caps, wire bytes, needs, rounds).
@@ -311,25 +324,26 @@ class Exchange:
         what arrived, not the capacity. Later rounds, if any, answer in a loop."""
         n = plan.size
         legs = []
-        for transfer in self._transfers(plan):
+        for transfer in transfers:
             top = self.capacity(transfer)
-            rung = self.rung(transfer.need, top)
+            ladder = self.ladder(transfer, top)
+            rung = self.rung(transfer.need, ladder) if len(ladder) > 1 else None
             length = transfer.received_length(top)
 
             def forward(cap, transfer=transfer, length=length):
                 sent = transfer.send(cap)
                 ids = jnp.where(sent.mask, sent.ids, -1)
                 return jnp.pad(ids, (0, length - ids.shape[0]), constant_values=-1)
-            received, cap = self.switch(transfer.need, top, forward, rung=rung)
-            legs.append((transfer, top, rung, received, cap))
+            received, cap = self.switch(transfer.need, ladder, forward, rung=rung)
+            legs.append((transfer, top, ladder, rung, received, cap))
         own = jnp.where(plan.local, plan.uniq, -1)
-        answers = answer_filled(owner_fn, jnp.concatenate([own] + [leg[3] for leg in legs]))
+        answers = answer_filled(owner_fn, jnp.concatenate([own] + [leg[4] for leg in legs]))
         local = jax.tree.map(lambda a: a[:n], answers)
         remote = jax.tree.map(jnp.zeros_like, local)
         filled = jnp.zeros(n, bool)
         ans_bytes = row_bytes(local)
         caps, wire, needs, rounds, start = [], jnp.float32(0), [], [], n
-        for transfer, top, rung, received, cap in legs:
+        for transfer, top, ladder, rung, received, cap in legs:
             mine = jax.tree.map(lambda a, s=start, k=received.shape[0]: a[s:s + k], answers)
             start += received.shape[0]
 
@@ -339,7 +353,7 @@ class Exchange:
                 sent = transfer.send(cap, received=received[:k])
                 got = transfer.back(sent, jax.tree.map(lambda a: a[:k], mine), into)
                 return got, transfer.wire(cap, 4, ans_bytes)
-            ((remote, filled), first), _ = self.switch(transfer.need, top, back, rung=rung)
+            ((remote, filled), first), _ = self.switch(transfer.need, ladder, back, rung=rung)
 
             def one_round(offset, into, transfer=transfer, top=top):
                 sent = transfer.send(top, offset=offset)
@@ -352,6 +366,45 @@ class Exchange:
             rounds.append(n_rounds)
             wire = wire + self._round_wire(transfer, first, top, n_rounds, 4, ans_bytes)
         return local, remote, caps, wire, needs, rounds
+
+    def _answer_looped(self, plan: Plan, transfers: list[Transfer], owner_fn: OwnerFn):
+        """`_answer_once`'s results where every transfer has one measured capacity:
+        every round of every transfer, the first included, in one loop whose round r
+        moves each transfer's ids from r x its capacity on, and whose first round also
+        answers this device's own ids. `owner_fn` is traced once (in `answer_filled`),
+        where the ladder's paths trace it once for the first round and again for the
+        later ones; a round after a transfer's last sends nothing."""
+        n = plan.size
+        caps = [self.capacity(t) for t in transfers]
+        own = jnp.where(plan.local, plan.uniq, -1)
+        rounds = jnp.max(jnp.stack([self._rounds(t, c) for t, c in zip(transfers, caps)]))
+        shapes = jax.eval_shape(owner_fn, own, plan.local)
+        zero = own[0] * 0        # typed like the ids (mesh-varying), as a loop carry must be
+        local = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype) + zero.astype(x.dtype),
+                             shapes)
+        remote, filled = jax.tree.map(jnp.zeros_like, local), jnp.zeros(n, bool) | (zero > 0)
+
+        def one_round(r, carry):
+            local, remote, filled = carry
+            sent = [t.send(c, offset=r * c) for t, c in zip(transfers, caps)]
+            asked = [jnp.where(r == 0, own, -1)] + [jnp.where(d.mask, d.ids, -1) for d in sent]
+            got = answer_filled(owner_fn, jnp.concatenate(asked))
+            local = select(jnp.broadcast_to(r == 0, (n,)),
+                           jax.tree.map(lambda a: a[:n], got), local)
+            start = n
+            for t, d in zip(transfers, sent):
+                k = d.ids.shape[0]
+                mine = jax.tree.map(lambda a, s=start, k=k: a[s:s + k], got)
+                remote, filled = t.back(d, mine, (remote, filled), r * d.cap)
+                start += k
+            return local, remote, filled
+        local, remote, filled = lax.fori_loop(0, rounds, one_round, (local, remote, filled))
+        ans_bytes = row_bytes(local)
+        wire = sum((t.wire(c, 4, ans_bytes) if t.exact_wire else
+                    t.wire(c, 4, ans_bytes) * rounds.astype(jnp.float32))
+                   for t, c in zip(transfers, caps))
+        return (local, remote, [jnp.int32(c) for c in caps], wire,
+                [t.need for t in transfers], [rounds])
 
     # -- the two operations ----------------------------------------------------------
 
@@ -385,9 +438,12 @@ class Exchange:
         relayed = (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
                    and self.config.max_capacity is None and self.num_parts > 2)
         inner, overflow = None, jnp.int32(0)
-        if once and not relayed and self.num_parts > 1:
-            answers, remote_answers, caps, wire, needs, rounds = self._answer_once(
-                plan, owner_fn)
+        transfers = [] if relayed else self._transfers(plan)
+        measured = all(len(self.ladder(t, self.capacity(t))) == 1 for t in transfers)
+        if once and transfers:
+            answer = self._answer_looped if measured else self._answer_once
+            answers, remote_answers, caps, wire, needs, rounds = answer(plan, transfers,
+                                                                        owner_fn)
         else:
             answers = owner_fn(plan.uniq, plan.local)
             if relayed:
@@ -396,7 +452,7 @@ class Exchange:
                 wire, overflow, needs, rounds = relay.wire, relay.overflow, relay.needs, []
             else:
                 remote_answers, caps, wire, needs, rounds = self._answer_per_rung(
-                    plan, owner_fn, answers)
+                    plan, transfers, owner_fn, answers)
         if cache_values is not None:
             answers = select(plan.cached, take(cache_values, plan.cache_pos, plan.cached),
                              answers)
@@ -439,7 +495,8 @@ class Exchange:
                 got = jax.tree.map(lambda x: jnp.pad(
                     x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), sent.payload)
                 return got_ids, got, sent.overflow, transfer.wire(cap, 4 + pay_bytes, 0)
-            (got_ids, got, lost, w), cap = self.switch(transfer.need, top, branch)
+            (got_ids, got, lost, w), cap = self.switch(transfer.need,
+                                                       self.ladder(transfer, top), branch)
             parts_ids.append(got_ids)
             parts_vals.append(got)
             caps.append(cap)

@@ -89,7 +89,7 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
         sent = direct.send(cap)
         got, filled = direct.back(sent, owner_fn(jnp.maximum(sent.ids, 0), sent.mask))
         return got, filled, direct.wire(cap, 4, ans_bytes)
-    (answers, filled, wire), _ = exchange.switch(None, direct_top, direct_leg, rung=best)
+    (answers, filled, wire), _ = exchange.switch(None, direct_ladder, direct_leg, rung=best)
 
     # The excess: each pair's ids past direct_cap, dealt round-robin over the devices.
     owner = owner_of(exchange.offsets, plan.compact)
@@ -98,7 +98,7 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
     k = running_count(excess) - 1
     via, slot = (k + me) % P, k // P          # the intermediate, and the place in its row
     per_intermediate = -(-jnp.sum(excess, dtype=jnp.int32) // P)
-    rung = exchange.rung(per_intermediate, relay_top)
+    rung = exchange.rung(per_intermediate, relay_ladder)
     top = relay_ladder[-1]
 
     # Out leg: the excess ids to the intermediates, padded to the top rung's length so
@@ -111,7 +111,7 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
         held = jnp.pad(held, ((0, 0), (0, top - cap)), constant_values=-1).reshape(-1)
         return (held, jnp.sum(excess & ~fits, dtype=jnp.int32),
                 jnp.float32((P - 1) * cap * 4))
-    (held, lost, out_wire), relay_cap = exchange.switch(None, top, out_leg, rung=rung)
+    (held, lost, out_wire), relay_cap = exchange.switch(None, relay_ladder, out_leg, rung=rung)
 
     # The intermediates fetch what they hold from the owners: an exchange without relay.
     fetched, inner = exchange.without_relay().gather(held, held >= 0, owner_fn)
@@ -123,7 +123,7 @@ def relayed_gather(exchange: Exchange, plan: Plan, owner_fn: OwnerFn,
             a.reshape((P, top) + a.shape[1:])[:, :cap], axis, 0, 0, tiled=True
         ).reshape((P * cap,) + a.shape[1:]), fetched)
         return take(rows, via * cap + slot, fits), jnp.float32((P - 1) * cap * ans_bytes)
-    (relayed, back_wire), _ = exchange.switch(None, top, back_leg, rung=rung)
+    (relayed, back_wire), _ = exchange.switch(None, relay_ladder, back_leg, rung=rung)
 
     answers = select(excess, relayed, answers)
     filled = filled | (excess & (slot < relay_cap))

@@ -28,6 +28,17 @@ def run(capsys, *argv):
     return code, out, err
 
 
+# One layer of 3 neighbours: the least a step from counts can be.
+ONE_LAYER = ("model.num_layers=1", "train.fanouts=[3]", "train.eval_fanouts=[3]")
+
+
+def compile_counts(capsys, target, devices, graph, *flags):
+    """`jgraph compile SYNTHETIC --abstract` of a one-layer model on `graph`'s counts:
+    (exit code, stdout, stderr)."""
+    return run(capsys, "compile", SYNTHETIC, "--target", target, "--devices", devices,
+               "--abstract", "--set", f"data.path={graph}", *ONE_LAYER, *flags)
+
+
 def test_compile_for_cpu_prints_one_json_line_with_what_the_program_needs(capsys):
     code, out, err = run(capsys, "compile", SAGE, "--target", "cpu", "--devices", "2",
                          "--json")
@@ -71,11 +82,8 @@ def test_abstract_compile_for_h100_builds_shapes_from_counts(capsys):
 def test_a_graph_past_2_31_edges_compiles_with_int32_offsets_per_device(capsys):
     """papers100M stored symmetric (3.2B edges): the counts are host integers, each
     of 2 devices holds 1.68B in-edges, which its int32 offsets address."""
-    code, out, err = run(capsys, "compile", SYNTHETIC, "--target", "cpu", "--devices", "2",
-                         "--abstract", "--set",
-                         "data.path=synthetic:nodes=111M,edges=3.2B,feat=8,classes=3",
-                         "model.num_layers=1", "train.fanouts=[3]", "train.eval_fanouts=[3]",
-                         "--json")
+    code, out, err = compile_counts(capsys, "cpu", "2",
+                                    "synthetic:nodes=111M,edges=3.2B,feat=8,classes=3", "--json")
     assert code == 0, err
     report = json.loads(out)
     assert report["ok"] and report["edges"] == 3_200_000_000 > 2**31
@@ -83,11 +91,8 @@ def test_a_graph_past_2_31_edges_compiles_with_int32_offsets_per_device(capsys):
 
 
 def test_compile_for_several_device_counts_prints_a_line_each(capsys):
-    code, out, err = run(capsys, "compile", SYNTHETIC, "--target", "cpu", "--devices", "1,2",
-                         "--abstract", "--set",
-                         "data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3",
-                         "model.num_layers=1", "train.fanouts=[3]", "train.eval_fanouts=[3]",
-                         "--json")
+    code, out, err = compile_counts(capsys, "cpu", "1,2",
+                                    "synthetic:nodes=5k,edges=20k,feat=8,classes=3", "--json")
     assert code == 0, err
     reports = [json.loads(line) for line in out.splitlines()]
     assert [r["devices"] for r in reports] == [1, 2] and all(r["ok"] for r in reports)
@@ -96,10 +101,8 @@ def test_compile_for_several_device_counts_prints_a_line_each(capsys):
 
 
 def test_compile_in_human_form_prints_one_field_per_line(capsys):
-    code, out, _ = run(capsys, "compile", SYNTHETIC, "--target", "cpu", "--devices", "1",
-                       "--abstract", "--set",
-                       "data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3",
-                       "model.num_layers=1", "train.fanouts=[3]", "train.eval_fanouts=[3]")
+    code, out, _ = compile_counts(capsys, "cpu", "1",
+                                  "synthetic:nodes=5k,edges=20k,feat=8,classes=3")
     assert code == 0
     assert "ok: True" in out.splitlines() and "target: cpu" in out.splitlines()
 
@@ -108,8 +111,8 @@ def test_compile_in_human_form_prints_one_field_per_line(capsys):
     (["--devices", "0"], "--devices must be >= 1"),
     (["--devices", "8,x"], "separated by commas"),
     # papers100M stored symmetric: 3.2B edges fit int32 offsets on 2 devices, not on 1.
-    (["--devices", "1", "--abstract", "--set", "model.num_layers=1", "train.fanouts=[3]",
-      "train.eval_fanouts=[3]", "data.path=synthetic:nodes=111M,edges=3.2B,feat=8,classes=3"],
+    (["--devices", "1", "--abstract", "--set", *ONE_LAYER,
+      "data.path=synthetic:nodes=111M,edges=3.2B,feat=8,classes=3"],
      "a partition with 3200000000 edges does not fit int32 edge offsets"),
     (["--devices", "2", "--abstract"], "data.path must be synthetic"),
     (["--devices", "2", "--abstract", "--set", "train.fanouts=[-1,5,5]",
