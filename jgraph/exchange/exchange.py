@@ -213,8 +213,8 @@ class Exchange:
         """The capacities `transfer`'s first round picks from, the largest `top`: a
         measured capacity alone (it is the need plus headroom: rungs below it would
         save little wire and cost a compiled branch each; measured on the 200k-node
-        graph's 8-device step, one rung compiled in 6.1 s where four took 9.4 s, and
-        stepped faster), else the ladder below an estimated or bound top."""
+        graph's 8-device step, one rung compiled in 7.1 s where four took 9.4 s), else
+        the ladder below an estimated or bound top."""
         if transfer.n in self.capacities and self.config.sizing is Sizing.CALIBRATED:
             return (top,)
         return self.config.ladder(top)

@@ -251,8 +251,9 @@ class Loop:
             # Gathers that needed more than their capacity took further rounds (the
             # step is right, only slower): the capacities grow at this flush.
             exchange = s.wider or s.job.exchange
-            if exchange.grown(m["stats"]) is not exchange:
-                s.wider = exchange.grown(m["stats"])
+            wider = exchange.grown(m["stats"])
+            if wider is not exchange:
+                s.wider = wider
             s.sums.add(m)
             self.step_log.write({"step": step, "epoch": e, "batch": i,
                                  "loss": float(m["loss"]), "count": int(m["count"]),
