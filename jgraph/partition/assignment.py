@@ -110,12 +110,13 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
            tolerance: float = 0.05, rebalance: bool = True,
            constraints: Constraints | None = None,
            adjacency: scipy.sparse.csr_matrix | None = None,
-           backend: Backend | None = None) -> np.ndarray:
+           backend: Backend | None = None, spill_dir: str | None = None) -> np.ndarray:
     """int32[N]: the partition of each node (homogeneous ids).
 
     `constraints` and `adjacency` default to `constraints_for(graph)` and
     `undirected_adjacency(graph)`; pass them when they are already built.
-    `backend` picks the METIS binding (default: the best available).
+    `backend` picks the METIS binding (default: the best available); `spill_dir` is
+    where METIS keeps its finer coarsening levels on disk (`part_kway`).
     """
     method = parse_method(method)
     check_request(graph, num_parts, tolerance)
@@ -127,7 +128,8 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
         adjacency = undirected_adjacency(graph)
     if method is Method.METIS:
         parts = _fill_empty(part_kway(adjacency, constraints.weights, num_parts, seed=seed,
-                                      imbalance=tolerance, backend=backend), num_parts)
+                                      imbalance=tolerance, backend=backend,
+                                      spill_dir=spill_dir), num_parts)
     else:
         parts = _stratified_random(constraints, num_parts, seed)
     if rebalance:

@@ -110,7 +110,7 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
     with progress.phase(f"assigning nodes ({method.value})"):
         parts = assign(graph, num_parts, method, seed=seed, tolerance=tolerance,
                        rebalance=rebalance, constraints=constraints, adjacency=adjacency,
-                       backend=backend)
+                       backend=backend, spill_dir=out_dir)
     del adjacency
 
     with progress.phase("relabelling"):

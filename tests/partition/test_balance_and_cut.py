@@ -1,4 +1,6 @@
 """Balance constraints end within tolerance, and METIS cuts far fewer edges than random."""
+import os
+
 import numpy as np
 import pytest
 import scipy.sparse
@@ -79,6 +81,44 @@ def test_libmetis_multi_constraint_backend_is_available_on_linux_x86_64():
     if sys.platform != "linux" or platform.machine() != "x86_64":
         pytest.skip("cmeel-metis ships Linux x86-64 wheels only")
     assert Backend.LIBMETIS in available_backends()
+
+
+def test_metis_runs_in_a_temporary_directory_it_removes(tmp_path, monkeypatch):
+    """METIS writes its on-disk coarsening levels into its working directory: part_kway
+    gives it a temporary one under spill_dir and restores the caller's, also on failure."""
+    if Backend.LIBMETIS not in available_backends():
+        pytest.skip("libmetis (cmeel-metis) is not installed")
+    from jgraph.partition import metis
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 500, (2, 4000))
+    adj = scipy.sparse.coo_matrix((np.ones(4000, np.int32), (src, dst)), shape=(500, 500))
+    adj = (adj + adj.T).tocsr()
+    adj.setdiag(0)
+    adj.eliminate_zeros()
+    spill, elsewhere = tmp_path / "spill", tmp_path / "cwd"
+    spill.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    seen = []
+
+    def part(*args):
+        seen.append(os.getcwd())
+        return real(*args)
+    real = metis._part_libmetis
+    monkeypatch.setattr(metis, "_part_libmetis", part)
+    parts = metis.part_kway(adj, np.ones((500, 1)), 4, spill_dir=str(spill),
+                            backend=Backend.LIBMETIS)
+    assert np.bincount(parts, minlength=4).min() > 0
+    assert os.path.dirname(seen[0]) == str(spill) and not os.path.exists(seen[0])
+    assert os.getcwd() == str(elsewhere) and not list(spill.iterdir())
+
+    def fail(*args):
+        raise RuntimeError("METIS_PartGraphKway failed")
+    monkeypatch.setattr(metis, "_part_libmetis", fail)
+    with pytest.raises(RuntimeError):
+        metis.part_kway(adj, np.ones((500, 1)), 4, spill_dir=str(spill),
+                        backend=Backend.LIBMETIS)
+    assert os.getcwd() == str(elsewhere) and not list(spill.iterdir())
 
 
 def test_meta_reports_balance_and_cut_of_what_was_written(tmp_path):
