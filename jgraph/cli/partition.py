@@ -8,6 +8,8 @@ import resource
 import sys
 import time
 
+import numpy as np
+
 from jgraph.data import (
     GraphError,
     add_reverse_relations,
@@ -20,6 +22,7 @@ from jgraph.data import (
     symmetrize,
 )
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
+from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
 from jgraph.progress import Progress
 
@@ -52,8 +55,13 @@ def add_commands(sub) -> None:
     p.add_argument("dataset", help="a built-in name (cora), an .npz file, an OGB dataset "
                                    "directory, or synthetic:nodes=N,edges=E,...")
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
-    p.add_argument("--method", choices=[m.value for m in Method], default="metis",
-                   help="node assignment method")
+    p.add_argument("--method", choices=[m.value for m in Method],
+                   help="node assignment method (default: metis; given with --assignment)")
+    p.add_argument("--assignment", metavar="FILE.npy",
+                   help="each node's partition, made elsewhere (e.g. by ParMETIS across "
+                        "hosts for a graph too large to partition on one machine): an "
+                        "integer .npy array over the graph's nodes (homogeneous ids, after "
+                        "the transforms); implies --method given")
     p.add_argument("--out", required=True, help="output partition directory")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--balance-tolerance", type=float, default=0.05,
@@ -91,6 +99,16 @@ def add_commands(sub) -> None:
     i.set_defaults(run=run_info)
 
 
+def load_assignment(path: str) -> np.ndarray:
+    """The array of an --assignment file, or a PartitionError naming it."""
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode="r")
+    except FileNotFoundError:
+        raise PartitionError(f"--assignment {path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise PartitionError(f"--assignment {path}: not a readable .npy array ({e})") from None
+
+
 def peak_rss_bytes() -> int:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
@@ -99,6 +117,7 @@ def peak_rss_bytes() -> int:
 def run_partition(args) -> int:
     start = time.perf_counter()
     progress = Progress(enabled=True)
+    args.method = args.method or ("given" if args.assignment else "metis")
     print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
           f"{args.method})", file=sys.stderr)
     try:
@@ -107,6 +126,9 @@ def run_partition(args) -> int:
                                 ("--split-seed", args.split_seed)) if v is not None]
         if fractions is None and given:
             raise GraphError(f"{' and '.join(given)} only apply with --link-split VAL,TEST")
+        if (args.method == Method.GIVEN.value) != (args.assignment is not None):
+            raise PartitionError("--method given and --assignment FILE.npy go together")
+        assignment = None if args.assignment is None else load_assignment(args.assignment)
         check_out_dir(args.out, args.overwrite)       # before loading a large graph
         edge_splits = None
         with progress.phase("loading dataset"):
@@ -122,10 +144,14 @@ def run_partition(args) -> int:
                     graph, edge_splits = split.graph, split.edges
                 if getattr(args, name):
                     graph = transform(graph)
+        if assignment is not None:
+            assignment = check_given(Method.GIVEN, assignment, graph.total_nodes,
+                                     args.num_parts, what=f"--assignment {args.assignment}")
         meta = partition_graph(graph, args.num_parts, args.method, args.out, seed=args.seed,
                                tolerance=args.balance_tolerance,
                                rebalance=not args.no_rebalance, overwrite=args.overwrite,
-                               progress=progress, edge_splits=edge_splits)
+                               progress=progress, edge_splits=edge_splits,
+                               assignment=assignment)
     except OutputExistsError as e:
         hint = "; pass --overwrite to replace it" if e.replaceable else ""
         raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None

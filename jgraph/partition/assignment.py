@@ -26,6 +26,7 @@ BALANCED_SPLITS = ("train", "val", "test")
 class Method(enum.Enum):
     METIS = "metis"
     RANDOM = "random"
+    GIVEN = "given"     # an assignment made elsewhere (ParMETIS, a file): `assign(given=)`
 
 
 class PartitionError(ValueError):
@@ -110,17 +111,21 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
            tolerance: float = 0.05, rebalance: bool = True,
            constraints: Constraints | None = None,
            adjacency: scipy.sparse.csr_matrix | None = None,
-           backend: Backend | None = None, spill_dir: str | None = None) -> np.ndarray:
+           backend: Backend | None = None, spill_dir: str | None = None,
+           given: np.ndarray | None = None) -> np.ndarray:
     """int32[N]: the partition of each node (homogeneous ids).
 
     `constraints` and `adjacency` default to `constraints_for(graph)` and
     `undirected_adjacency(graph)`; pass them when they are already built.
     `backend` picks the METIS binding (default: the best available); `spill_dir` is
-    where METIS keeps its finer coarsening levels on disk (`part_kway`).
+    where METIS keeps its finer coarsening levels on disk (`part_kway`). `given`: the
+    assignment of method GIVEN (int[N], every partition in [0, num_parts) holding a
+    node; `check_given`), rebalanced like the others unless `rebalance` is False.
     """
     method = parse_method(method)
     check_request(graph, num_parts, tolerance)
     n = graph.total_nodes
+    given = check_given(method, given, n, num_parts)
     constraints = constraints or constraints_for(graph)
     if num_parts == 1:
         return np.zeros(n, np.int32)
@@ -130,11 +135,43 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
         parts = _fill_empty(part_kway(adjacency, constraints.weights, num_parts, seed=seed,
                                       imbalance=tolerance, backend=backend,
                                       spill_dir=spill_dir), num_parts)
+    elif method is Method.GIVEN:
+        parts = given
     else:
         parts = _stratified_random(constraints, num_parts, seed)
     if rebalance:
         parts, _ = refine(adjacency, parts, constraints, num_parts, tolerance)
     return parts
+
+
+def check_given(method: Method, given, num_nodes: int, num_parts: int,
+                what: str = "assignment") -> np.ndarray | None:
+    """int32[N]: `given` (one partition per node, homogeneous ids) if it is one for a
+    graph of `num_nodes` nodes in `num_parts` partitions, each holding a node; None
+    where no assignment is given. A PartitionError naming `what` and the value at fault
+    otherwise, or where an assignment comes with another method than GIVEN (or none
+    with GIVEN)."""
+    if (method is Method.GIVEN) != (given is not None):
+        raise PartitionError(f"an assignment goes with method {Method.GIVEN.value!r} and "
+                             f"only with it: method {method.value!r}, "
+                             f"{'an' if given is not None else 'no'} assignment")
+    if given is None:
+        return None
+    given = np.asarray(given)
+    if given.ndim != 1 or given.shape[0] != num_nodes:
+        raise PartitionError(f"{what}: expected one partition per node, {num_nodes} "
+                             f"values, got shape {given.shape}")
+    if given.dtype.kind not in "iu":
+        raise PartitionError(f"{what}: partitions must be integers, got dtype {given.dtype}")
+    if given.size and (given.min() < 0 or given.max() >= num_parts):
+        node = int(np.flatnonzero((given < 0) | (given >= num_parts))[0])
+        raise PartitionError(f"{what}: node {node} is assigned partition {int(given[node])}, "
+                             f"outside [0, {num_parts})")
+    empty = np.flatnonzero(np.bincount(given, minlength=num_parts) == 0)
+    if empty.size:
+        raise PartitionError(f"{what}: partition {int(empty[0])} of {num_parts} is given "
+                             f"no node")
+    return given.astype(np.int32)
 
 
 def check_request(graph: Graph, num_parts, tolerance: float) -> None:

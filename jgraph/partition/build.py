@@ -24,6 +24,7 @@ from jgraph.partition.assignment import (
     PartitionError,
     assign,
     balance,
+    check_given,
     check_request,
     constraints_for,
     parse_method,
@@ -64,7 +65,8 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
                     *, seed: int = 0, tolerance: float = 0.05, rebalance: bool = True,
                     overwrite: bool = False, backend: Backend | None = None,
                     progress: Progress | None = None,
-                    edge_splits: Mapping[str, EdgeSet] | None = None) -> PartitionMeta:
+                    edge_splits: Mapping[str, EdgeSet] | None = None,
+                    assignment: np.ndarray | None = None) -> PartitionMeta:
     """Partition `graph` into `num_parts` and write the directory `out_dir`.
 
     Returns the metadata that `out_dir/meta.json` holds. `tolerance` is the allowed
@@ -73,13 +75,16 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
     absent, empty, or (with `overwrite`) a partition directory, which is replaced
     whole once the new one is complete. edge_splits: link prediction's positive edges
     by split (`jgraph.data.links.split_edges`), stored with the partition of their
-    destination.
+    destination. assignment: with method "given", each node's partition (homogeneous
+    ids), made elsewhere: by ParMETIS across hosts for a graph too large to partition
+    on one machine, or by any other tool.
     """
     start = time.perf_counter()
     progress = progress or Progress(enabled=False)
     method = parse_method(method)
     # Every refusal before anything is written.
     check_request(graph, num_parts, tolerance)
+    assignment = check_given(method, assignment, graph.total_nodes, num_parts)
     edge_splits = dict(edge_splits or {})
     _check_edge_splits(graph, edge_splits)
     out_dir = os.fspath(out_dir)
@@ -94,13 +99,13 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
         return _write(graph, num_parts, method, staging, seed=seed, tolerance=tolerance,
                       rebalance=rebalance, backend=backend, progress=progress,
                       edge_data=edge_data, node_specs=node_specs, edge_specs=edge_specs,
-                      start=start, edge_splits=edge_splits)
+                      start=start, edge_splits=edge_splits, assignment=assignment)
 
 
 def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: int,
            tolerance: float, rebalance: bool, backend: Backend | None, progress: Progress,
            edge_data: dict, node_specs: dict, edge_specs: dict, start: float,
-           edge_splits: dict) -> PartitionMeta:
+           edge_splits: dict, assignment: np.ndarray | None) -> PartitionMeta:
     """Assign, relabel and write every file into the new directory `out_dir`, one
     partition at a time (only one partition's arrays are held at once)."""
     with progress.phase("constraints and adjacency"):
@@ -110,7 +115,7 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
     with progress.phase(f"assigning nodes ({method.value})"):
         parts = assign(graph, num_parts, method, seed=seed, tolerance=tolerance,
                        rebalance=rebalance, constraints=constraints, adjacency=adjacency,
-                       backend=backend, spill_dir=out_dir)
+                       backend=backend, spill_dir=out_dir, given=assignment)
     del adjacency
 
     with progress.phase("relabelling"):

@@ -118,6 +118,10 @@ class DataConfig:
         if self.num_parts < 0:
             raise ConfigError(f"data.num_parts must be >= 0 (0 = every device), got "
                               f"{self.num_parts}")
+        if self.method is Method.GIVEN:
+            raise ConfigError("data.method: given is for `jgraph partition --assignment "
+                              "FILE.npy`; partition so, then set data.path to the partition "
+                              "directory")
 
 
 @dataclasses.dataclass(frozen=True)

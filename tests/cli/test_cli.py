@@ -75,6 +75,46 @@ def test_bad_partition_input_exits_2_with_a_clear_message(tmp_path, capsys, argv
     assert message in err and "Traceback" not in err
 
 
+def test_an_assignment_made_elsewhere_is_partitioned_as_given(tmp_path, capsys):
+    """--assignment (e.g. ParMETIS's output): a METIS partition's own assignment, given
+    back, writes the same partition; a bad file is refused by name."""
+    code, out, _ = run(capsys, "partition", "cora", "--num-parts", "4", "--out",
+                       str(tmp_path / "metis"), "--json")
+    assert code == 0
+    first = open_partitions(tmp_path / "metis")
+    owner = np.searchsorted(np.asarray(first.meta.offsets), np.arange(2708), side="right") - 1
+    given = np.empty(2708, np.int64)
+    given[np.load(tmp_path / "metis" / "node_map.npy")] = owner   # original id -> part
+    np.save(tmp_path / "given.npy", given)
+    code, again, _ = run(capsys, "partition", "cora", "--num-parts", "4", "--assignment",
+                         str(tmp_path / "given.npy"), "--out", str(tmp_path / "given"), "--json")
+    assert code == 0 and json.loads(again)["method"] == "given"
+    assert json.loads(again)["edge_cut_fraction"] == json.loads(out)["edge_cut_fraction"]
+    for name in ("node_map.npy", "part-2/indices.npy"):
+        assert np.array_equal(np.load(tmp_path / "metis" / name),
+                              np.load(tmp_path / "given" / name))
+
+    np.save(tmp_path / "short.npy", given[:-1])
+    bad = given.copy()
+    bad[5] = 4
+    np.save(tmp_path / "bad.npy", bad)
+    np.save(tmp_path / "three.npy", given % 3)
+    for argv, message in [
+        (["--assignment", str(tmp_path / "short.npy")], "short.npy: expected one partition "
+                                                        "per node, 2708 values"),
+        (["--assignment", str(tmp_path / "bad.npy")], "bad.npy: node 5 is assigned partition "
+                                                      "4, outside [0, 4)"),
+        (["--assignment", str(tmp_path / "three.npy")], "partition 3 of 4 is given no node"),
+        (["--assignment", str(tmp_path / "none.npy")], "none.npy: no such file"),
+        (["--assignment", str(tmp_path / "given.npy"), "--method", "metis"],
+         "--method given and --assignment FILE.npy go together"),
+        (["--method", "given"], "--method given and --assignment FILE.npy go together"),
+    ]:
+        code, _, err = run(capsys, "partition", "cora", "--num-parts", "4", *argv, "--out",
+                           str(tmp_path / "p"))
+        assert code == 2 and message in err and "Traceback" not in err, (argv, err)
+
+
 def test_out_of_range_edge_in_npz_names_the_file_and_id(tmp_path, capsys):
     bad = tmp_path / "bad.npz"
     np.savez(bad, src=np.array([0, 1, 7]), dst=np.array([1, 2, 0]), num_nodes=np.int64(4))
