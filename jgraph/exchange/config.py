@@ -15,6 +15,7 @@ class Strategy(str, enum.Enum):
     ALL_GATHER = "all_gather"   # all_gather the requests, answer, reduce-scatter the answers
     RING = "ppermute"           # P-1 ppermute rounds; each shift picks its own rung
     RAGGED = "ragged_all_to_all"  # exact sizes; GPU only (XLA:CPU does not implement it)
+    SCHEDULED = "scheduled"     # ppermute rounds of a static pair schedule, in chunks
     AUTO = "auto"               # ragged_all_to_all on GPU, all_to_all elsewhere
 
     def on(self, platform: str | None) -> Strategy:
@@ -37,7 +38,11 @@ class Sizing(str, enum.Enum):
 class ExchangeConfig:
     """Fields:
       strategy: how data travels; AUTO (default) is ragged_all_to_all on GPUs (exact
-        sizes on the wire) and all_to_all elsewhere.
+        sizes on the wire) and all_to_all elsewhere. SCHEDULED (no ragged collective
+        needed): the device pairs meet in ppermute rounds of a static schedule grouping
+        pairs of similar expected load, in chunks of ids, so a pair is padded by less
+        than a chunk per round instead of to the busiest pair; its capacity is the chunk
+        (calibrated as the others), and its scatter_add is all_to_all's, bound-sized.
       sizing: what a transfer's capacity (ids per device pair for all_to_all and
         ppermute, per device for all_gather, received per device for ragged_all_to_all)
         is sized for. CALIBRATED (default): what arrives, per request length, measured

@@ -15,18 +15,18 @@ node ids; the exchange
 and are summed per id there.
 
 How ids travel is a `Strategy`, carried out by a transport module (`transport.py` names
-the interface; `all_to_all.py`, `all_gather.py`, `ring.py`, `ragged.py`; `relay.py`
-builds on all_to_all). Every transfer has a static capacity (shapes are fixed at trace
-time), sized by what arrives (`ExchangeConfig.sizing`): measured per request length on
-the first batches (`calibrated`), so that a device's buffers follow its batch and not
-the number of devices. The first round's capacity comes from a short ladder of rungs
-below it (all devices agree on the rung with `pmax`; `lax.switch` runs the branch
+the interface; `all_to_all.py`, `all_gather.py`, `ring.py`, `ragged.py`, `scheduled.py`;
+`relay.py` builds on all_to_all). Every transfer has a static capacity (shapes are fixed
+at trace time), sized by what arrives (`ExchangeConfig.sizing`): measured per request
+length on the first batches (`calibrated`), so that a device's buffers follow its batch
+and not the number of devices. The first round's capacity comes from a short ladder of
+rungs below it (all devices agree on the rung with `pmax`; `lax.switch` runs the branch
 compiled for it, so small requests move small buffers); a gather that needs more than
 the capacity moves the rest in further rounds of the same buffers, so nothing is ever
 dropped and nothing recompiles. `scatter_add` moves one round: what does not fit is
 counted in `ExchangeStats.overflow`, never silently (host-side callers raise
-`ExchangeOverflowError`; the training step is refused and run again after the
-capacity grows).
+`ExchangeOverflowError`; the training step is refused and run again after the capacity
+grows).
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ from jgraph.exchange.ragged import Ragged
 from jgraph.exchange.relay import relayed_gather
 from jgraph.exchange.ring import RingShift
 from jgraph.exchange.rows import OwnerFn, PyTree, answer_filled, put, row_bytes, select, take
+from jgraph.exchange.scheduled import Scheduled, build_schedule
 from jgraph.exchange.transport import Transfer
 from jgraph.mesh import AXIS
 
@@ -57,8 +58,10 @@ TRANSPORTS: dict[Strategy, Callable[[Plan, str, np.ndarray], list[Transfer]]] = 
     Strategy.ALL_GATHER: AllGather.transfers,
     Strategy.RING: RingShift.transfers,
     Strategy.RAGGED: Ragged.transfers,
+    Strategy.SCHEDULED: Scheduled.transfers,
 }
-"""Each concrete strategy's transfers of a plan: `(plan, axis, offsets) -> [Transfer]`."""
+"""Each concrete strategy's transfers of a plan: `(plan, axis, offsets) -> [Transfer]`
+(scheduled's also takes the exchange's `schedule=`)."""
 
 
 class ExchangeOverflowError(RuntimeError):
@@ -109,12 +112,15 @@ class Exchange:
     """
 
     def __init__(self, offsets, config: ExchangeConfig = ExchangeConfig(), axis: str = AXIS,
-                 platform: str | None = None, capacities=None):
+                 platform: str | None = None, capacities=None, pair_weights=None):
         """platform: of the devices it runs on (a mesh's `devices.flat[0].platform`, or
         the platform a program is built for); it resolves `Strategy.AUTO` and refuses
         ragged_all_to_all on "cpu". None: unknown (AUTO is then all_to_all).
         capacities: {request length: capacity} measured for calibrated sizing (see
-        `calibrated`); lengths not in it are estimated."""
+        `calibrated`); lengths not in it are estimated. pair_weights: float[P, P], the
+        ids partition k is expected to ask of partition j (`DistGraph.exchange` counts
+        its halos); the scheduled strategy groups its device pairs by them (without:
+        the P - 1 shifts)."""
         self.platform = platform
         self.offsets = np.asarray(offsets, np.int64)
         if self.offsets[-1] >= np.iinfo(np.int32).max:
@@ -129,6 +135,24 @@ class Exchange:
         self.config = dataclasses.replace(config, strategy=strategy)
         self.axis = axis
         self.capacities = {int(k): int(v) for k, v in dict(capacities or {}).items()}
+        self.pair_weights = None if pair_weights is None else np.asarray(pair_weights)
+        self._schedule = None
+
+    @property
+    def schedule(self) -> np.ndarray:
+        """int32[R, P] the scheduled strategy's rounds of device pairs
+        (`jgraph.exchange.scheduled.build_schedule`), built once and shared by copies."""
+        if self._schedule is None:
+            self._schedule = build_schedule(self.num_parts, self.pair_weights)
+        return self._schedule
+
+    def _with(self, config: ExchangeConfig | None = None, capacities=None) -> Exchange:
+        """A copy with another config or capacities (pair weights and schedule kept)."""
+        copy = Exchange(self.offsets, config or self.config, self.axis, self.platform,
+                        self.capacities if capacities is None else capacities,
+                        self.pair_weights)
+        copy._schedule = self._schedule
+        return copy
 
     def owner(self, ids: jnp.ndarray) -> jnp.ndarray:
         """int32 partition (device) owning each id."""
@@ -136,16 +160,14 @@ class Exchange:
 
     def without_relay(self) -> Exchange:
         """This exchange with `relay` off (the relay's intermediates fetch through it)."""
-        return Exchange(self.offsets, dataclasses.replace(self.config, relay=False),
-                        self.axis, self.platform, self.capacities)
+        return self._with(dataclasses.replace(self.config, relay=False))
 
     # -- capacities ---------------------------------------------------------------------
 
     def calibrated(self, capacities) -> Exchange:
         """This exchange with `capacities` ({request length: capacity}) added to its own."""
-        return Exchange(self.offsets, self.config, self.axis, self.platform,
-                        {**self.capacities, **{int(k): int(v)
-                                               for k, v in dict(capacities).items()}})
+        return self._with(capacities={**self.capacities, **{
+            int(k): int(v) for k, v in dict(capacities).items()}})
 
     def fitted(self, stats) -> Exchange:
         """This exchange with the capacity of every request length in `stats`
@@ -160,7 +182,11 @@ class Exchange:
     def grown(self, stats) -> Exchange:
         """This exchange with the capacity of every request length that needed more
         (`ExchangeStats` leaves of `stats`, on the host, with `needed` > `capacity`)
-        set to that need plus headroom; itself if none did."""
+        set to that need plus headroom; itself if none did. Always itself under the
+        scheduled strategy: its gathers' chunks loop as often as a request needs (that
+        is its schedule, not an overflow), and its scatter_add is never calibrated."""
+        if self.config.strategy is Strategy.SCHEDULED:
+            return self
         want = {length: with_headroom(needed, self.config.headroom)
                 for length, (needed, over) in self._needs(stats).items() if over}
         want = {k: v for k, v in want.items() if v > self.capacities.get(k, 0)}
@@ -207,15 +233,20 @@ class Exchange:
         """The plan's transfers, none on a one-device mesh (where every id is local)."""
         if self.num_parts == 1:
             return []
-        return TRANSPORTS[self.config.strategy](plan, self.axis, self.offsets)
+        strategy = self.config.strategy
+        if strategy is Strategy.SCHEDULED:       # its rounds of device pairs
+            return TRANSPORTS[strategy](plan, self.axis, self.offsets, schedule=self.schedule)
+        return TRANSPORTS[strategy](plan, self.axis, self.offsets)
 
     def ladder(self, transfer: Transfer, top: int) -> tuple[int, ...]:
         """The capacities `transfer`'s first round picks from, the largest `top`: a
         measured capacity alone (it is the need plus headroom: rungs below it would
         save little wire and cost a compiled branch each; measured on the 200k-node
         graph's 8-device step, one rung compiled in 7.1 s where four took 9.4 s), else
-        the ladder below an estimated or bound top."""
-        if transfer.n in self.capacities and self.config.sizing is Sizing.CALIBRATED:
+        the ladder below an estimated or bound top. A chunked transfer's one capacity
+        alone: its rounds are all of that capacity."""
+        if transfer.chunked or (transfer.n in self.capacities
+                                and self.config.sizing is Sizing.CALIBRATED):
             return (top,)
         return self.config.ladder(top)
 
@@ -240,17 +271,13 @@ class Exchange:
     def _later_rounds(self, transfer: Transfer, cap: int, one_round, carry):
         """(carry, rounds): `one_round(offset, carry) -> carry` run for every round after
         the first that the devices' largest need asks for at `cap` (none where `cap`
-        holds every request: then `rounds` is 1 without looking)."""
-        if cap >= transfer.top:
+        holds every request: then `rounds` is 1 without looking). A chunked transfer
+        always loops, and counts as one round."""
+        if cap >= transfer.top and not transfer.chunked:
             return carry, jnp.int32(1)
-        rounds = self._rounds(transfer, cap)
+        rounds = transfer.rounds(cap)
         carry = lax.fori_loop(1, rounds, lambda r, c: one_round(r * cap, c), carry)
-        return carry, rounds
-
-    def _rounds(self, transfer: Transfer, cap: int) -> jnp.ndarray:
-        """int32 rounds of `cap` that the devices' largest need asks for (at least 1)."""
-        need = lax.pmax(transfer.need, self.axis)
-        return jnp.maximum((need + cap - 1) // cap, 1).astype(jnp.int32)
+        return carry, jnp.int32(1) if transfer.chunked else rounds
 
     def _round_wire(self, transfer: Transfer, first, cap: int, rounds, fwd: int, ans: int):
         """Bytes this device sends over all rounds: the first at its rung, the rest at
@@ -377,7 +404,7 @@ class Exchange:
         n = plan.size
         caps = [self.capacity(t) for t in transfers]
         own = jnp.where(plan.local, plan.uniq, -1)
-        rounds = jnp.max(jnp.stack([self._rounds(t, c) for t, c in zip(transfers, caps)]))
+        rounds = jnp.max(jnp.stack([t.rounds(c) for t, c in zip(transfers, caps)]))
         shapes = jax.eval_shape(owner_fn, own, plan.local)
         zero = own[0] * 0        # typed like the ids (mesh-varying), as a loop carry must be
         local = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype) + zero.astype(x.dtype),
@@ -403,8 +430,10 @@ class Exchange:
         wire = sum((t.wire(c, 4, ans_bytes) if t.exact_wire else
                     t.wire(c, 4, ans_bytes) * rounds.astype(jnp.float32))
                    for t, c in zip(transfers, caps))
+        # A chunked transfer's loop is its schedule: one round as far as growing goes.
+        reported = jnp.int32(1) if all(t.chunked for t in transfers) else rounds
         return (local, remote, [jnp.int32(c) for c in caps], wire,
-                [t.need for t in transfers], [rounds])
+                [t.need for t in transfers], [reported])
 
     # -- the two operations ----------------------------------------------------------
 
@@ -470,7 +499,14 @@ class Exchange:
         any device sent (sorted, padding where mask is False) with the sum of their
         values. M is static: n plus what the transfers deliver at their capacities.
         One round only: ids past a capacity are counted in `overflow`, not summed.
+        Under the scheduled strategy (whose capacities are its gathers' chunks) it is
+        all_to_all's, bound-sized: one round always, at the smallest rung of the
+        ladder below the top that holds the busiest pair.
         """
+        if self.config.strategy is Strategy.SCHEDULED:
+            return self._with(dataclasses.replace(
+                self.config, strategy=Strategy.ALL_TO_ALL, sizing=Sizing.BOUND),
+                capacities={}).scatter_add(ids, valid, values, contains=contains)
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
         plan = make_plan(ids, valid, self.offsets, self.axis)

@@ -7,6 +7,10 @@ exceeds `cap` moves in rounds: round r sends the ids `offset = r * cap` onwards.
 exchange picks `cap` (the same on every device) and each round's buffers have that
 static shape, so memory follows the capacity, never the request's worst case.
 
+A transfer may instead always move in a loop of one capacity (`chunked`: the scheduled
+transport's rounds of device pairs, in chunks): `rounds(cap)` says how many iterations,
+and round r's `offset` is still `r * cap`.
+
 To add a strategy: a module with a `Transfer` subclass and its `transfers(plan, axis,
 offsets)`, one entry in `Strategy`, and one in `jgraph.exchange.exchange.TRANSPORTS`;
 the exchange tests run every strategy against the same numpy reference.
@@ -17,6 +21,7 @@ import abc
 from typing import NamedTuple
 
 import jax.numpy as jnp
+from jax import lax
 
 from jgraph.exchange.plan import Plan
 from jgraph.exchange.rows import PyTree, put
@@ -72,6 +77,16 @@ class Transfer(abc.ABC):
     def wire(self, cap: int, fwd_bytes: int, ans_bytes: int) -> jnp.ndarray:
         """float32 bytes this device sends in one round at `cap`: `fwd_bytes` per id
         slot out, `ans_bytes` per answer slot back."""
+
+    chunked = False
+    """True: the transfer always moves in `rounds(cap)` rounds of one capacity (its
+    schedule, not an overflow): no capacity holds it in one round, its capacity has no
+    ladder, it is reported as one round and never grown for its rounds."""
+
+    def rounds(self, cap: int) -> jnp.ndarray:
+        """int32 rounds of `cap` that the devices' largest need asks for (at least 1)."""
+        need = lax.pmax(self.need, self.axis)
+        return jnp.maximum((need + cap - 1) // cap, 1).astype(jnp.int32)
 
     exact_wire = False
     """True: `wire` counts the bytes of every round together (exact sizes), whatever

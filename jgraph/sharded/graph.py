@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jgraph.exchange import Exchange, ExchangeConfig
+from jgraph.exchange import Exchange, ExchangeConfig, Strategy
 from jgraph.mesh import (
     REPLICATED,
     ROWS,
@@ -205,9 +205,18 @@ class DistGraph:
     def exchange(self, config: ExchangeConfig = ExchangeConfig(),
                  platform: str | None = None) -> Exchange:
         """The exchange for this graph's partition book, on the mesh's platform (or
-        `platform`: the one a program is built for, see `jgraph.target`)."""
-        return Exchange(self.book.offsets, config,
-                        platform=platform or self.mesh.devices.flat[0].platform)
+        `platform`: the one a program is built for, see `jgraph.target`). The scheduled
+        strategy gets the pair weights it groups device pairs by: how many of partition
+        k's halo nodes (its in-edges' sources owned elsewhere) each partition owns."""
+        platform = platform or self.mesh.devices.flat[0].platform
+        weights = None
+        if config.strategy.on(platform) is Strategy.SCHEDULED:
+            offsets = np.asarray(self.book.offsets)
+            weights = np.stack([
+                np.bincount(np.searchsorted(offsets, np.asarray(self.parts.part(k).halo),
+                                            side="right") - 1, minlength=self.num_parts)
+                for k in range(self.num_parts)]).astype(np.float64)
+        return Exchange(self.book.offsets, config, platform=platform, pair_weights=weights)
 
     def degrees(self) -> tuple[np.ndarray, np.ndarray]:
         """(in_degree, out_degree) int64[N] over all partitions (reads every partition)."""

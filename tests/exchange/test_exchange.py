@@ -16,6 +16,7 @@ import pytest
 from jax import lax
 
 import jgraph.exchange.ragged as ragged_module
+from jgraph.exchange.scheduled import CHUNKS_PER_PAIR, build_schedule
 from jgraph.sharded import (
     AXIS,
     REPLICATED,
@@ -40,7 +41,8 @@ LADDER = dict(growth=1.25, max_rungs=24, sizing="bound")
 CONFIGS = {"all_to_all-relay": ExchangeConfig(strategy="all_to_all", relay=True, **LADDER),
            "all_to_all": ExchangeConfig(strategy="all_to_all", **LADDER),
            "ppermute": ExchangeConfig(strategy="ppermute", **LADDER),
-           "all_gather": ExchangeConfig(strategy="all_gather", **LADDER)}
+           "all_gather": ExchangeConfig(strategy="all_gather", **LADDER),
+           "scheduled": ExchangeConfig(strategy="scheduled", **LADDER)}
 # The default strategy in the fast tier, every strategy in the full suite (each compiles
 # its own programs).
 STRATEGIES = [pytest.param(s, marks=() if s == "all_to_all" else pytest.mark.slow)
@@ -59,13 +61,29 @@ def sharded_table() -> np.ndarray:
     return blocks
 
 
+# The hot-node cache of `exchange_step(..., cached=True)`: 20 ids of partition 4 and 2 of
+# partition 7, with their answers.
+CACHE_IDS = np.concatenate([np.arange(OFFSETS[4], OFFSETS[4] + 20), OFFSETS[7] + [3, 9]])
+
+
+def exchange_step(config: ExchangeConfig, once: bool = False, capacities=(),
+                  weights=None, cached: bool = False):
+    """`compiled_step` for pair weights float[P, P] or None (the scheduled strategy's)."""
+    return compiled_step(config, once, capacities,
+                         None if weights is None else tuple(map(tuple, weights)), cached)
+
+
 @functools.cache
-def exchange_step(config: ExchangeConfig, once: bool = False, capacities=()):
+def compiled_step(config: ExchangeConfig, once: bool = False, capacities=(), weights=None,
+                  cached: bool = False):
     """One compiled program per config: gather (pytree answers, a `contains` screen read
-    from a replicated bool[N]; `once`: the owner function outside the ladder) and
-    scatter_add of the same ids; capacities: calibrated ((length, capacity), ...)."""
-    ex = Exchange(OFFSETS, config, capacities=dict(capacities))
+    from a replicated bool[N]; `once`: the owner function outside the ladder; `cached`:
+    with the hot-node cache of CACHE_IDS) and scatter_add of the same ids; capacities:
+    calibrated ((length, capacity), ...); weights: the exchange's pair weights."""
+    ex = Exchange(OFFSETS, config, capacities=dict(capacities), pair_weights=weights)
     offsets = jnp.asarray(OFFSETS, jnp.int32)
+    cache = (jnp.asarray(CACHE_IDS, jnp.int32),
+             (jnp.asarray(TABLE[CACHE_IDS]), jnp.asarray(CACHE_IDS * 2, jnp.int32)))
 
     def body(shard, allowed, ids, valid, values):
         me = lax.axis_index(AXIS)
@@ -79,6 +97,7 @@ def exchange_step(config: ExchangeConfig, once: bool = False, capacities=()):
             return jnp.where(wrong[:, None], jnp.nan, rows), jnp.where(wrong, -1, q * 2)
 
         answers, gstats = ex.gather(ids, valid, owner_fn, once=once,
+                                    cache=cache if cached else None,
                                     contains=lambda q: allowed[jnp.clip(q, 0, N - 1)])
         scattered, sstats = ex.scatter_add(ids, valid, values)
         return answers, gstats, scattered, sstats
@@ -88,10 +107,10 @@ def exchange_step(config: ExchangeConfig, once: bool = False, capacities=()):
         out_specs=((ROWS, ROWS), REPLICATED, (ROWS, ROWS, ROWS), REPLICATED)))
 
 
-def run(config, case, once=False, capacities=()):
+def run(config, case, once=False, capacities=(), weights=None, cached=False):
     ids, valid, allowed, values = case
     (rows, twice), gstats, (owned, sums, mask), sstats = exchange_step(
-        config, once, tuple(sorted(dict(capacities).items())))(
+        config, once, tuple(sorted(dict(capacities).items())), weights, cached)(
         sharded_table(), allowed, ids.reshape(-1).astype(np.int32), valid.reshape(-1),
         values.reshape(P * n, 2))
     m = owned.shape[0] // P
@@ -178,9 +197,23 @@ def case_out_of_range(rng):
     return _finish(rng, ids, valid, allowed)
 
 
+def case_skewed(rng):
+    """Pair loads from 0 to n: device k != 4 asks 4 (k + 1) distinct ids of partition 4
+    (its whole batch for k = 7) and the rest of its batch anywhere; device 4 asks
+    partitions 6 and 7 only."""
+    ids = rng.integers(0, N, (P, n))
+    for k in range(P):
+        if k == 4:
+            ids[k] = rng.integers(OFFSETS[6], OFFSETS[8], n)
+        else:
+            m = 4 * (k + 1)
+            ids[k, :m] = rng.choice(np.arange(OFFSETS[4], OFFSETS[5]), m, replace=False)
+    return _finish(rng, ids, np.ones((P, n), bool))
+
+
 CASES = {f.__name__[5:]: f for f in (case_duplicates, case_all_local, case_all_remote,
                                      case_padding, case_middle_rung, case_one_peer,
-                                     case_out_of_range)}
+                                     case_out_of_range, case_skewed)}
 
 
 @functools.cache
@@ -219,14 +252,27 @@ def expected_capacity(config, counts):
         return smallest_rung(config.ladder(n), counts.sum(axis=1).max())
     if s == "ragged_all_to_all":   # everything an owner receives, in one exact-size buffer
         return smallest_rung(config.ladder((P - 1) * n), counts.sum(axis=0).max())
+    if s == "scheduled":           # one chunk: the whole request when bound-sized
+        return n if config.sizing.value == "bound" else None
     raise AssertionError(s)
+
+
+def scheduled_wire(dest, counts, chunk, row_bytes):
+    """Bytes the scheduled strategy moves: round r takes as many chunks as its busiest
+    pair needs, and every device sending in it sends that many (and gets the answers)."""
+    total = 0
+    for row in dest:
+        senders = np.flatnonzero(row >= 0)
+        iterations = max((-(-counts[i, row[i]] // chunk) for i in senders), default=0)
+        total += iterations * chunk * senders.size * (4 + row_bytes)
+    return total
 
 
 def in_range(ids):
     return (ids >= 0) & (ids < N)
 
 
-def check_gather(config, case, out):
+def check_gather(config, case, out, weights=None):
     ids, valid, allowed, _ = case
     ok = valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)]
     safe = np.clip(ids, 0, N - 1)
@@ -248,6 +294,16 @@ def check_gather(config, case, out):
     assert float(st.wire_bytes) >= counts.sum() * (4 + ROW_BYTES)
     if config.strategy.value == "ragged_all_to_all":      # exact sizes: nothing more
         assert float(st.wire_bytes) == counts.sum() * (4 + ROW_BYTES)
+    if config.strategy.value == "scheduled":
+        assert int(st.rounds) == 1
+        assert float(st.wire_bytes) == scheduled_wire(build_schedule(P, weights), counts,
+                                                      int(st.capacity), ROW_BYTES)
+
+
+def scatter_strategy(config):
+    """The strategy a scatter_add moves with: scheduled's is all_to_all."""
+    s = config.strategy.value
+    return "all_to_all" if s == "scheduled" else s
 
 
 def check_scatter_add(config, case, out):
@@ -275,8 +331,9 @@ def check_scatter_add(config, case, out):
     assert int(st.non_local) == counts.sum()
     assert int(st.overflow) == 0
     assert int(st.out_of_range) == np.sum(valid & ~in_range(ids))
-    # scatter_add never relays: all_to_all always picks the smallest sufficient rung.
-    direct = dataclasses.replace(config, relay=False)
+    # scatter_add never relays: all_to_all always picks the smallest sufficient rung
+    # (scheduled's is all_to_all's, bound-sized).
+    direct = dataclasses.replace(config, relay=False, strategy=scatter_strategy(config))
     assert int(st.capacity) == expected_capacity(direct, counts)
     assert float(st.wire_bytes) >= counts.sum() * (4 + 8)
     if config.strategy.value == "ragged_all_to_all":
@@ -373,6 +430,8 @@ def expected_need(strategy, counts):
         return int(counts.sum(axis=1).max())
     if strategy == "ragged_all_to_all":              # what an owner receives
         return int(counts.sum(axis=0).max())
+    if strategy == "scheduled":                      # a chunk for the mean pair
+        return -(-int(counts.sum(axis=1).max()) // ((P - 1) * CHUNKS_PER_PAIR))
     return int(counts.max())                         # per (device, peer)
 
 
@@ -397,19 +456,25 @@ def test_gather_beyond_max_capacity_takes_rounds_and_scatter_add_counts_its_over
     _, counts = request_counts(ids, valid)
     need = expected_need(config.strategy.value, counts)
     assert int(gst.overflow) == 0 and gst.check() is gst
-    if not config.relay:
+    if config.strategy.value == "scheduled":         # chunks of 4: its schedule, one round
+        assert int(gst.needed) == need and int(gst.capacity) == 4 and int(gst.rounds) == 1
+    elif not config.relay:
         assert int(gst.needed) == need and int(gst.capacity) == 4
         assert int(gst.rounds) == -(-need // 4) > 1
-    lost = expected_overflow(config.strategy.value, counts, 4)
-    assert lost > 0 and int(sst.overflow) == lost and int(sst.needed) == need
+    scatter = scatter_strategy(config)
+    lost = expected_overflow(scatter, counts, 4)
+    assert lost > 0 and int(sst.overflow) == lost
+    assert int(sst.needed) == expected_need(scatter, counts)
     with pytest.raises(ExchangeOverflowError, match="capacity 4"):
         sst.check()
 
 
-# (the relay answers per rung: once is not relayed)
+# (the relay answers per rung: once is not relayed; scheduled's chunks below the need are
+# tested with its own, test_scheduled_gather_in_chunks_of_2_...)
 ROUND_PATHS = [pytest.param(s.values[0], once, marks=s.marks, id=f"{s.values[0]}-{path}")
                for s in STRATEGIES for once, path in ((False, "per_rung"), (True, "once"))
-               if not (once and s.values[0] == "all_to_all-relay")]
+               if not (once and s.values[0] == "all_to_all-relay")
+               and s.values[0] != "scheduled"]
 
 
 @pytest.mark.parametrize("case", ("one_peer", "duplicates", "out_of_range"))
@@ -432,7 +497,9 @@ def test_calibrated_capacities_below_the_need_answer_everything_in_rounds(strate
     if config.relay:
         return
     need = expected_need(config.strategy.value, counts)
-    assert int(gst.needed) == need and int(gst.rounds) == max(-(-need // 8), 1)
+    chunked = config.strategy.value == "scheduled"     # its loop is not rounds
+    assert int(gst.needed) == need
+    assert int(gst.rounds) == (1 if chunked else max(-(-need // 8), 1))
     grown = Exchange(OFFSETS, config, capacities={n: 8}).grown(gst)
     if need > 8:
         assert grown.capacities[n] >= need
@@ -558,3 +625,117 @@ def test_ragged_rounds_answer_everything_with_emulated_collective(once, monkeypa
 def test_ragged_gather_with_the_owner_function_run_once_equals_numpy(case, monkeypatch):
     monkeypatch.setattr(ragged_module, "_ragged_all_to_all", emulated_ragged_all_to_all)
     check_gather(RAGGED, make_case(case), run(RAGGED, make_case(case), once=True))
+
+
+# -- the scheduled strategy -----------------------------------------------------------------
+
+
+def test_schedule_meets_every_ordered_pair_once_in_partial_permutations():
+    """Every ordered pair i != j in exactly one round, no owner twice in a round, each
+    pair at least half its round's heaviest; without weights the P - 1 shifts."""
+    rng = np.random.default_rng(5)
+    for parts in (2, 3, 8, 16):
+        skewed = rng.pareto(1.0, (parts, parts)) * (rng.random((parts, parts)) < 0.5)
+        for weights in (None, skewed, np.ones((parts, parts))):
+            dest = build_schedule(parts, weights)
+            assert dest.shape[1] == parts and dest.dtype == np.int32
+            pairs = sorted((i, int(j)) for row in dest for i, j in enumerate(row) if j >= 0)
+            assert pairs == [(i, j) for i in range(parts) for j in range(parts) if i != j]
+            for row in dest:
+                owners = row[row >= 0]
+                assert owners.size == np.unique(owners).size
+                if weights is not None:
+                    w = weights[np.flatnonzero(row >= 0), owners]
+                    assert w.min() >= 0.5 * w.max()
+    np.testing.assert_array_equal(build_schedule(4), [[1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]])
+
+
+def case_to_one_owner(rng):
+    """Only pairs (k, 4) are loaded, 4k + 3 ids each (3 to 31); the rest is local."""
+    ids, valid = np.zeros((P, n), np.int64), np.ones((P, n), bool)
+    for k in range(P):
+        if SIZES[k]:
+            ids[k] = rng.integers(OFFSETS[k], OFFSETS[k + 1], n)
+        else:
+            valid[k] = False
+        if k != 4:
+            m = 4 * k + 3
+            ids[k, :m] = rng.choice(np.arange(OFFSETS[4], OFFSETS[5]), m, replace=False)
+            valid[k, :m] = True
+    return _finish(rng, ids, valid)
+
+
+TO_ONE_OWNER = case_to_one_owner(np.random.default_rng(7))
+WEIGHTS = request_counts(TO_ONE_OWNER[0], TO_ONE_OWNER[1])[1].astype(float)
+SCHEDULED = ExchangeConfig(strategy="scheduled")      # calibrated, chunks of 2 below
+
+
+@pytest.mark.parametrize("once,weighted", [(False, False), (True, True)],
+                         ids=["per_rung-shifts", "once-weighted"])
+def test_scheduled_gather_in_chunks_of_2_and_its_scatter_add_equal_numpy(once, weighted):
+    """Chunks of 2 ids where pairs ask up to 32 (up to 16 iterations a round), on the
+    shifts and on a schedule from pair weights: every answer equal to numpy's, the wire
+    that of the schedule, one round reported, nothing to grow; scatter_add (all_to_all,
+    bound-sized: never the chunk) sums equal to numpy's."""
+    weights = WEIGHTS if weighted else None
+    for name in ("skewed", "one_peer", "out_of_range"):
+        data = make_case(name)
+        out = run(SCHEDULED, data, once, {n: 2}, weights)
+        check_gather(SCHEDULED, data, out, weights)
+        assert int(out["gstats"].capacity) == 2
+        assert Exchange(OFFSETS, SCHEDULED, capacities={n: 2}).grown(out["gstats"]).capacities \
+            == {n: 2}
+        check_scatter_add(SCHEDULED, data, out)
+
+
+def test_scheduled_wire_is_the_exact_bytes_up_to_a_chunk_per_loaded_pair():
+    """Weights equal to the loads: the 7 loaded pairs (all to owner 4) get a round each,
+    so each is padded only to its last chunk: 4k + 3 ids in chunks of 2 cost one slot
+    more than exact, per pair."""
+    out = run(SCHEDULED, TO_ONE_OWNER, True, {n: 2}, WEIGHTS)
+    check_gather(SCHEDULED, TO_ONE_OWNER, out, WEIGHTS)
+    exact = WEIGHTS.sum() * (4 + ROW_BYTES)
+    assert float(out["gstats"].wire_bytes) == exact + 7 * (4 + ROW_BYTES)
+
+
+def test_scheduled_gather_with_the_hot_node_cache_equals_numpy():
+    """Cached ids are answered from the cache and never cross the wire."""
+    data = make_case("skewed")
+    out = run(SCHEDULED, data, False, {n: 2}, cached=True)
+    ids, valid, _, _ = data
+    np.testing.assert_array_equal(out["rows"], np.where(valid[..., None], TABLE[ids], 0))
+    np.testing.assert_array_equal(out["twice"], np.where(valid, ids * 2, 0))
+    _, counts = request_counts(ids, valid & ~np.isin(ids, CACHE_IDS))
+    cached = 0
+    for k in range(P):
+        asked = np.unique(ids[k][valid[k]])
+        cached += np.sum(np.isin(asked, CACHE_IDS) & (owner_of(asked) != k))
+    st = out["gstats"]
+    assert int(st.cached) == cached > 0
+    assert float(st.wire_bytes) == scheduled_wire(build_schedule(P), counts, 2, ROW_BYTES)
+
+
+def test_dist_graph_gives_the_scheduled_exchange_its_partitions_halo_counts(tmp_path):
+    """DistGraph.exchange: pair weights [k, j] = partition k's halo nodes owned by j
+    (only for the scheduled strategy); copies of the exchange keep them."""
+    from jgraph.data import Graph
+    from jgraph.partition import open_partitions, partition_graph
+    from jgraph.sharded import DistGraph
+
+    rng = np.random.default_rng(11)
+    graph = Graph(name="ring", num_nodes={"_N": 64},
+                  edges={("_N", "_E", "_N"): np.stack([rng.integers(0, 64, 300),
+                                                        rng.integers(0, 64, 300)])})
+    partition_graph(graph, P, "random", tmp_path / "parts")
+    dg = DistGraph(open_partitions(tmp_path / "parts"), make_mesh(8))
+    ex = dg.exchange(ExchangeConfig(strategy="scheduled"))
+    offsets = np.asarray(dg.book.offsets)
+    expected = np.zeros((P, P))
+    for k in range(P):
+        for node in np.asarray(dg.parts.part(k).halo):
+            expected[k, np.searchsorted(offsets, node, side="right") - 1] += 1
+    np.testing.assert_array_equal(ex.pair_weights, expected)
+    assert expected.sum() > 0 and np.all(np.diag(expected) == 0)
+    np.testing.assert_array_equal(ex.schedule, build_schedule(P, expected))
+    assert ex.calibrated({n: 8}).without_relay().schedule is ex.schedule
+    assert dg.exchange(ExchangeConfig(strategy="all_to_all")).pair_weights is None
