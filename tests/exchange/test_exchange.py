@@ -137,15 +137,21 @@ def case_duplicates(rng):
     return _finish(rng, rng.choice(pool, (P, n)), np.ones((P, n), bool))
 
 
-def case_all_local(rng):
-    """Each device asks only for ids it owns (the empty partition's batch is padding)."""
+def _own_ids(rng):
+    """(ids, valid): each device's batch of ids it owns (the empty partition's is
+    padding)."""
     ids, valid = np.zeros((P, n), np.int64), np.ones((P, n), bool)
     for k in range(P):
         if SIZES[k]:
             ids[k] = rng.integers(OFFSETS[k], OFFSETS[k + 1], n)
         else:
             valid[k] = False
-    return _finish(rng, ids, valid)
+    return ids, valid
+
+
+def case_all_local(rng):
+    """Each device asks only for ids it owns (the empty partition's batch is padding)."""
+    return _finish(rng, *_own_ids(rng))
 
 
 def case_all_remote(rng):
@@ -652,12 +658,8 @@ def test_schedule_meets_every_ordered_pair_once_in_partial_permutations():
 
 def case_to_one_owner(rng):
     """Only pairs (k, 4) are loaded, 4k + 3 ids each (3 to 31); the rest is local."""
-    ids, valid = np.zeros((P, n), np.int64), np.ones((P, n), bool)
+    ids, valid = _own_ids(rng)
     for k in range(P):
-        if SIZES[k]:
-            ids[k] = rng.integers(OFFSETS[k], OFFSETS[k + 1], n)
-        else:
-            valid[k] = False
         if k != 4:
             m = 4 * k + 3
             ids[k, :m] = rng.choice(np.arange(OFFSETS[4], OFFSETS[5]), m, replace=False)
