@@ -1,17 +1,21 @@
-"""`jgraph compile CONFIG --target h100|h200|cpu --devices N`: build a run's training step
-for hardware this machine may not have, and report what it needs."""
+"""`jgraph compile CONFIG --target h100|h200|cpu --devices N [--program P]`: build one of
+a run's programs (its training step by default) for hardware this machine may not
+have, and report what it needs."""
 from __future__ import annotations
 
 import json
 import os
 
 TARGETS = ["h100", "h200", "cpu"]   # jgraph.target.Target's values (no JAX import here)
+PROGRAMS = ["train", "eval", "full_graph"]   # jgraph.train.compile.Program's values
 
 
 def add_commands(sub) -> None:
     c = sub.add_parser(
-        "compile", help="build a run's training step for a target (e.g. 8 H100s) without it",
-        description="Build the training step of CONFIG as `jgraph train` would, compile it "
+        "compile", help="build a run's training step (or another of its programs) for a "
+                        "target (e.g. 8 H100s) without it",
+        description="Build the training step of CONFIG (or the --program asked for) as "
+                    "`jgraph train` would, compile it "
                     "for N devices of TARGET (an H100 or H200 mesh is described, not needed: "
                     "XLA compiles the GPU program on this machine), and print whether it "
                     "compiles, the seconds it took, the bytes each device holds (arguments, "
@@ -24,6 +28,13 @@ def add_commands(sub) -> None:
                         "report (one JSON line) each")
     c.add_argument("--set", dest="assignments", action="extend", nargs="+", default=[],
                    metavar="KEY=VALUE", help="override config fields (as jgraph train)")
+    c.add_argument("--program", choices=PROGRAMS, default="train",
+                   help="which program of the run (of the config's task: node "
+                        "classification or link prediction): train, one training step "
+                        "(default); eval, one batch of sampled evaluation "
+                        "(train.eval_batch_size seeds, train.eval_fanouts; link prediction: "
+                        "a batch of node embeddings); full_graph, layer-wise full-graph "
+                        "inference over every node")
     c.add_argument("--abstract", action="store_true",
                    help="build shapes from the graph's counts instead of partitioning it "
                         "(data.path must be synthetic:nodes=...,edges=...; nothing is "
@@ -63,6 +74,7 @@ def run_compile(args) -> int:
     from jgraph.config import load
     from jgraph.progress import Progress
     from jgraph.target import Target
+    from jgraph.train.compile import Program
     from jgraph.train.experiment import Experiment
     config = load(Experiment, args.config, args.assignments)
     progress = Progress(enabled=not args.json)
@@ -73,7 +85,7 @@ def run_compile(args) -> int:
         from jgraph.train.compile import compile_config as compile_one
     ok = True
     for devices in counts:
-        report = compile_one(config, target, devices, progress)
+        report = compile_one(config, target, devices, progress, Program(args.program))
         ok = ok and report["ok"]
         if args.json:
             print(json.dumps(report), flush=True)

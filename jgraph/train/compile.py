@@ -10,9 +10,11 @@ collectives by kind): "will this fit on 8 H100s?" answered before anyone rents t
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import tempfile
 import time
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,34 +23,109 @@ from jax.sharding import NamedSharding
 from jgraph.cost import Costs, roofline
 from jgraph.mesh import REPLICATED, ROWS, first_devices, make_mesh
 from jgraph.progress import Progress
+from jgraph.sharded.graph import ShardedGraph
 from jgraph.target import Analysis, Target, abstract_like, target_mesh
-from jgraph.train.experiment import Experiment
+from jgraph.train.evaluate import SampledEvaluator
+from jgraph.train.experiment import Experiment, Task
+from jgraph.train.inference import full_graph_program, split_masks
+from jgraph.train.link import NodeEmbedder, full_graph_embedding_program
 from jgraph.train.run import Run, build_run, open_graph
+from jgraph.train.step import NodeClassification
+
+
+class Program(str, enum.Enum):
+    """Which of a run's programs `jgraph compile` builds (`--program`); each for the
+    config's task, node classification or link prediction."""
+
+    TRAIN = "train"             # one training step
+    EVAL = "eval"               # one batch of sampled evaluation: train.eval_batch_size
+                                # seeds of a split, train.eval_fanouts (link prediction:
+                                # the embeddings of a batch of nodes, which ranking reads)
+    FULL_GRAPH = "full_graph"   # layer-wise full-graph inference (train.inference full):
+                                # every owned node, in windows of in-edges
+
+    @property
+    def title(self) -> str:
+        return {Program.TRAIN: "training step", Program.EVAL: "sampled evaluation step",
+                Program.FULL_GRAPH: "full-graph inference"}[self]
+
+
+class Lowering(NamedTuple):
+    """A program ready to compile: fn (jitted), args (its arguments as shape structs
+    placed on the target mesh), calls (how many an epoch makes: training or
+    evaluation batches; 1 for full-graph inference, which covers the whole graph)."""
+
+    fn: Any
+    args: tuple
+    calls: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Programs:
+    """What a run's programs are built from: a partitioned graph (`programs_of`) or a
+    graph's counts (`jgraph.train.abstract`).
+
+    job: the training job (`NodeClassification` or `LinkPrediction`); graph: its
+    `ShardedGraph` (arrays or shape structs); params: the model's parameters (arrays or
+    shape structs); evaluation: the job of sampled evaluation (`job.evaluating`: a
+    split's nodes, or every node for link prediction's embeddings); masks: {split:
+    bool row-sharded [P * rows]} of the labelled nodes full-graph inference scores
+    (None for link prediction, whose full-graph program embeds every node)."""
+
+    job: NodeClassification
+    graph: ShardedGraph
+    params: Any
+    evaluation: NodeClassification
+    masks: dict | None
+
+    def lowering(self, program: Program, mesh) -> Lowering:
+        """`program` built for `mesh` (the job's, or one of other hardware described by
+        `jgraph.target`)."""
+        job, graph = self.job, self.graph
+        state = jax.eval_shape(job.init, self.params)
+        data = abstract_like(job.data(graph), job.data_specs(graph), mesh)
+        if program is Program.TRAIN:
+            votes = struct_on(mesh, ROWS, (mesh.size,), jnp.int32)     # `stop_votes`
+            args = (abstract_like(state, job.state_specs(), mesh), data,
+                    _order(job.loader, mesh), _index(mesh), votes)
+            return Lowering(job.compile_train(graph, mesh=mesh), args,
+                            job.loader.steps_per_epoch)
+        # Evaluation reads the parameters and embedding tables, never the optimizer.
+        model = (abstract_like(state.params, REPLICATED, mesh),
+                 abstract_like(state.embeddings, job.inputs.embedding_specs(), mesh), data)
+        if program is Program.EVAL:
+            loader = self.evaluation.loader
+            return Lowering(self.evaluation.compile_eval(graph, mesh=mesh),
+                            (*model, _order(loader, mesh), _index(mesh)),
+                            loader.steps_per_epoch)
+        if self.masks is None:
+            return Lowering(full_graph_embedding_program(job, graph, mesh), model, 1)
+        return Lowering(full_graph_program(job, graph, tuple(self.masks), mesh),
+                        (*model, abstract_like(self.masks, ROWS, mesh)), 1)
+
+
+def programs_of(run: Run) -> Programs:
+    """The `Programs` of a run built from a partitioned graph: sampled evaluation of
+    its validation split (else its test split), full-graph inference of both."""
+    if run.config.task is Task.LINK:
+        return Programs(run.job, run.dg.graph, run.params, NodeEmbedder(run).job, None)
+    splits = [s for s in ("val", "test") if run.has_split(s)] or ["train"]
+    return Programs(run.job, run.dg.graph, run.params,
+                    SampledEvaluator(run, splits[0]).job, split_masks(run, splits))
+
+
+def struct_on(mesh, spec, shape, dtype) -> jax.ShapeDtypeStruct:
+    """An array's shape and dtype, placed on `mesh` by `spec`."""
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
 
 
 def _index(mesh):
-    return jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, REPLICATED))
+    return struct_on(mesh, REPLICATED, (), jnp.int32)
 
 
-def train_step_args(run: Run, mesh):
-    """The training step's arguments as shape structs placed on `mesh`: what
-    `compile_train(..., mesh=mesh)` is lowered with."""
-    job, graph = run.job, run.dg.graph
-    state = jax.eval_shape(job.init, run.params)
-    return (abstract_like(state, job.state_specs(), mesh),
-            abstract_like(job.data(graph), job.data_specs(graph), mesh),
-            abstract_like(jax.eval_shape(job.loader.epoch_order, 0), ROWS, mesh), _index(mesh),
-            abstract_like(job.stop_votes(), ROWS, mesh))
-
-
-def eval_step_args(run: Run, mesh, job=None):
-    """The evaluation step's arguments (of `job`, default the run's) on `mesh`."""
-    job, graph = job or run.job, run.dg.graph
-    state = jax.eval_shape(job.init, run.params)
-    return (abstract_like(state.params, REPLICATED, mesh),
-            abstract_like(state.embeddings, job.inputs.embedding_specs(), mesh),
-            abstract_like(job.data(graph), job.data_specs(graph), mesh),
-            abstract_like(jax.eval_shape(job.loader.epoch_order, 0), ROWS, mesh), _index(mesh))
+def _order(loader, mesh):
+    """The shapes of an epoch's order of `loader` (`NodeLoader` or `EdgeLoader`)."""
+    return abstract_like(jax.eval_shape(loader.epoch_order, 0), ROWS, mesh)
 
 
 def build(fn, args) -> tuple[object, dict]:
@@ -66,8 +143,10 @@ def build(fn, args) -> tuple[object, dict]:
                       "lower_seconds": t_lower - t_trace, "xla_seconds": done - t_lower}
 
 
-def compile_step(run: Run, target: Target, progress: Progress | None = None) -> dict:
-    """Compile `run`'s training step for `target` on as many devices as the run's mesh.
+def compile_step(run: Run, target: Target, progress: Progress | None = None,
+                 program: Program = Program.TRAIN) -> dict:
+    """Compile `run`'s `program` (its training step by default) for `target` on as
+    many devices as the run's mesh.
 
     Returns the report: ok, compile_seconds (trace + lower + compile) and its parts,
     and the program's `Analysis` (per-device bytes, Pallas kernels, collectives), with
@@ -76,43 +155,30 @@ def compile_step(run: Run, target: Target, progress: Progress | None = None) -> 
     """
     progress = progress or Progress(enabled=False)
     devices = run.dg.mesh.size
-    mesh = target_mesh(target, devices)
     meta = run.dg.meta
     report = {"ok": False, "target": target.value, "devices": devices,
               "config": run.config.name, "graph": meta.graph_name, "nodes": meta.num_nodes,
               "edges": int(sum(p.num_edges for p in meta.parts)),
               "strategy": run.job.exchange.config.strategy.value}
-    return compile_into(report, target, run.job.compile_train(run.dg.graph, mesh=mesh),
-                        lambda: train_step_args(run, mesh), progress,
-                        Workload.of(run.config, run.job))
+    return compile_into(report, target, programs_of(run), program, run.config, progress)
 
 
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    """What the roofline of a step needs besides the program: the dtype its matmuls
-    run in on the target ("bf16" with train.precision bf16; float32 matmuls run as
-    TF32 on Hopper GPUs by XLA's default precision) and the steps of an epoch."""
-
-    compute: str
-    steps_per_epoch: int
-
-    @classmethod
-    def of(cls, config: Experiment, job) -> Workload:
-        bf16 = config.train.precision.dtype == jnp.bfloat16
-        return cls("bf16" if bf16 else "tf32", job.loader.steps_per_epoch)
-
-
-def compile_into(report: dict, target: Target, fn, make_args, progress: Progress,
-                 workload: Workload, what: str = "") -> dict:
-    """`report` completed by compiling the training step `fn` for `make_args()`: ok, the
-    seconds, the program's `Analysis` and `Costs`, and on a GPU target the roofline
-    lower bound of the step's and the epoch's time (`jgraph.cost.roofline`), or ok
-    False and XLA's error (the answer to "does it compile?", so reported, not raised)."""
+def compile_into(report: dict, target: Target, programs: Programs, program: Program,
+                 config: Experiment, progress: Progress, what: str = "") -> dict:
+    """`report` completed by compiling `program` of `programs` for `target`: its name,
+    ok, the seconds, the program's `Analysis` and `Costs`, and on a GPU target the
+    roofline lower bound of one call's and an epoch's time (`jgraph.cost.roofline`;
+    its matmuls in bf16 with train.precision bf16, else as TF32, XLA's default for
+    float32 on Hopper GPUs), or ok False and XLA's error (the answer to "does it
+    compile?", so reported, not raised)."""
+    devices = report["devices"]
+    report = {**report, "program": program.value}
     start = time.perf_counter()
-    with progress.phase(f"compiling the training step for {report['devices']} "
-                        f"{target.value} device(s){what}"):
+    with progress.phase(f"compiling the {program.title} for {devices} {target.value} "
+                        f"device(s){what}"):
         try:
-            compiled, seconds = build(fn, make_args())
+            lowering = programs.lowering(program, target_mesh(target, devices))
+            compiled, seconds = build(lowering.fn, lowering.args)
         except Exception as err:
             return {**report, "compile_seconds": time.perf_counter() - start,
                     "error": f"{type(err).__name__}: {err}".strip()[:2000]}
@@ -121,8 +187,9 @@ def compile_into(report: dict, target: Target, fn, make_args, progress: Progress
            "flops": costs.flops, "bytes_accessed": costs.bytes_accessed,
            "collective_bytes": costs.collective_bytes}
     if target.peaks is not None:
-        out["roofline"] = roofline(costs, target.peaks, report["devices"], workload.compute,
-                                   workload.steps_per_epoch)
+        bf16 = config.train.precision.dtype == jnp.bfloat16
+        out["roofline"] = roofline(costs, target.peaks, devices, "bf16" if bf16 else "tf32",
+                                   lowering.calls)
     return out
 
 
@@ -147,9 +214,10 @@ def memory_fraction() -> float:
 
 
 def compile_config(config: Experiment, target: Target, devices: int,
-                   progress: Progress | None = None) -> dict:
+                   progress: Progress | None = None, program: Program = Program.TRAIN
+                   ) -> dict:
     """Partition `config`'s graph into `devices` parts on as many (CPU) devices, build
-    the run as `jgraph train` would, and compile its training step for `target`."""
+    the run as `jgraph train` would, and compile its `program` for `target`."""
     progress = progress or Progress(enabled=False)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data,
                                                                   num_parts=devices))
@@ -157,4 +225,4 @@ def compile_config(config: Experiment, target: Target, devices: int,
     with tempfile.TemporaryDirectory(prefix="jgraph-compile-") as workdir:
         dg = open_graph(config, mesh, workdir, progress)
         run = build_run(config, dg, platform="gpu" if target.is_gpu else "cpu")
-        return compile_step(run, target, progress)
+        return compile_step(run, target, progress, program)

@@ -2,7 +2,6 @@
 full-graph, the trained model on disk (WORKDIR/model) and `jgraph eval`."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -14,7 +13,6 @@ import numpy as np
 from jgraph.config import ConfigError
 from jgraph.mesh import all_processes, host_sync
 from jgraph.progress import Progress
-from jgraph.sampling import NeighborSampler
 from jgraph.sharded import DistGraph
 from jgraph.train.checkpoint import (
     ModelError,
@@ -37,8 +35,7 @@ class SampledEvaluator:
 
     def __init__(self, run: Run, split: str, on_trace=None, progress: Progress | None = None):
         t = run.config.train
-        self.job = dataclasses.replace(run.job, loader=run.loader(split, t.eval_batch_size),
-                                       sampler=NeighborSampler(t.eval_fanouts))
+        self.job = run.job.evaluating(run.loader(split, t.eval_batch_size), t.eval_fanouts)
         self.step = self.job.compile_eval(run.dg.graph, on_trace)
         self.data = self.job.data(run.dg.graph)
         self.order = self.job.loader.epoch_order(0)

@@ -110,15 +110,13 @@ def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
     return h, lost
 
 
-def full_graph_program(run, splits, mesh=None):
-    """(jit(shard_map(...)), masks): the program that scores `splits` by full-graph
-    inference, `(params, embeddings, data, masks) -> ({split: {"classes", "loss"}},
-    ids lost)`, on the run's mesh or on `mesh` (to build it for other hardware, see
-    `jgraph.target`); masks: {split: bool row-sharded array} of the target type."""
-    job, dg = run.job, run.dg
-    layout = job.inputs.layouts[run.target]
-    masks = {s: dg.split_mask(s, run.target).array for s in splits}
-    inputs, exchange = job.inputs, job.exchange
+def full_graph_program(job, graph, splits, mesh=None):
+    """jit(shard_map(...)): the program of `job` (a `NodeClassification`) that scores
+    `splits` by full-graph inference on `graph`, `(params, embeddings, data, masks) ->
+    ({split: {"classes", "loss"}}, ids lost)`, on the job's mesh or on `mesh` (to build
+    it for other hardware, see `jgraph.target`); masks: {split: bool row-sharded array}
+    of the labelled type's rows (`split_masks`)."""
+    inputs, exchange, layout = job.inputs, job.exchange, job.labels.layout
 
     def per_device(params, embeddings, data, masks):
         model = nnx.merge(job.graphdef, params)
@@ -140,19 +138,25 @@ def full_graph_program(run, splits, mesh=None):
         # lost is already a total over devices (exchange stats are); out is per device.
         return jax.tree.map(lambda x: lax.psum(x, exchange.axis), out), lost
 
-    program = jax.jit(jax.shard_map(
+    return jax.jit(jax.shard_map(
         per_device, mesh=mesh or job.mesh,
-        in_specs=(REPLICATED, inputs.embedding_specs(), job.data_specs(dg.graph),
-                  dict.fromkeys(masks, ROWS)),
+        in_specs=(REPLICATED, inputs.embedding_specs(), job.data_specs(graph),
+                  dict.fromkeys(splits, ROWS)),
         out_specs=REPLICATED))
-    return program, masks
+
+
+def split_masks(run, splits) -> dict:
+    """{split: bool row-sharded array}: which rows of the run's labelled type are in
+    each split."""
+    return {s: run.dg.split_mask(s, run.target).array for s in splits}
 
 
 def full_graph_scores(run, params, embeddings, splits) -> dict:
     """{split: scores (acc, macro_f1, count, loss)} of the target type's nodes in each
     split, from layer-wise full-graph inference over the whole mesh."""
-    program, masks = full_graph_program(run, splits)
-    out, lost = program(params, embeddings, run.job.data(run.dg.graph), masks)
+    program = full_graph_program(run.job, run.dg.graph, splits)
+    out, lost = program(params, embeddings, run.job.data(run.dg.graph),
+                        split_masks(run, splits))
     if int(lost):
         from jgraph.exchange import ExchangeOverflowError
         raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost by "

@@ -28,7 +28,7 @@ from flax import nnx
 from jax import lax
 
 from jgraph.mesh import REPLICATED, ROWS, replicated
-from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sampling import NodeLoader
 from jgraph.sampling.edges import (
     EdgeBatch,
     NegativeSampler,
@@ -160,16 +160,12 @@ class LinkPrediction(NodeClassification):
                                 self.exclude)
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
-        """Link prediction is evaluated by ranking every validation and test edge
-        against its fixed negatives (`LinkEvaluator`), not batch by batch."""
-        raise TypeError("LinkPrediction has no batch evaluation step; rank the edge "
-                        "splits with jgraph.train.link.LinkEvaluator")
-
-    def embed_step(self, params, embeddings, data: StepData, loader: NodeLoader, order,
-                   index):
         """Per device: (seeds int32[B], their embeddings [B, D], stats) of batch `index`
-        of a node loader, without dropout."""
-        seeds, mask = loader.batch(order, index)
+        of the job's loader, without dropout. Link prediction ranks every validation
+        and test edge against its fixed negatives (`LinkEvaluator`) with these
+        embeddings: build the job with `evaluating` over a `NodeLoader` of the nodes to
+        embed."""
+        seeds, mask = self.loader.batch(order, index)
         sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
                                      step=jnp.int32(0), local_seeds=True)
         rows, valid, input_stats = self.inputs.fetch(
@@ -178,19 +174,9 @@ class LinkPrediction(NodeClassification):
         h = model(rows, valid, sample.blocks).astype(jnp.float32)
         return sample.seeds, h, (sample.stats, input_stats)
 
-    def compile_embed(self, graph: ShardedGraph, loader: NodeLoader, on_trace=None,
-                      mesh=None):
-        """jit(shard_map(embed_step)) over `loader`: (params, embeddings, data, order,
-        index) -> (seeds, embeddings, stats); mesh: as for `compile_train`."""
-        def step(params, embeddings, data, order, index):
-            if on_trace is not None:
-                on_trace()
-            return self.embed_step(params, embeddings, data, loader, order, index)
-        return jax.jit(jax.shard_map(
-            step, mesh=mesh or self.mesh,
-            in_specs=(REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
-                      REPLICATED),
-            out_specs=(ROWS, ROWS, REPLICATED)))
+    def eval_specs(self):
+        """Seeds and embeddings row-sharded (each device's batch), stats replicated."""
+        return ROWS, ROWS, REPLICATED
 
 
 # -- ranking ----------------------------------------------------------------------------
@@ -278,13 +264,13 @@ class NodeEmbedder:
     def __init__(self, run, on_trace=None):
         t = run.config.train
         dg = run.dg
-        loader = NodeLoader.from_ids(dg.mesh, dg.book.offsets, np.arange(dg.meta.num_nodes),
-                                     batch_size=t.eval_batch_size)
-        self.job = dataclasses.replace(run.job, sampler=NeighborSampler(t.eval_fanouts))
-        self.loader, self.dg = loader, dg
-        self.program = self.job.compile_embed(dg.graph, loader, on_trace)
+        every = NodeLoader.from_ids(dg.mesh, dg.book.offsets, np.arange(dg.meta.num_nodes),
+                                    batch_size=t.eval_batch_size)
+        self.job = run.job.evaluating(every, t.eval_fanouts)
+        self.loader, self.dg = self.job.loader, dg
+        self.program = self.job.compile_eval(dg.graph, on_trace)
         self.data = self.job.data(dg.graph)
-        self.order = loader.epoch_order(0)
+        self.order = self.loader.epoch_order(0)
         self.compiled = None
         self.compile_seconds: float | None = None
 
@@ -342,12 +328,11 @@ class LinkEvaluator:
         return out
 
 
-def full_graph_embedding_program(run, mesh=None):
+def full_graph_embedding_program(job: LinkPrediction, graph: ShardedGraph, mesh=None):
     """jit(shard_map(...)): (params, embeddings, data) -> (each device's own nodes'
-    embeddings [n, D] row-sharded, ids lost by the exchange), on the run's mesh or on
+    embeddings [n, D] row-sharded, ids lost by the exchange), on the job's mesh or on
     `mesh` (to build it for other hardware, see `jgraph.target`)."""
     from jgraph.train.inference import full_graph_logits
-    job, dg = run.job, run.dg
 
     def per_device(params, embeddings, data):
         model = nnx.merge(job.graphdef, params)
@@ -355,14 +340,15 @@ def full_graph_embedding_program(run, mesh=None):
                                  job.exchange)
     return jax.jit(jax.shard_map(
         per_device, mesh=mesh or job.mesh,
-        in_specs=(REPLICATED, job.inputs.embedding_specs(), job.data_specs(dg.graph)),
+        in_specs=(REPLICATED, job.inputs.embedding_specs(), job.data_specs(graph)),
         out_specs=(ROWS, REPLICATED)))
 
 
 def full_graph_embeddings(run, params, embeddings) -> np.ndarray:
     """float32[N, D]: every node's embedding by layer-wise full-graph inference."""
     job, dg = run.job, run.dg
-    h, lost = full_graph_embedding_program(run)(params, embeddings, job.data(dg.graph))
+    h, lost = full_graph_embedding_program(job, dg.graph)(params, embeddings,
+                                                          job.data(dg.graph))
     if int(lost):
         from jgraph.exchange import ExchangeOverflowError
         raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost by "

@@ -180,10 +180,19 @@ class NodeClassification:
         same step's result, so they all stop (and checkpoint) after the same step."""
         return _stop_votes(self.mesh, int(signum))
 
+    def evaluating(self, loader: NodeLoader, fanouts) -> NodeClassification:
+        """This job over the seeds of `loader`, drawing `fanouts`: the job whose
+        `compile_eval` evaluates those nodes (a split's, with train.eval_fanouts)."""
+        return dataclasses.replace(self, loader=loader, sampler=NeighborSampler(fanouts))
+
+    def eval_specs(self):
+        """How `eval_step`'s results lie on the mesh: metrics summed over devices."""
+        return REPLICATED
+
     def compile_eval(self, graph: ShardedGraph, on_trace=None, mesh=None):
         """jit(shard_map(eval_step)): (params, embeddings, data, order, index) ->
-        the batch's metrics summed over devices (see `eval_step`); mesh: as for
-        `compile_train`."""
+        batch `index`'s results (`eval_step`, laid out as `eval_specs` says); build
+        the job with `evaluating` first. mesh: as for `compile_train`."""
         def step(params, embeddings, data, order, index):
             if on_trace is not None:
                 on_trace()
@@ -192,7 +201,7 @@ class NodeClassification:
             step, mesh=mesh or self.mesh,
             in_specs=(REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
                       REPLICATED),
-            out_specs=REPLICATED))
+            out_specs=self.eval_specs()))
 
     # -- inside the step (per device, under shard_map) --------------------------------
 
@@ -302,9 +311,8 @@ class NodeClassification:
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
         """Per device: {"loss": sum, "correct", "count", "classes": int32[3, C]} of
-        batch `index`, summed over devices, without dropout. Build the job with the
-        evaluation split's loader and the evaluation sampler (`dataclasses.replace`)
-        to evaluate a split."""
+        batch `index`, summed over devices, without dropout. Build the job with
+        `evaluating` (the evaluation split's loader and fanouts) to evaluate a split."""
         axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
         batch = self.fetch(data, embeddings, seeds, mask, jnp.int32(0))

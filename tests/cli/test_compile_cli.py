@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow     # builds programs, some for a GPU
 ROOT = Path(__file__).resolve().parents[2]
 SAGE = str(ROOT / "experiments" / "sage_cora.yaml")
 SYNTHETIC = str(ROOT / "experiments" / "sage_synthetic.yaml")
+LINK = str(ROOT / "experiments" / "lp_sage_facebook.yaml")
 FIELDS = ("ok", "target", "devices", "compile_seconds", "argument_bytes", "temp_bytes",
           "output_bytes", "pallas_kernels", "collectives")
 
@@ -32,10 +33,10 @@ def run(capsys, *argv):
 ONE_LAYER = ("model.num_layers=1", "train.fanouts=[3]", "train.eval_fanouts=[3]")
 
 
-def compile_counts(capsys, target, devices, graph, *flags):
-    """`jgraph compile SYNTHETIC --abstract` of a one-layer model on `graph`'s counts:
+def compile_counts(capsys, target, devices, graph, *flags, config=SYNTHETIC):
+    """`jgraph compile CONFIG --abstract` of a one-layer model on `graph`'s counts:
     (exit code, stdout, stderr)."""
-    return run(capsys, "compile", SYNTHETIC, "--target", target, "--devices", devices,
+    return run(capsys, "compile", config, "--target", target, "--devices", devices,
                "--abstract", "--set", f"data.path={graph}", *ONE_LAYER, *flags)
 
 
@@ -100,6 +101,22 @@ def test_compile_for_several_device_counts_prints_a_line_each(capsys):
     assert "roofline" not in reports[0]           # the CPU has no published peaks
 
 
+@pytest.mark.parametrize("config,program", [
+    (SYNTHETIC, "eval"), (SYNTHETIC, "full_graph"), (LINK, "eval")])
+def test_compile_builds_the_program_asked_for_from_counts(capsys, config, program):
+    """Sampled evaluation and full-graph inference of node classification, and a link
+    prediction config's (its task says which step: embeddings for ranking), from counts
+    alone. (tests/gpu_compile/test_memory_by_devices.py builds link prediction's
+    training step.)"""
+    code, out, err = compile_counts(capsys, "cpu", "2",
+                                    "synthetic:nodes=5k,edges=20k,feat=8,classes=3",
+                                    "--program", program, "--json", config=config)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["ok"] and report["program"] == program and report["temp_bytes"] > 0
+    assert report["collectives"].get("all-to-all", 0) > 0   # the exchange is in it
+
+
 def test_compile_in_human_form_prints_one_field_per_line(capsys):
     code, out, _ = compile_counts(capsys, "cpu", "1",
                                   "synthetic:nodes=5k,edges=20k,feat=8,classes=3")
@@ -117,6 +134,9 @@ def test_compile_in_human_form_prints_one_field_per_line(capsys):
     (["--devices", "2", "--abstract"], "data.path must be synthetic"),
     (["--devices", "2", "--abstract", "--set", "train.fanouts=[-1,5,5]",
       "data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3"], "train.fanouts has -1"),
+    (["--devices", "2", "--abstract", "--program", "eval", "--set",
+      "train.eval_fanouts=[-1,5,5]", "data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3"],
+     "train.eval_fanouts has -1"),
 ])
 def test_compile_errors_exit_2_naming_what_to_change(capsys, argv, message):
     config = SAGE if "--abstract" in argv and "--set" not in argv else SYNTHETIC

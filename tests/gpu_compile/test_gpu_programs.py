@@ -23,13 +23,10 @@ from jgraph.kernels.sample import draw_positions, draw_positions_pallas
 from jgraph.config import load
 from jgraph.mesh import first_devices
 from jgraph.progress import Progress
-from jgraph.sharded import ROWS, make_mesh
-from jgraph.target import Analysis, Target, abstract_like, target_mesh
-from jgraph.train.compile import build, compile_step, eval_step_args
-from jgraph.train.evaluate import SampledEvaluator
+from jgraph.sharded import make_mesh
+from jgraph.target import Target, abstract_like, target_mesh
+from jgraph.train.compile import Program, build, compile_step
 from jgraph.train.experiment import Experiment
-from jgraph.train.inference import full_graph_program
-from jgraph.train.link import NodeEmbedder, full_graph_embedding_program
 from jgraph.train.run import build_run, open_graph
 
 pytestmark = [pytest.mark.gpu_compile, pytest.mark.slow]   # each builds a whole GPU program
@@ -170,18 +167,14 @@ def test_link_prediction_training_step_compiles_for_h100(make_run, devices):
 def test_link_prediction_evaluation_programs_compile_for_h100(make_run):
     """Link prediction embeds every node, by sampled blocks or layer by layer."""
     run = make_run("experiments/lp_sage_facebook.yaml", 8)
-    mesh = target_mesh(H100, 8)
-    embedder = NodeEmbedder(run)
-    args = eval_step_args(run, mesh)
-    program = embedder.job.compile_embed(run.dg.graph, embedder.loader, mesh=mesh)
-    compiled, _ = build(program, (*args[:3], abstract_like(embedder.order, ROWS, mesh),
-                                  args[4]))
-    analysis = Analysis.of(compiled)
+    report = compile_step(run, H100, program=Program.EVAL)
+    assert report["ok"] and report["program"] == "eval", report.get("error")
     # The config's eval fanouts are drawn.
-    assert holds_draw_kernels(analysis.pallas_kernels, 8)
-    assert collectives(analysis) == {"ragged-all-to-all", "all-gather"}
-    compiled, _ = build(full_graph_embedding_program(run, mesh), args[:3])
-    assert "ragged-all-to-all" in Analysis.of(compiled).collectives
+    assert holds_draw_kernels(report["pallas_kernels"], 8)
+    assert collectives(report) == {"ragged-all-to-all", "all-gather"}
+    report = compile_step(run, H100, program=Program.FULL_GRAPH)
+    assert report["ok"], report.get("error")
+    assert "ragged-all-to-all" in report["collectives"]
 
 
 @pytest.mark.parametrize("devices", [1, 8])
@@ -189,28 +182,18 @@ def test_link_prediction_evaluation_programs_compile_for_h100(make_run):
                                          "experiments/rgcn_aifb.yaml"])
 def test_sampled_evaluation_step_compiles_for_h100(make_run, config_file, devices):
     """With the configs' evaluation fanouts: every neighbour (-1), taken without a draw."""
-    run = make_run(config_file, devices)
-    split = "val" if run.has_split("val") else "test"
-    job = SampledEvaluator(run, split).job
-    mesh = target_mesh(H100, devices)
-    compiled, _ = build(job.compile_eval(run.dg.graph, mesh=mesh),
-                        eval_step_args(run, mesh, job))
-    analysis = Analysis.of(compiled)
-    assert analysis.pallas_kernels == 0      # every neighbour (-1 fanouts): no draw
-    assert collectives(analysis) == (set() if devices == 1 else
-                                     {"ragged-all-to-all", "all-gather"})
+    report = compile_step(make_run(config_file, devices), H100, program=Program.EVAL)
+    assert report["ok"], report.get("error")
+    assert report["pallas_kernels"] == 0      # every neighbour (-1 fanouts): no draw
+    assert collectives(report) == (set() if devices == 1 else
+                                   {"ragged-all-to-all", "all-gather"})
 
 
 def test_full_graph_inference_compiles_for_h100(make_run):
     """Layer-wise inference walks edge windows in a loop, each through the exchange."""
-    from jax.sharding import PartitionSpec
-    run = make_run("experiments/sage_cora.yaml", 8)
-    mesh = target_mesh(H100, 8)
-    program, masks = full_graph_program(run, ("val", "test"), mesh=mesh)
-    args = eval_step_args(run, mesh)
-    compiled, _ = build(program, (args[0], args[1], args[2],
-                                  abstract_like(masks, PartitionSpec("parts"), mesh)))
-    analysis = Analysis.of(compiled)
-    assert "ragged-all-to-all" in analysis.collectives
-    assert analysis.pallas_kernels == 0          # no sampling: every edge is read
-    assert compiled.memory_analysis().temp_size_in_bytes > 0
+    report = compile_step(make_run("experiments/sage_cora.yaml", 8), H100,
+                          program=Program.FULL_GRAPH)
+    assert report["ok"], report.get("error")
+    assert "ragged-all-to-all" in report["collectives"]
+    assert report["pallas_kernels"] == 0          # no sampling: every edge is read
+    assert report["temp_bytes"] > 0
