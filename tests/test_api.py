@@ -105,9 +105,9 @@ def test_a_model_of_one_s_own_trains_by_name_or_import_path(tmp_path, kind, monk
 
 
 def test_unknown_model_kinds_and_builders_of_other_things_are_refused_naming_them():
-    with pytest.raises(ConfigError, match=r"model\.kind 'gat' is not a model: one of "
-                                          r"\[.*'rgcn', 'sage'"):
-        jgraph.ModelConfig(kind="gat")
+    with pytest.raises(ConfigError, match=r"model\.kind 'gcn2' is not a model: one of "
+                                          r"\[.*'gat', 'rgcn', 'sage'"):
+        jgraph.ModelConfig(kind="gcn2")
     from jgraph.models.registry import build
     register_model("not_a_stack", lambda spec, rngs: nnx.Linear(2, 2, rngs=rngs))
     spec = ModelSpec(4, 8, 3, 2, 1, 0.0, 0.0, False, None)

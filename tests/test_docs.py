@@ -86,24 +86,31 @@ def test_the_readme_shell_blocks_are_commands_of_jgraph_or_named_as_not_run():
                 assert command.split()[0] in ("jgraph", "python"), (line, command)
 
 
+def readme_shell_blocks() -> list[tuple[int, list[str]]]:
+    """(first line, commands) of each README bash block that has commands to run."""
+    blocks = [(line, shell_commands(code)) for lang, line, code in code_blocks(ROOT / "README.md")
+              if lang == "bash"]
+    return [(line, commands) for line, commands in blocks if commands]
+
+
+# Each block on its own (in its own folder; a block's commands build on each other,
+# blocks do not), so that the suite's workers share them.
 @pytest.mark.slow      # trains, resumes, launches two processes, builds for H100
-def test_the_readme_shell_blocks_run(tmp_path):
+@pytest.mark.parametrize("line,commands", readme_shell_blocks(),
+                         ids=[f"line{line}" for line, _ in readme_shell_blocks()])
+def test_the_readme_shell_blocks_run(tmp_path, line, commands):
     main = checkout_like(tmp_path)
     jgraph = shutil.which("jgraph") or str(Path(sys.executable).parent / "jgraph")
-    for lang, line, code in code_blocks(ROOT / "README.md"):
-        if lang != "bash":
-            continue
-        for command in shell_commands(code):
-            argv = small(shlex.split(command))
-            if argv[0] == "jgraph":
-                argv[0] = jgraph
-            elif argv[0] == "python":
-                argv[0] = sys.executable
-            out = subprocess.run(argv, cwd=main, capture_output=True, text=True, timeout=600,
-                                 env={**os.environ, "PATH": f"{Path(jgraph).parent}:"
-                                                            f"{os.environ['PATH']}"})
-            assert out.returncode == 0, (f"README.md line {line}: {command}",
-                                         out.stderr[-3000:])
+    for command in commands:
+        argv = small(shlex.split(command))
+        if argv[0] == "jgraph":
+            argv[0] = jgraph
+        elif argv[0] == "python":
+            argv[0] = sys.executable
+        out = subprocess.run(argv, cwd=main, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "PATH": f"{Path(jgraph).parent}:"
+                                                        f"{os.environ['PATH']}"})
+        assert out.returncode == 0, (f"README.md line {line}: {command}", out.stderr[-3000:])
 
 
 @pytest.mark.slow      # partitions facebook_musae and compiles 8-device programs

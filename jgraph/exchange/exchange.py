@@ -550,6 +550,54 @@ class Exchange:
         return (jnp.where(mask, owned, -1), sums, mask), self._stats(
             plan, caps, wire, overflow, out_of_range, needs=needs, rounds=one)
 
+    def scatter_rows(self, ids, valid, values, rows: int, *, contains=None
+                     ) -> tuple[PyTree, ExchangeStats]:
+        """`gather`'s transpose into dense tables: every value (pytree of [n, ...]) is
+        added to its id's row of the owner's table of `rows` rows (local row = id - the
+        owner's first id), summed over every device that sent one. Returns (tables,
+        pytree of [rows, ...] on each owner, stats). Every id moves: a transfer whose
+        need exceeds its capacity moves in as many rounds as it needs, never
+        recompiled, never dropped (what full-batch training's backward pass sends back
+        to the owners of the rows a window fetched). The scheduled strategy moves them
+        as all_to_all does (its chunks are capacities per round)."""
+        if self.config.strategy is Strategy.SCHEDULED:
+            return self._with(dataclasses.replace(self.config, strategy=Strategy.ALL_TO_ALL)
+                              ).scatter_rows(ids, valid, values, rows, contains=contains)
+        ids = ids.astype(jnp.int32)
+        valid, out_of_range = self._screen(ids, valid, contains)
+        plan = make_plan(ids, valid, self.offsets, self.axis)
+        n = ids.shape[0]
+        base = jnp.asarray(self.offsets, jnp.int32)[lax.axis_index(self.axis)]
+        values = jax.tree.map(lambda x: jnp.where(
+            valid.reshape((n,) + (1,) * (x.ndim - 1)), x, jnp.zeros((), x.dtype)), values)
+        summed = jax.tree.map(lambda x: jax.ops.segment_sum(x, plan.inverse, num_segments=n),
+                              values)
+
+        def add(tables, owned, ok, sums):
+            at = jnp.where(ok, owned - base, rows)                  # rows: dropped
+            return jax.tree.map(lambda t, x: t.at[at].add(x, mode="drop"), tables, sums)
+
+        tables = jax.tree.map(lambda x: jnp.zeros((rows,) + x.shape[1:], x.dtype), summed)
+        tables = add(tables, plan.uniq, plan.local, summed)
+        payload = put(n, summed, plan.slot, plan.remote)            # compact order
+        pay_bytes = row_bytes(summed)
+        caps, wire, needs, rounds = [], jnp.float32(0), [], []
+        for transfer in self._transfers(plan):
+            cap = self.capacity(transfer)
+
+            def one_round(r, tables, transfer=transfer, cap=cap):
+                sent = transfer.send(cap, payload, offset=r * cap)
+                return add(tables, sent.ids, sent.mask, sent.payload)
+            n_rounds = transfer.rounds(cap)
+            tables = lax.fori_loop(0, n_rounds, one_round, tables)
+            caps.append(jnp.int32(cap))
+            needs.append(transfer.need)
+            rounds.append(n_rounds)
+            wire = wire + self._round_wire(transfer, transfer.wire(cap, 4 + pay_bytes, 0),
+                                           cap, n_rounds, 4 + pay_bytes, 0)
+        return tables, self._stats(plan, caps, wire, jnp.int32(0), out_of_range,
+                                   needs=needs, rounds=rounds)
+
     def gather_local(self, ids, valid, owner_fn: OwnerFn, *, contains=None
                      ) -> tuple[PyTree, ExchangeStats]:
         """`gather` for ids this device owns (a loader's seeds, which live with their

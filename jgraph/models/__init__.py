@@ -1,7 +1,8 @@
 """Flax NNX graph models over fixed-width neighbourhoods (sampled Blocks, or windows of
-the full graph in layer-wise inference), by name (`register_model`): "sage" and "rgcn"
-are built in; see `jgraph.models.registry` for models of one's own."""
+the full graph in layer-wise inference), by name (`register_model`): "sage", "rgcn"
+and "gat" are built in; see `jgraph.models.registry` for models of one's own."""
 from jgraph.models.encoder import InputEncoder, NodeClassifier
+from jgraph.models.gat import GAT, GATConv
 from jgraph.models.registry import (
     ModelSpec,
     is_import_path,
@@ -43,13 +44,24 @@ def _build_rgcn(spec: ModelSpec, rngs) -> RGCN:
                 one_hot_inputs=o.one_hot_inputs, rngs=rngs)
 
 
+def _build_gat(spec: ModelSpec, rngs) -> GAT:
+    o = spec.options
+    return GAT(spec.in_features, spec.hidden, spec.out_features, spec.num_layers,
+               heads=o.heads, out_heads=o.out_heads, attn_dropout=o.attn_dropout,
+               negative_slope=o.negative_slope, residual=o.residual, dropout=spec.dropout,
+               input_dropout=spec.input_dropout, norm=spec.norm, rngs=rngs)
+
+
 register_model("sage", _build_sage)
 register_model("rgcn", _build_rgcn)
+register_model("gat", _build_gat)
 
 __all__ = [
+    "GAT",
     "RGCN",
     "Aggregator",
     "Decomposition",
+    "GATConv",
     "GraphSAGE",
     "InputEncoder",
     "LayerStack",

@@ -180,7 +180,7 @@ class OneHotRelGraphConv(MessagePassing):
             out = out + self.bias[...]
         return out
 
-    def __call__(self, h_src, nbr, mask, etype=None) -> jax.Array:
+    def __call__(self, h_src, nbr, mask, etype=None, key=None) -> jax.Array:
         if h_src.shape[1] != self.in_features:
             raise ValueError(f"one-hot R-GCN layer: input rows have {h_src.shape[1]} columns, "
                              f"expected {self.slices} slices x {self.out_features} = "

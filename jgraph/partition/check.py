@@ -70,6 +70,7 @@ def check_part(pg: PartitionedGraph, k: int, deep: bool = False) -> Partition:
         _check_range(pg.array_path(k, "edge_ids"), part.edge_ids, 0, meta.num_edges - 1,
                      f"edge ids are in [0, {meta.num_edges})")
         _check_halo(pg.array_path(k, "halo"), part)
+        _check_halo_by_owner(pg, k, part)
         _check_edge_order(pg.array_path(k, "indices"), part)
         for name, values in part.edge_data.items():
             _check_values(pg.array_path(k, "edge", name), values,
@@ -209,6 +210,21 @@ def _check_halo(path: str, part: Partition) -> None:
         raise PartitionFormatError(f"{path}: entry {i} is {got}, expected {want}; the halo "
                                    f"is the sorted, distinct sources in indices.npy outside "
                                    f"the part's nodes [{lo}, {hi})")
+
+
+def _check_halo_by_owner(pg: PartitionedGraph, k: int, part: Partition) -> None:
+    """meta.json's halo_by_owner of part k (when recorded): its halo counted by owner."""
+    recorded = pg.meta.parts[k].halo_by_owner
+    if not recorded:
+        return
+    offsets = np.asarray(pg.meta.offsets)
+    counted = np.bincount(np.searchsorted(offsets, np.asarray(part.halo), side="right") - 1,
+                          minlength=pg.meta.num_parts)
+    if len(recorded) != counted.size or not np.array_equal(recorded, counted):
+        meta = os.path.join(pg.root, "meta.json")
+        raise PartitionFormatError(
+            f"{meta}: parts[{k}].halo_by_owner is {list(recorded)}, but part {k}'s "
+            f"halo.npy counts {counted.tolist()} nodes per owning partition")
 
 
 def _check_edge_order(path: str, part: Partition) -> None:

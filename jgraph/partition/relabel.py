@@ -153,7 +153,9 @@ def part(graph: Graph, relabelling: Relabelling, edges: Edges,
         num_halo=int(halo.size),
         splits={t: {name: int(ids.size) for name, ids in named.items()}
                 for t, named in splits.items()},
-        edge_splits={name: int(arrays["eid"].size) for name, arrays in positives.items()})
+        edge_splits={name: int(arrays["eid"].size) for name, arrays in positives.items()},
+        halo_by_owner=np.bincount(np.searchsorted(r.offsets, halo, side="right") - 1,
+                                  minlength=r.offsets.size - 1).tolist())
     return Part(indptr, sources, edges.etype[e0:e1], edge_ids, halo,
                 {name: values[edge_ids] for name, values in edge_data.items()},
                 node_data, splits, positives, info)

@@ -101,8 +101,10 @@ class ArraySpec:
 @dataclasses.dataclass(frozen=True)
 class PartInfo:
     """meta.json's entry for one partition: its node count (and per type), stored
-    in-edges, halo size, the size of each split there ({type: {split: count}}) and of
-    each edge split ({split: positives whose destination it owns})."""
+    in-edges, halo size, the size of each split there ({type: {split: count}}), of
+    each edge split ({split: positives whose destination it owns}) and its halo by
+    owner ([P]: how many of its halo nodes each partition owns; empty in partitions
+    written before it was recorded)."""
 
     num_nodes: int
     num_nodes_per_type: dict[str, int]
@@ -110,6 +112,7 @@ class PartInfo:
     num_halo: int
     splits: dict[str, dict[str, int]]
     edge_splits: dict[str, int] = dataclasses.field(default_factory=dict)
+    halo_by_owner: list[int] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_json(cls, entry: Mapping) -> PartInfo:

@@ -211,12 +211,21 @@ class DistGraph:
         platform = platform or self.mesh.devices.flat[0].platform
         weights = None
         if config.strategy.on(platform) is Strategy.SCHEDULED:
-            offsets = np.asarray(self.book.offsets)
-            weights = np.stack([
-                np.bincount(np.searchsorted(offsets, np.asarray(self.parts.part(k).halo),
-                                            side="right") - 1, minlength=self.num_parts)
-                for k in range(self.num_parts)]).astype(np.float64)
+            weights = np.stack([self._halo_by_owner(k) for k in range(self.num_parts)]
+                               ).astype(np.float64)
         return Exchange(self.book.offsets, config, platform=platform, pair_weights=weights)
+
+    def _halo_by_owner(self, k: int) -> np.ndarray:
+        """int64[P]: how many of partition k's halo nodes each partition owns, from
+        meta.json (no partition's arrays are read), or counted from its halo in a
+        partition written before meta.json recorded it."""
+        recorded = self.meta.parts[k].halo_by_owner
+        if recorded:
+            return np.asarray(recorded, np.int64)
+        offsets = np.asarray(self.book.offsets)
+        halo = np.asarray(self.parts.part(k).halo)
+        return np.bincount(np.searchsorted(offsets, halo, side="right") - 1,
+                           minlength=self.num_parts)
 
     def degrees(self) -> tuple[np.ndarray, np.ndarray]:
         """(in_degree, out_degree) int64[N] over all partitions (reads every partition)."""

@@ -159,6 +159,11 @@ class ModelConfig:
     embedding_dim: int = 64
     learnable_inputs: bool = False
     one_hot_inputs: bool = False
+    heads: int = 8
+    out_heads: int = 1
+    attn_dropout: float = 0.0
+    negative_slope: float = 0.2
+    residual: bool = False
 
     def __post_init__(self):
         if self.kind not in registered_models() and not is_import_path(self.kind):
@@ -166,12 +171,17 @@ class ModelConfig:
                               f"{registered_models()} (jgraph.models.register_model adds "
                               f"one), or 'module:function' naming a model builder")
         _at_least(1, model__hidden=self.hidden, model__num_layers=self.num_layers,
-                  model__embedding_dim=self.embedding_dim)
+                  model__embedding_dim=self.embedding_dim, model__heads=self.heads,
+                  model__out_heads=self.out_heads)
+        if self.kind == "gat" and self.num_layers > 1 and self.hidden % self.heads:
+            raise ConfigError(f"model.hidden ({self.hidden}) must be a multiple of "
+                              f"model.heads ({self.heads}): GAT concatenates its heads")
         if self.num_bases < 0:
             raise ConfigError(f"model.num_bases must be >= 0 (0 = a full weight per "
                               f"relation), got {self.num_bases}")
         for key, rate in (("model.dropout", self.dropout),
-                          ("model.input_dropout", self.input_dropout)):
+                          ("model.input_dropout", self.input_dropout),
+                          ("model.attn_dropout", self.attn_dropout)):
             if not 0.0 <= rate < 1.0:
                 raise ConfigError(f"{key} must be in [0, 1), got {rate}")
         if self.one_hot_inputs and self.kind != "rgcn":

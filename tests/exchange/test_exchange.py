@@ -8,6 +8,7 @@ ragged_all_to_all, which XLA:CPU lacks, runs on an emulation of the collective.
 """
 import dataclasses
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -737,7 +738,57 @@ def test_dist_graph_gives_the_scheduled_exchange_its_partitions_halo_counts(tmp_
         for node in np.asarray(dg.parts.part(k).halo):
             expected[k, np.searchsorted(offsets, node, side="right") - 1] += 1
     np.testing.assert_array_equal(ex.pair_weights, expected)
+    # meta.json records them, so no partition's halo is read; a partition written
+    # before it did still gets them, from the halos.
+    assert [info.halo_by_owner for info in dg.meta.parts] == expected.astype(int).tolist()
+    meta = json.loads((tmp_path / "parts" / "meta.json").read_text())
+    for entry in meta["parts"]:
+        del entry["halo_by_owner"]
+    (tmp_path / "parts" / "meta.json").write_text(json.dumps(meta))
+    older = DistGraph(open_partitions(tmp_path / "parts"), make_mesh(8))
+    np.testing.assert_array_equal(
+        older.exchange(ExchangeConfig(strategy="scheduled")).pair_weights, expected)
     assert expected.sum() > 0 and np.all(np.diag(expected) == 0)
     np.testing.assert_array_equal(ex.schedule, build_schedule(P, expected))
     assert ex.calibrated({n: 8}).without_relay().schedule is ex.schedule
     assert dg.exchange(ExchangeConfig(strategy="all_to_all")).pair_weights is None
+
+
+# -- scatter_rows: gather's transpose into the owners' dense tables -------------------------
+
+
+@functools.cache
+def scatter_rows_step(config: ExchangeConfig):
+    ex = Exchange(OFFSETS, config)
+
+    def body(ids, valid, values):
+        tables, stats = ex.scatter_rows(ids, valid, values, RPP)
+        return tables, stats
+
+    return jax.jit(jax.shard_map(body, mesh=make_mesh(8), in_specs=(ROWS, ROWS, ROWS),
+                                 out_specs=(ROWS, REPLICATED)))
+
+
+@pytest.mark.parametrize("case", ("one_peer", "duplicates", "out_of_range"))
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_scatter_rows_sums_every_value_into_its_owners_table_in_rounds(strategy, case):
+    """With a capacity of 4 ids (every request needs several rounds), each owner's table
+    row is the sum of every device's values for that id, as numpy's add.at; nothing is
+    lost, and out-of-range ids are counted, not added."""
+    config = dataclasses.replace(CONFIGS[strategy], max_capacity=4, sizing="calibrated")
+    ids, valid, _, values = make_case(case)
+    tables, stats = scatter_rows_step(config)(ids.reshape(-1).astype(np.int32),
+                                              valid.reshape(-1), values.reshape(P * n, 2))
+    ok = valid & in_range(ids)
+    expected = np.zeros((N, 2), np.float64)
+    np.add.at(expected, ids[ok], values[ok])
+    tables = np.asarray(tables).reshape(P, RPP, 2)
+    got = np.concatenate([tables[k, :SIZES[k]] for k in range(P)])
+    np.testing.assert_array_equal(got[:, 0], expected[:, 0])            # integers: exact
+    np.testing.assert_allclose(got[:, 1], expected[:, 1], rtol=1e-6)
+    assert all(np.all(tables[k, SIZES[k]:] == 0) for k in range(P))
+    _, counts = request_counts(ids, ok)
+    assert int(stats.overflow) == 0 and int(stats.non_local) == counts.sum()
+    assert int(stats.out_of_range) == np.sum(valid & ~in_range(ids))
+    if counts.max() > 4 and config.strategy.value in ("all_to_all", "ppermute"):
+        assert int(stats.rounds) > 1

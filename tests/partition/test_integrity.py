@@ -125,6 +125,11 @@ def _tamper(parts, case) -> str:
     if case == "halo":
         edit(p1 / "halo.npy", lambda a: a.__setitem__(0, a[1]))
         return r"part-1/halo.npy: entry 0 is \d+, expected \d+"
+    if case == "meta halo by owner":
+        meta = json.loads((parts / "meta.json").read_text())
+        meta["parts"][1]["halo_by_owner"][0] += 1
+        (parts / "meta.json").write_text(json.dumps(meta))
+        return r"meta.json: parts\[1\].halo_by_owner is \[\d+, 0, \d+\], but part 1's halo.npy"
     if case == "in-edge order":
         i = _swap_first_sorted_pair(p1)
         return rf"part-1/indices.npy: in-edges {i} and {i + 1} of node \d+ are out of order"
@@ -161,6 +166,7 @@ def _tamper(parts, case) -> str:
 
 CASES = ["source id out of range", "indptr decreases", "label outside recorded range",
          "node_map not a permutation", "meta num_edges", "relation out of range", "halo",
+         "meta halo by owner",
          "in-edge order", "edge stored twice", "split id of another type", "nan feature",
          "edge data outside recorded range", "string labels", "sparse column outside the width",
          "nan in sparse values"]

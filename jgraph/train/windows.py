@@ -1,0 +1,297 @@
+"""The windows of full-graph layers, shared by layer-wise inference
+(`jgraph.train.inference`) and full-batch training (`jgraph.train.full`): every layer
+computed for every owned node over its whole in-neighbourhood, in the manner of SAR
+(sequential aggregation and rematerialisation, Mostafa 2022).
+
+Layer by layer, each device first turns its own nodes' rows into messages
+(`conv.message`, e.g. GraphSAGE's projection, so narrow rows travel), then walks its
+partition's in-edges in fixed windows of `edge_window` edges: the window's source rows
+come through the exchange, `conv.reduce` makes each edge a partial aggregate (a
+one-slot neighbourhood), and the partials are merged into their destination node's
+accumulator (`accumulate`: sum, maximum, or a framed layer's running maximum and sum).
+After the last window, `conv.update` and the between-layer steps run for all owned
+nodes at once. Memory is bounded by the window and by the partition's node rows,
+however skewed the degrees are: a hub's in-edges simply span several windows.
+
+The backward pass does not keep the fetched rows: `window_aggregate` is a custom VJP
+that walks the windows again, fetches each window's rows a second time, takes the VJP
+of that window's partials (in the final frame, so that every window's terms add up),
+and sends the rows' cotangents back to their owners (`Exchange.scatter_rows`, gather's
+transpose). Per-device memory is then the partition's own rows of each layer plus one
+window, not the halo. `remat=False` keeps every window's fetched rows instead (the
+one-shot variant, for comparison): the same gradients, no second fetch, more memory.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax import lax
+
+from jgraph.mesh import varying_axes
+from jgraph.models.stack import conv_key, layer_input
+
+# Rows (of the widest message) one window fetches: bounds the window's buffers.
+WINDOW_FLOATS = 1 << 22
+
+
+def edge_window(edges_per_part: int, width: int, budget: int = WINDOW_FLOATS,
+                smallest: int = 256) -> int:
+    """In-edges per window: about `budget` / width, a power of two in [smallest, 65536],
+    and no more than the partition needs."""
+    size = int(np.clip(budget // max(width, 1), smallest, 1 << 16))
+    size = 1 << (size.bit_length() - 1)
+    return min(size, 1 << max(int(edges_per_part - 1).bit_length(), 0))
+
+
+def local_inputs(inputs, encoder, features, embeddings, graph, axis):
+    """x [n, width]: the encoder's input rows of this device's own nodes (no exchange:
+    every node's row lives with its owner)."""
+    me = lax.axis_index(axis)
+    ids = graph.offsets[me] + jnp.arange(graph.nodes_per_part, dtype=jnp.int32)
+    rows, valid = {}, {}
+    for ntype, layout in inputs.layouts.items():
+        ok = graph.node_mask & layout.contains(ids)
+        block = inputs.local_rows(features, embeddings, ntype)
+        rows[ntype] = block[jnp.where(ok, layout.local_row(ids, me), 0)]
+        valid[ntype] = ok
+    return encoder(rows, valid)
+
+
+class Window(NamedTuple):
+    """One window of a partition's in-edges (CSC order): valid: bool[w] a real edge;
+    src: int32[w] global source ids (-1 where not valid); dst: int32[w] local
+    destination index (n where not valid, so scatters drop it); etype: int32[w]."""
+
+    valid: jax.Array
+    src: jax.Array
+    dst: jax.Array
+    etype: jax.Array
+
+
+def edge_destinations(graph) -> jax.Array:
+    """int32[e]: the local destination of each of this device's in-edge positions."""
+    e = graph.edges_per_part
+    return jnp.searchsorted(graph.indptr, jnp.arange(e, dtype=jnp.int32),
+                            side="right").astype(jnp.int32) - 1
+
+
+def window_edges(graph, edge_dst, w, window: int) -> Window:
+    """Window w (of `window` edge positions) of this device's in-edges."""
+    n, e = graph.nodes_per_part, graph.edges_per_part
+    pos = w * window + jnp.arange(window, dtype=jnp.int32)
+    inside = pos < e
+    pos = jnp.where(inside, pos, 0)
+    valid = inside & graph.edge_mask[pos]
+    return Window(valid, jnp.where(valid, graph.indices[pos], -1),
+                  jnp.where(valid, edge_dst[pos], n), jnp.where(valid, graph.etype[pos], 0))
+
+
+def num_windows(graph, window: int) -> int:
+    return -(-graph.edges_per_part // window)
+
+
+def edge_partial(conv, rows, win: Window, m_dst, relational: bool, key=None, frame=None):
+    """conv.reduce of each edge of a window as a one-slot neighbourhood: {key: [w, ...]}.
+    m_dst: [w, ...] the destinations' messages (layers that read them); frame: the
+    destinations' frame (framed layers)."""
+    etype = win.etype[:, None] if relational else None
+    return conv.reduce(rows[:, None, :], win.valid[:, None], etype,
+                       **conv.context(m_dst, key, frame))
+
+
+def empty_partial(conv, messages, graph, relational: bool) -> dict:
+    """The partial of no slot for each owned node (the accumulators' start), built from
+    this device's rows so that a loop carry has their (varying) type."""
+    n = graph.nodes_per_part
+    zeros = jnp.zeros(n, jnp.int32)
+    none = Window(graph.node_mask & False, zeros - 1, zeros, zeros)
+    return edge_partial(conv, messages * 0, none, messages, relational)
+
+
+TIES = "max:ties"
+"""The accumulator key counting the slots at each "max" entry (full-batch training)."""
+
+
+def accumulate(conv, acc: dict, dst, edge_part) -> dict:
+    """acc with a window's edges merged in. `edge_part(frame) -> {key: [w, ...]}` is
+    the window's `edge_partial`. Plain layers add each edge's partial to its
+    destination's ("max": maximum). Framed layers keep a running maximum: the
+    destinations' maxima rise to cover the window, their accumulators are rescaled to
+    it (`conv.merge` with an empty partial there), and the window's terms, relative to
+    it, are added. dst: int32[w] each edge's local destination (out of range: none).
+    With a `TIES` key, acc also counts the slots that equal each "max" entry (a
+    maximum's gradient is split between them, as JAX splits jnp.max's)."""
+    if not conv.framed:
+        part = edge_part(None)
+        out = {k: (acc[k].at[dst].max(part[k], mode="drop") if k == "max"
+                   else acc[k].at[dst].add(part[k], mode="drop")) for k in acc if k != TIES}
+        if TIES in acc:
+            top = out["max"]
+            hit = part["max"] == top[jnp.minimum(dst, top.shape[0] - 1)]
+            out[TIES] = jnp.where(acc["max"] == top, acc[TIES], 0).at[dst].add(
+                hit.astype(top.dtype), mode="drop")
+        return out
+    top = acc["max"].at[dst].max(edge_part(None)["max"], mode="drop")
+    at = jnp.minimum(dst, top.shape[0] - 1)
+    old = {k: v[at] for k, v in acc.items()}
+    risen = conv.merge(old, {k: top[at] if k == "max" else jnp.zeros_like(v)
+                             for k, v in old.items()})
+    acc = {k: v.at[dst].set(risen[k], mode="drop") for k, v in acc.items()}
+    part = edge_part({"max": top[at]})
+    return {k: top if k == "max" else v.at[dst].add(part[k], mode="drop")
+            for k, v in acc.items()}
+
+
+def labelled_rows(logits, graph, layout, labels, axis):
+    """(logits [r, C], real bool[r]) of this device's rows of the labelled type, in the
+    order of its `labels` block (layout: the labels' `RowLayout`)."""
+    me = lax.axis_index(axis)
+    r = labels.shape[0]
+    rows = jnp.arange(r, dtype=jnp.int32)
+    real = rows < jnp.asarray(layout.counts, jnp.int32)[me]
+    node = jnp.asarray(layout.starts, jnp.int32)[me] + rows - graph.offsets[me]
+    return logits[jnp.where(real, node, 0)], real
+
+
+
+def _vary(tree, like):
+    """tree's leaves marked varying over the axes `like` varies over (under shard_map):
+    replicated parameters enter the custom VJP per device, so that their cotangents are
+    per device too (shard_map's autodiff sums them over devices where they are cast)."""
+    axes = varying_axes(like)
+
+    def cast(x):
+        missing = tuple(sorted(axes - varying_axes(x)))
+        return lax.pcast(x, missing, to="varying") if missing else x
+    return jax.tree.map(cast, tree)
+
+
+def window_aggregate(conv, messages, graph, exchange, window: int, key=None,
+                     remat: bool = True):
+    """(acc, lost): conv's partial over every owned node's whole in-neighbourhood
+    ({key: [n, ...]}), from this device's messages [n, C], walking `window` in-edges at
+    a time; lost: ids the exchange did not answer (0 unless a capacity was capped).
+    Differentiable in conv's parameters and in `messages` (of every device: a row's
+    cotangent goes back to its owner). key: randomness of the layer's edges (attention
+    dropout), folded per window; None in evaluation."""
+    graphdef, state = nnx.split(conv)
+    state = _vary(state, messages)
+    relational = graph.num_relations > 1
+    n = graph.nodes_per_part
+    edge_dst = edge_destinations(graph)
+    windows = num_windows(graph, window)
+    base = graph.offsets[lax.axis_index(exchange.axis)]
+
+    def fetch(msgs, win: Window):
+        rows, stats = exchange.gather(
+            win.src, win.valid, lambda ids, mask: msgs[jnp.where(mask, ids - base, 0)])
+        return rows, stats.overflow + stats.out_of_range
+
+    def window_key(w):
+        return None if key is None else jax.random.fold_in(key, w)
+
+    def partial_of(state, rows, win, m_dst, w, frame):
+        layer = nnx.merge(graphdef, state)
+        return edge_partial(layer, rows, win, m_dst, relational, window_key(w), frame)
+
+    def forward(state, msgs):
+        layer = nnx.merge(graphdef, state)
+        kept = _vary(jnp.zeros((windows if not remat else 0, window, msgs.shape[1]),
+                               msgs.dtype), msgs)
+
+        def body(w, carry):
+            acc, lost, kept = carry
+            win = window_edges(graph, edge_dst, w, window)
+            rows, missed = fetch(msgs, win)
+            m_dst = msgs[jnp.minimum(win.dst, n - 1)]
+            acc = accumulate(layer, acc, win.dst,
+                             lambda frame: partial_of(state, rows, win, m_dst, w, frame))
+            if not remat:
+                kept = lax.dynamic_update_index_in_dim(kept, rows, w, 0)
+            return acc, lost + missed, kept
+
+        acc = empty_partial(layer, msgs, graph, relational)
+        if "max" in acc and not layer.framed:
+            acc[TIES] = jnp.zeros_like(acc["max"])
+        acc, lost, kept = lax.fori_loop(0, windows, body, (acc, jnp.int32(0), kept))
+        ties = acc.pop(TIES, None)
+        return acc, lost, kept, ties
+
+    @jax.custom_vjp
+    def aggregate(state, msgs):
+        acc, lost, _, _ = forward(state, msgs)
+        return acc, lost
+
+    def aggregate_fwd(state, msgs):
+        acc, lost, kept, ties = forward(state, msgs)
+        return (acc, lost), (state, msgs, acc, kept, ties)
+
+    def aggregate_bwd(residuals, cotangents):
+        state, msgs, acc, kept, ties = residuals
+        g_acc = cotangents[0]
+        framed = nnx.merge(graphdef, state).framed
+
+        def body(w, carry):
+            g_state, g_msgs = carry
+            win = window_edges(graph, edge_dst, w, window)
+            rows = fetch(msgs, win)[0] if remat else kept[w]
+            at = jnp.minimum(win.dst, n - 1)
+            frame = {"max": acc["max"][at]} if framed else None
+            part, vjp = jax.vjp(lambda s, r, d: partial_of(s, r, win, d, w, frame),
+                                state, rows, msgs[at])
+            live = win.valid
+            cot = {}
+            for k, p in part.items():
+                g = g_acc[k][at]
+                if k == "max" and not framed:     # split between the slots at the max
+                    g = jnp.where(p == acc[k][at], g / jnp.maximum(ties[at], 1), 0)
+                cot[k] = jnp.where(live.reshape((-1,) + (1,) * (g.ndim - 1)), g, 0)
+            g_s, g_rows, g_dst = vjp(cot)
+            back, _ = exchange.scatter_rows(win.src, win.valid, g_rows, n)
+            g_msgs = g_msgs.at[win.dst].add(g_dst, mode="drop") + back
+            return jax.tree.map(jnp.add, g_state, g_s), g_msgs
+
+        zeros = (jax.tree.map(jnp.zeros_like, state), jnp.zeros_like(msgs))
+        return lax.fori_loop(0, windows, body, zeros)
+
+    aggregate.defvjp(aggregate_fwd, aggregate_bwd)
+    return aggregate(state, messages)
+
+
+def full_batch_layer(conv, h, graph, exchange, window: int, key=None, remat: bool = True):
+    """conv over every owned node's whole in-neighbourhood, differentiably: ([n, out],
+    ids lost). h: [n, F] this device's own rows."""
+    messages = conv.message(h)
+    acc, lost = window_aggregate(conv, messages, graph, exchange, window, key, remat)
+    return conv.update(h, acc), lost
+
+
+def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
+                      window_floats: int = WINDOW_FLOATS, smallest_window: int = 256, *,
+                      key=None, remat: bool = True):
+    """Per device (under shard_map): logits [n, classes] of this device's own nodes
+    (local node i is global id offsets[me] + i) and the ids any exchange lost,
+    differentiable in the model's parameters and in the embedding tables (this
+    device's rows of each). window_floats, smallest_window: bound each window (see
+    `edge_window`). key: dropout (between layers and in attention); None: evaluation.
+    remat: see the module."""
+    h = local_inputs(inputs, model.encoder, features, embeddings, graph, exchange.axis)
+    gnn = model.gnn
+    if key is not None and gnn.input_dropout.rate > 0:
+        h = gnn.input_dropout(h, deterministic=False,
+                              rngs=jax.random.fold_in(key, gnn.num_layers))
+    lost = jnp.int32(0)
+    for i, conv in enumerate(gnn.convs):
+        h = layer_input(conv, h)
+        width = conv.message(jnp.zeros((1, h.shape[1]), h.dtype)).shape[1]
+        window = edge_window(graph.edges_per_part, width, window_floats, smallest_window)
+        out, missed = full_batch_layer(conv, h, graph, exchange, window, conv_key(key, i),
+                                       remat)
+        h = gnn.post(i, out, key)
+        lost = lost + missed
+    return h, lost
+
