@@ -64,6 +64,15 @@ class Precision(enum.Enum):
         return jnp.bfloat16 if self is Precision.BF16 else jnp.float32
 
 
+class Mode(enum.Enum):
+    """How a training step sees the graph: `sampled` blocks around a batch of seeds, or
+    `full`: every layer for every node over its whole in-neighbourhood, the loss over
+    every training node (one step an epoch; SAR's full-batch training)."""
+
+    SAMPLED = "sampled"
+    FULL = "full"
+
+
 class Inference(enum.Enum):
     """How the final evaluation runs: `sampled` with `eval_fanouts`, or `full`:
     layer-wise inference over every node's whole in-neighbourhood."""
@@ -95,6 +104,8 @@ class DataConfig:
     method: partitioning (ignored for a partition directory).
     symmetrize: add each edge's reverse (homogeneous graphs stored one way round).
     reverse_relations: add an inverse relation per relation (R-GCN).
+    self_loops: give every node one self-loop edge in same-type relations (GAT's
+      neighbourhood includes the node itself).
     normalize_features: scale each feature row to sum 1 (GCN's Planetoid preprocessing).
     target_type: the labelled node type; None = the only type, or the one with labels.
     feature: the node array of input features ([N, width] numbers); a node type
@@ -109,6 +120,7 @@ class DataConfig:
     method: Method = Method.METIS
     symmetrize: bool = False
     reverse_relations: bool = False
+    self_loops: bool = False
     normalize_features: bool = False
     target_type: str | None = None
     feature: str = "feat"
@@ -194,6 +206,14 @@ class TrainConfig:
     """fanouts: per hop from the seeds outward (as PyG); -1 = every neighbour.
     eval_fanouts: the same for sampled evaluation.
     inference: how the final val/test evaluation runs (sampled or full).
+    mode: sampled (minibatches of seeds with sampled neighbourhoods) or full
+      (full-batch: one step an epoch over the whole graph, each layer walking every
+      in-edge in windows; `jgraph.train.full`). batch_size, fanouts and the sampler's
+      capacities do not apply to it.
+    rematerialize: full-batch training's backward pass fetches each window's rows
+      again instead of keeping them (per-device memory: the partition's own rows plus
+      one window); false keeps them (the one-shot variant: no second fetch, more
+      memory).
     optimizer, lr, weight_decay: dense parameters (optax).
     embedding_optimizer, embedding_lr: the sparse optimizer of learnable embeddings.
     epochs, batch_size, eval_batch_size, drop_last, seed: as usual; seed fixes the
@@ -210,6 +230,8 @@ class TrainConfig:
     fanouts: tuple[int, ...] = (10, 10)
     eval_fanouts: tuple[int, ...] = (-1, -1)
     inference: Inference = Inference.SAMPLED
+    mode: Mode = Mode.SAMPLED
+    rematerialize: bool = True
     optimizer: Optimizer = Optimizer.ADAM
     lr: float = 0.01
     weight_decay: float = 0.0
@@ -303,9 +325,11 @@ class CheckpointConfig:
 
 
 def check_layers(model: ModelConfig, train: TrainConfig) -> None:
-    """One fanout per layer, for training and for sampled evaluation."""
+    """One fanout per layer, for sampled training and for sampled evaluation."""
     for key, fanouts in (("train.fanouts", train.fanouts),
                          ("train.eval_fanouts", train.eval_fanouts)):
+        if key == "train.fanouts" and train.mode is Mode.FULL:
+            continue                      # full-batch training samples nothing
         if len(fanouts) != model.num_layers:
             raise ConfigError(f"{key} has {len(fanouts)} hops but model.num_layers is "
                               f"{model.num_layers}: give one fanout per layer")
@@ -329,6 +353,9 @@ class Experiment:
 
     def __post_init__(self):
         check_layers(self.model, self.train)
+        if self.task is Task.LINK and self.train.mode is Mode.FULL:
+            raise ConfigError("train.mode: full trains node classification; link "
+                              "prediction (task: link) trains on sampled batches of edges")
 
     def relative_to(self, folder: str) -> Experiment:
         """This config with a relative `data.path` taken from `folder` (the config

@@ -5,6 +5,8 @@ scoring the splits of the labelled node type.
 """
 from __future__ import annotations
 
+import time
+
 import jax
 import numpy as np
 from flax import nnx
@@ -56,18 +58,44 @@ def split_masks(run, splits) -> dict:
     return {s: run.dg.split_mask(s, run.target).array for s in splits}
 
 
+class FullGraphEvaluator:
+    """Scores of `splits` by full-graph inference over the whole mesh, compiled on the
+    first call and reused (the per-epoch validation of full-batch training).
+    Called with (params, embeddings): {split: scores (acc, macro_f1, count, loss)}, or
+    the scores alone where `splits` is one split's name (as a `SampledEvaluator`)."""
+
+    def __init__(self, run, splits, on_trace=None):
+        self.single = splits if isinstance(splits, str) else None
+        self.splits = (splits,) if self.single else tuple(splits)
+        self.masks = split_masks(run, self.splits)
+        self.data = run.job.data(run.dg.graph)
+        self.program = full_graph_program(run.job, run.dg.graph, self.splits)
+        self.on_trace = on_trace
+        self.compiled = None
+        self.compile_seconds = 0.0
+
+    def __call__(self, params, embeddings) -> dict:
+        if self.compiled is None:
+            begin = time.perf_counter()
+            self.compiled = self.program.lower(params, embeddings, self.data,
+                                               self.masks).compile()
+            self.compile_seconds = time.perf_counter() - begin
+            if self.on_trace is not None:
+                self.on_trace()
+        out, lost = self.compiled(params, embeddings, self.data, self.masks)
+        if int(lost):
+            from jgraph.exchange import ExchangeOverflowError
+            raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost "
+                                        f"by the exchange; leave ExchangeConfig.max_capacity "
+                                        f"None")
+        result = {}
+        for split, got in out.items():
+            result[split] = scores(np.asarray(got["classes"]))
+            result[split]["loss"] = float(got["loss"]) / max(result[split]["count"], 1)
+        return result[self.single] if self.single else result
+
+
 def full_graph_scores(run, params, embeddings, splits) -> dict:
     """{split: scores (acc, macro_f1, count, loss)} of the target type's nodes in each
     split, from layer-wise full-graph inference over the whole mesh."""
-    program = full_graph_program(run.job, run.dg.graph, splits)
-    out, lost = program(params, embeddings, run.job.data(run.dg.graph),
-                        split_masks(run, splits))
-    if int(lost):
-        from jgraph.exchange import ExchangeOverflowError
-        raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost by "
-                                    f"the exchange; leave ExchangeConfig.max_capacity None")
-    result = {}
-    for split, got in out.items():
-        result[split] = scores(np.asarray(got["classes"]))
-        result[split]["loss"] = float(got["loss"]) / max(result[split]["count"], 1)
-    return result
+    return FullGraphEvaluator(run, splits)(params, embeddings)

@@ -36,6 +36,7 @@ from jgraph.sampling.loader import LoaderState
 from jgraph.train.checkpoint import CheckpointError, Checkpoints, StopRequest
 from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
 from jgraph.train.experiment import Experiment, Inference, Task
+from jgraph.train.inference import FullGraphEvaluator
 from jgraph.train.link import LinkEvaluator
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
 from jgraph.train.resume import (
@@ -128,12 +129,12 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     if meta.get("capacities"):
         job = dataclasses.replace(job, sampler=dataclasses.replace(
             job.sampler, capacities=tuple(meta["capacities"])))
-    elif config.train.calibrate_capacities:
+    elif config.train.calibrate_capacities and job.samples:
         job = calibrated_sampler(run, progress)
     if "exchange_capacities" in meta:
         job = dataclasses.replace(job, exchange=job.exchange.calibrated(
             meta["exchange_capacities"]))
-    else:
+    elif job.samples:
         job = calibrated_exchange(job, dg.graph, begin.state.embeddings, progress)
 
     loop = Loop(config, run, workdir, ckpts, identity, progress, on_step, begin, job)
@@ -194,10 +195,13 @@ class Loop:
         self.link = config.task is Task.LINK
         self.val_eval = None
         if run.has_split("val"):
-            self.val_eval = (
-                LinkEvaluator(run, Inference.SAMPLED, self.counter("eval_step"))
-                if self.link else
-                SampledEvaluator(run, "val", self.counter("eval_step"), progress))
+            if self.link:
+                self.val_eval = LinkEvaluator(run, Inference.SAMPLED, self.counter("eval_step"))
+            elif not job.samples:        # full-batch training validates full-graph
+                self.val_eval = FullGraphEvaluator(run, "val", self.counter("eval_step"))
+            else:
+                self.val_eval = SampledEvaluator(run, "val", self.counter("eval_step"),
+                                                 progress)
         writer = jax.process_index() == 0
         self.log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, begin.rows)
         steps_file = os.path.join(workdir, "steps.jsonl")

@@ -15,6 +15,7 @@ from flax import nnx
 from jgraph.config import ConfigError
 from jgraph.data import (
     add_reverse_relations,
+    add_self_loops,
     is_symmetric,
     load_dataset,
     normalize_features,
@@ -39,10 +40,12 @@ from jgraph.sharded.sparse_optim import SparseAdagrad, SparseAdam
 from jgraph.train.experiment import (
     DataConfig,
     Experiment,
+    Mode,
     Optimizer,
     SparseOptimizerKind,
     Task,
 )
+from jgraph.train.full import FullBatchClassification
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.link import LinkPrediction
 from jgraph.train.step import NodeClassification
@@ -91,6 +94,8 @@ def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
                 graph = symmetrize(graph)
             if data.reverse_relations:
                 graph = add_reverse_relations(graph)
+            if data.self_loops:
+                graph = add_self_loops(graph)
             if data.normalize_features:
                 graph = normalize_features(graph, data.feature)
         if edge_splits is None:
@@ -226,15 +231,23 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
     check_one_hot(config, inputs)
     model = build_model(config, inputs, num_classes, num_relations)
     graphdef, params = nnx.split(model, nnx.Param)
+    full = t.mode is Mode.FULL
+    # Full-batch: one batch an epoch, every device's training seeds at once.
+    batch_size = (max(p.splits[target]["train"] for p in dg.meta.parts) if full
+                  else t.batch_size)
     try:
-        loader = NodeLoader.from_split(dg, "train", target, batch_size=t.batch_size,
-                                       drop_last=t.drop_last, seed=t.seed)
+        loader = NodeLoader.from_split(dg, "train", target, batch_size=batch_size,
+                                       drop_last=t.drop_last and not full, seed=t.seed)
     except ValueError as e:
         raise ConfigError(f"train.batch_size: {e}") from None
-    job = NodeClassification(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
-                             loader, dg.exchange(config.exchange, platform), inputs, labels,
-                             seed=t.seed, compute_dtype=t.precision.dtype)
-    if config.exchange.cache > 0 and inputs.features:
+    parts = (graphdef, dense_optimizer(config), NeighborSampler(t.fanouts), loader,
+             dg.exchange(config.exchange, platform), inputs, labels)
+    if full:
+        job = FullBatchClassification(*parts, seed=t.seed, compute_dtype=t.precision.dtype,
+                                      remat=t.rematerialize)
+    else:
+        job = NodeClassification(*parts, seed=t.seed, compute_dtype=t.precision.dtype)
+    if config.exchange.cache > 0 and inputs.features and not full:
         job = dataclasses.replace(job, inputs=dataclasses.replace(
             inputs, caches=hot_caches(config, dg, job)))
     return Run(config, dg, target, num_classes, job, params)

@@ -114,6 +114,10 @@ class NodeClassification:
     seed: int = 0
     compute_dtype: Any = jnp.float32
 
+    samples = True
+    """Its step samples blocks (full-batch training's does not): the run calibrates the
+    sampler's capacities and the exchange's from its first batches."""
+
     # -- host side ---------------------------------------------------------------------
 
     @property
