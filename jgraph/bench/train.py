@@ -51,8 +51,11 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
                            node_data=("feat",) if link else ("feat", "label"),
                            held_out=held_out) as (meta, dg):
         run = build_run(cfg.experiment(dg.parts.root), dg)
-        job = calibrated_sampler(run, progress) if cfg.train.calibrate_capacities else run.job
-        job = calibrated_exchange(job, dg.graph, progress=progress)
+        job = run.job
+        if job.samples:          # full-batch training samples nothing
+            if cfg.train.calibrate_capacities:
+                job = calibrated_sampler(run, progress)
+            job = calibrated_exchange(job, dg.graph, progress=progress)
     loader = job.loader
     step = job.compile_train(dg.graph)
     data = job.data(dg.graph)
@@ -111,10 +114,10 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         extra["phase_seconds"] = phases
     return {
         "bench": "train", "graph": meta.graph_name, "devices": dg.mesh.size,
-        "method": meta.method, "task": cfg.task.value, "model": "graphsage",
-        "layers": len(cfg.train.fanouts),
+        "method": meta.method, "task": cfg.task.value, "mode": cfg.train.mode.value,
+        "model": "graphsage", "layers": cfg.model.num_layers,
         "hidden": cfg.model.hidden, "aggregator": cfg.model.aggregator.value,
-        "fanouts": list(cfg.train.fanouts),
+        "fanouts": list(cfg.train.fanouts) if job.samples else None,
         "batch_size": cfg.train.batch_size, "optimizer": "adam", "epochs": cfg.train.epochs,
         "steps": len(outs),
         "edges_per_epoch" if link else "seeds_per_epoch": loader.num_seeds,
@@ -123,8 +126,9 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         "compile_seconds": compile_s, "final_loss": float(outs[-1]["loss"]),
         "strategy": job.exchange.config.strategy.value, "precision": cfg.train.precision.value,
         "capacities": list(job.sampler.capacities or job.sampler.worst_case(
-            dg.graph, job.seeds_per_step)),
-        "worst_case_capacities": job.sampler.worst_case(dg.graph, job.seeds_per_step),
+            dg.graph, job.seeds_per_step)) if job.samples else None,
+        "worst_case_capacities": (job.sampler.worst_case(dg.graph, job.seeds_per_step)
+                                  if job.samples else None),
         **({"negatives": cfg.link.negatives,
             "negative_sampler": cfg.link.negative_sampler.value,
             "exclude": cfg.link.exclude} if link else {}),

@@ -213,6 +213,8 @@ def add_commands(sub) -> None:
     flag("--aggregator", "model.aggregator", "GraphSAGE aggregator")
     flag("--precision", "train.precision", "what the layers compute in (bf16: float32 "
          "parameters, optimizer and loss)")
+    flag("--mode", "train.mode", "sampled minibatches, or full-batch training (one step "
+         "an epoch over every training node; --fanouts then only sets the layer count)")
     flag("--worst-case-capacities", "train.calibrate_capacities", "size the sampled blocks "
          "for the worst case instead of frontiers measured on the graph",
          action="store_false")

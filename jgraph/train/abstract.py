@@ -36,7 +36,8 @@ from jgraph.sharded.layout import RowLayout
 from jgraph.sharded.tensor import DistTensor
 from jgraph.target import Target, target_mesh
 from jgraph.train.compile import Program, Programs, compile_into, struct_on
-from jgraph.train.experiment import Experiment, Task
+from jgraph.train.experiment import Experiment, Mode, Task
+from jgraph.train.full import FullBatchClassification
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.link import LinkPrediction
 from jgraph.train.run import build_model, dense_optimizer
@@ -146,10 +147,15 @@ def abstract_programs(config: Experiment, counts: Counts, mesh, platform: str) -
     """The `Programs` of a run on `counts` (its job a `NodeClassification`, or a
     `LinkPrediction` for `task: link`), every array a shape struct placed on `mesh`."""
     t = config.train
-    check_fanouts("train.fanouts", t.fanouts)
+    full = t.mode is Mode.FULL
+    if not full:
+        check_fanouts("train.fanouts", t.fanouts)
     graph, inputs = abstract_graph(config, counts, mesh)
     layout = inputs.layouts["_N"]
-    seeds = _loader(mesh, counts.split(counts.train), t.batch_size, t.drop_last, t.seed)
+    train = counts.split(counts.train)
+    # Full-batch training: one batch an epoch, every device's training seeds at once.
+    seeds = _loader(mesh, train, max(int(train.max()), 1) if full else t.batch_size,
+                    t.drop_last and not full, t.seed)
     common = dict(tx=dense_optimizer(config), sampler=NeighborSampler(t.fanouts),
                   exchange=Exchange(layout.offsets, config.exchange, platform=platform),
                   inputs=inputs, seed=t.seed, compute_dtype=t.precision.dtype)
@@ -161,7 +167,11 @@ def abstract_programs(config: Experiment, counts: Counts, mesh, platform: str) -
     labels = DistTensor(struct_on(mesh, ROWS, rows, jnp.int32), layout, config.data.label,
                         mesh)
     graphdef, params = nnx.split(build_model(config, inputs, counts.classes, 1), nnx.Param)
-    job = NodeClassification(graphdef, loader=seeds, labels=labels, **common)
+    if full:
+        job = FullBatchClassification(graphdef, loader=seeds, labels=labels, **common,
+                                      remat=t.rematerialize)
+    else:
+        job = NodeClassification(graphdef, loader=seeds, labels=labels, **common)
     val = _loader(mesh, counts.split(counts.val), t.eval_batch_size, False, t.seed)
     masks = {s: struct_on(mesh, ROWS, rows, jnp.bool_) for s in ("val", "test")}
     return Programs(job, graph, params, job.evaluating(val, t.eval_fanouts), masks)

@@ -170,21 +170,28 @@ def _vary(tree, like):
     return jax.tree.map(cast, tree)
 
 
-def window_aggregate(conv, messages, graph, exchange, window: int, key=None,
-                     remat: bool = True):
+def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: bool = True):
     """(acc, lost): conv's partial over every owned node's whole in-neighbourhood
-    ({key: [n, ...]}), from this device's messages [n, C], walking `window` in-edges at
-    a time; lost: ids the exchange did not answer (0 unless a capacity was capped).
-    Differentiable in conv's parameters and in `messages` (of every device: a row's
-    cotangent goes back to its owner). key: randomness of the layer's edges (attention
-    dropout), folded per window; None in evaluation."""
+    ({key: [n, ...]}), from this device's layer inputs h [n, F] (their messages,
+    `conv.message(h)`, are what travels), walking `window` in-edges at a time; lost:
+    ids the exchange did not answer (0 unless a capacity was capped). Differentiable
+    in conv's parameters and in h (of every device: a row's cotangent goes back to its
+    owner). The backward pass keeps only h (and, for a maximum or a framed layer, the
+    result) and computes the messages again. key: randomness of the layer's edges
+    (attention dropout), folded per window; None in evaluation."""
     graphdef, state = nnx.split(conv)
-    state = _vary(state, messages)
+    like = jax.tree.leaves(h)[-1]
+    state = _vary(state, like)
     relational = graph.num_relations > 1
     n = graph.nodes_per_part
     edge_dst = edge_destinations(graph)
     windows = num_windows(graph, window)
     base = graph.offsets[lax.axis_index(exchange.axis)]
+    keeps_result = conv.framed or "max" in empty_partial(
+        conv, conv.message(h), graph, relational)
+
+    def messages(state, h):
+        return nnx.merge(graphdef, state).message(h)
 
     def fetch(msgs, win: Window):
         rows, stats = exchange.gather(
@@ -198,8 +205,9 @@ def window_aggregate(conv, messages, graph, exchange, window: int, key=None,
         layer = nnx.merge(graphdef, state)
         return edge_partial(layer, rows, win, m_dst, relational, window_key(w), frame)
 
-    def forward(state, msgs):
+    def forward(state, h):
         layer = nnx.merge(graphdef, state)
+        msgs = messages(state, h)
         kept = _vary(jnp.zeros((windows if not remat else 0, window, msgs.shape[1]),
                                msgs.dtype), msgs)
 
@@ -222,18 +230,19 @@ def window_aggregate(conv, messages, graph, exchange, window: int, key=None,
         return acc, lost, kept, ties
 
     @jax.custom_vjp
-    def aggregate(state, msgs):
-        acc, lost, _, _ = forward(state, msgs)
+    def aggregate(state, h):
+        acc, lost, _, _ = forward(state, h)
         return acc, lost
 
-    def aggregate_fwd(state, msgs):
-        acc, lost, kept, ties = forward(state, msgs)
-        return (acc, lost), (state, msgs, acc, kept, ties)
+    def aggregate_fwd(state, h):
+        acc, lost, kept, ties = forward(state, h)
+        return (acc, lost), (state, h, acc if keeps_result else None, kept, ties)
 
     def aggregate_bwd(residuals, cotangents):
-        state, msgs, acc, kept, ties = residuals
+        state, h, acc, kept, ties = residuals
         g_acc = cotangents[0]
         framed = nnx.merge(graphdef, state).framed
+        msgs, message_vjp = jax.vjp(messages, state, h)
 
         def body(w, carry):
             g_state, g_msgs = carry
@@ -256,18 +265,24 @@ def window_aggregate(conv, messages, graph, exchange, window: int, key=None,
             return jax.tree.map(jnp.add, g_state, g_s), g_msgs
 
         zeros = (jax.tree.map(jnp.zeros_like, state), jnp.zeros_like(msgs))
-        return lax.fori_loop(0, windows, body, zeros)
+        g_state, g_msgs = lax.fori_loop(0, windows, body, zeros)
+        g_state_msg, g_h = message_vjp(g_msgs)
+        return jax.tree.map(jnp.add, g_state, g_state_msg), g_h
 
     aggregate.defvjp(aggregate_fwd, aggregate_bwd)
-    return aggregate(state, messages)
+    return aggregate(state, h)
 
 
-def full_batch_layer(conv, h, graph, exchange, window: int, key=None, remat: bool = True):
-    """conv over every owned node's whole in-neighbourhood, differentiably: ([n, out],
-    ids lost). h: [n, F] this device's own rows."""
-    messages = conv.message(h)
-    acc, lost = window_aggregate(conv, messages, graph, exchange, window, key, remat)
-    return conv.update(h, acc), lost
+def full_batch_layer(gnn, i: int, h, graph, exchange, window: int, key=None,
+                     remat: bool = True):
+    """Layer i of the stack `gnn` and what follows it (`LayerStack.post`) over every
+    owned node's whole in-neighbourhood, differentiably: ([n, out], ids lost). h: [n, F]
+    this device's own rows. The update and post steps are rematerialised: the backward
+    pass keeps only their inputs."""
+    conv = gnn.convs[i]
+    acc, lost = window_aggregate(conv, h, graph, exchange, window, conv_key(key, i), remat)
+    update = nnx.remat(lambda gnn, h, acc: gnn.post(i, gnn.convs[i].update(h, acc), key))
+    return update(gnn, h, acc), lost
 
 
 def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
@@ -289,9 +304,7 @@ def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
         h = layer_input(conv, h)
         width = conv.message(jnp.zeros((1, h.shape[1]), h.dtype)).shape[1]
         window = edge_window(graph.edges_per_part, width, window_floats, smallest_window)
-        out, missed = full_batch_layer(conv, h, graph, exchange, window, conv_key(key, i),
-                                       remat)
-        h = gnn.post(i, out, key)
+        h, missed = full_batch_layer(gnn, i, h, graph, exchange, window, key, remat)
         lost = lost + missed
     return h, lost
 
