@@ -35,17 +35,17 @@ def quiet():
 
 
 @pytest.mark.parametrize("experiment,extra", [
-    (SAGE, ["train.epochs=30"]),
-    (GAT, ["train.epochs=30", "model.heads=4", "model.hidden=16"])], ids=["sage", "gat"])
+    (SAGE, ["train.epochs=60"]),
+    (GAT, ["train.epochs=60", "model.heads=4", "model.hidden=16"])], ids=["sage", "gat"])
 def test_a_full_batch_run_takes_one_step_an_epoch_over_every_training_node(
         tmp_path, experiment, extra):
     result = train_and_evaluate(load(Experiment, experiment, SMALL + extra), str(tmp_path),
                                 quiet())
     steps = read_lines(tmp_path / "steps.jsonl")
-    assert [s["step"] for s in steps] == list(range(1, 31))
+    assert [s["step"] for s in steps] == list(range(1, 61))
     assert all(s["count"] == 140 and s["batch"] == 0 for s in steps)  # every seed, each step
     rows = read_lines(tmp_path / "metrics.jsonl")
-    assert len(rows) == 30 and rows[-1]["loss"] < rows[0]["loss"]
+    assert len(rows) == 60 and rows[-1]["loss"] < rows[0]["loss"]
     assert result["compiles"] == 1 and result["inference"] == "full"
     assert result["test_acc"] > 0.7                    # chance is below 0.3 (7 classes)
 
