@@ -53,6 +53,19 @@ def test_bench_train_prints_one_json_line_counting_every_seed_once_per_epoch(
     assert np.isfinite(row["final_loss"]) and row["final_loss"] > 0
 
 
+def test_bench_train_full_mode_takes_one_step_an_epoch_over_every_training_seed(capsys):
+    code = main(["bench", "train", "cora", "--epochs", str(EPOCHS), "--mode", "full",
+                 *SMALL])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    row = json.loads(out.strip().splitlines()[-1])
+    assert row["mode"] == "full" and row["steps"] == EPOCHS and row["fanouts"] is None
+    assert row["seeds_per_epoch"] == CORA_TRAIN and row["layers"] == 2
+    assert row["seeds_per_s"] * row["seconds"] == pytest.approx(EPOCHS * CORA_TRAIN)
+    assert row["step_seconds"] * row["steps"] == pytest.approx(row["seconds"])
+    assert np.isfinite(row["final_loss"]) and row["final_loss"] > 0
+
+
 def write_graph_without_train_split(path):
     rng = np.random.default_rng(0)
     np.savez(path, src=rng.integers(0, 200, 1000), dst=rng.integers(0, 200, 1000),
