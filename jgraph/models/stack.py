@@ -179,6 +179,15 @@ class LayerStack(nnx.Module):
                 h = self.dropout(h, deterministic=False, rngs=jax.random.fold_in(key, i))
         return h
 
+    def drop_inputs(self, h, key: jax.Array | None = None):
+        """The input rows with `input_dropout` applied (with a key: in training)."""
+        if key is None or self.input_dropout.rate == 0:
+            return h
+        # Sparse rows drop stored entries: the zeros they leave out stay zero anyway.
+        drop = functools.partial(self.input_dropout, deterministic=False,
+                                 rngs=jax.random.fold_in(key, len(self.convs)))
+        return h.with_values(drop(h.values)) if isinstance(h, SparseRows) else drop(h)
+
     def layer(self, i: int, h_src: jax.Array, hood, key: jax.Array | None = None) -> jax.Array:
         """Layer i alone on one neighbourhood (anything with nbr, mask, etype).
         key: dropout randomness; None = evaluation (no dropout)."""
@@ -190,11 +199,7 @@ class LayerStack(nnx.Module):
                  ) -> jax.Array:
         if len(neighbourhoods) != len(self.convs):
             raise ValueError(f"{len(neighbourhoods)} blocks for a {len(self.convs)}-layer model")
-        if key is not None and self.input_dropout.rate > 0:
-            # Sparse rows drop stored entries: the zeros they leave out stay zero anyway.
-            drop = functools.partial(self.input_dropout, deterministic=False,
-                                     rngs=jax.random.fold_in(key, len(self.convs)))
-            h = h.with_values(drop(h.values)) if isinstance(h, SparseRows) else drop(h)
+        h = self.drop_inputs(h, key)
         for i, hood in enumerate(neighbourhoods):
             h = self.layer(i, h, hood, key)
         return h

@@ -18,8 +18,12 @@ that walks the windows again, fetches each window's rows a second time, takes th
 of that window's partials (in the final frame, so that every window's terms add up),
 and sends the rows' cotangents back to their owners (`Exchange.scatter_rows`, gather's
 transpose). Per-device memory is then the partition's own rows of each layer plus one
-window, not the halo. `remat=False` keeps every window's fetched rows instead (the
-one-shot variant, for comparison): the same gradients, no second fetch, more memory.
+window, not the halo. Where a layer's partials are linear in the fetched rows (sums and
+means: GraphSAGE mean and gcn, R-GCN), their VJP needs no row at all, and JAX drops the
+second fetch: the backward pass only routes gradients to the owners. Where they are not
+(GAT's attention, a pool's maximum), `remat=False` keeps every window's fetched rows
+instead of fetching them again (the one-shot variant, for comparison): the same
+gradients, no second fetch, memory for every in-edge's row.
 """
 from __future__ import annotations
 
@@ -296,9 +300,7 @@ def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
     remat: see the module."""
     h = local_inputs(inputs, model.encoder, features, embeddings, graph, exchange.axis)
     gnn = model.gnn
-    if key is not None and gnn.input_dropout.rate > 0:
-        h = gnn.input_dropout(h, deterministic=False,
-                              rngs=jax.random.fold_in(key, gnn.num_layers))
+    h = gnn.drop_inputs(h, key)
     lost = jnp.int32(0)
     for i, conv in enumerate(gnn.convs):
         h = layer_input(conv, h)
