@@ -135,3 +135,19 @@ def test_gat_model_concatenates_hidden_heads_and_averages_the_output_heads():
         jax.nn.elu(first), hoods[1].nbr, hoods[1].mask)), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="multiple of heads"):
         GAT(6, 10, 3, 2, heads=4, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.slow                  # a training run
+def test_gat_trains_on_sampled_blocks_by_name(tmp_path):
+    """model.kind gat in sampled training (cora, 2 devices): attention over each sampled
+    neighbourhood's slots, then full-graph evaluation of the same parameters."""
+    from pathlib import Path
+
+    import jgraph
+    config = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")
+    result = jgraph.train(config, str(tmp_path), progress=False, overrides=[
+        "data.num_parts=2", "train.epochs=10", "model.kind=gat", "model.heads=4",
+        "model.hidden=32", "model.attn_dropout=0.3", "data.self_loops=true",
+        "train.inference=full"])
+    assert result["test_acc"] > 0.6                      # chance is below 0.3 (7 classes)
+    assert result["config"]["model"]["kind"] == "gat"

@@ -8,8 +8,8 @@ again in the backward pass) equal, to 1e-5:
   * the one-shot variant (every window's fetched rows kept for the backward pass).
 
 GraphSAGE (mean, pool) and GAT on cora in 8 METIS parts, with windows small enough that
-hubs' in-edges span many; R-GCN with learnable embeddings on AIFB in 4 parts (the
-embedding rows' gradients too).
+hubs' in-edges span many; R-GCN with learnable embeddings on AIFB in 8 parts (the
+embedding rows' gradients too, by original node id against 1 device).
 """
 import functools
 
@@ -215,38 +215,62 @@ def test_rematerialised_and_one_shot_gradients_are_identical(cora_dirs):
 
 
 @pytest.fixture(scope="module")
-def aifb_dir(shared_data, tmp_path_factory):
+def aifb_dirs(shared_data, tmp_path_factory):
     graph = add_reverse_relations(load_npz(shared_data("aifb.npz")))
-    root = tmp_path_factory.mktemp("aifb-full-batch") / "parts"
-    partition_graph(graph, 4, "metis", root)
-    return str(root)
+    root = tmp_path_factory.mktemp("aifb-full-batch")
+    for parts in (8, 1):
+        partition_graph(graph, parts, "metis", root / f"p{parts}")
+    return {parts: str(root / f"p{parts}") for parts in (8, 1)}
 
 
-def test_rgcn_full_batch_gradients_with_embeddings_equal_dense(aifb_dir):
+def rgcn_loss_and_gradients(path, parts, by_original=None):
+    """(full-batch (total, count, grads, embedding row grads by row id), the dense
+    model's (total, grads, table grads), the graph, its embedding table by row id) of
+    R-GCN with learnable embeddings; by_original: the embedding table by original node
+    id (default: drawn)."""
     config = Experiment(
-        name="full-rgcn", data=DataConfig(path=aifb_dir, num_parts=4),
+        name="full-rgcn", data=DataConfig(path=path, num_parts=parts),
         model=ModelConfig(kind="rgcn", hidden=8, num_layers=2, embedding_dim=8,
                           num_bases=3, dropout=0.0),
         train=TrainConfig(fanouts=(4, 4), batch_size=32, seed=2), exchange=EXCHANGE)
-    dg = DistGraph(aifb_dir, run_mesh(config))
+    dg = DistGraph(path, run_mesh(config))
     run = build_run(config, dg)
     embeddings = run.job.inputs.init_embeddings(run.job.mesh, jax.random.key(5))
-    total, count, grads, table_grads = sharded_loss_and_gradients(
-        run, run.params, embeddings, window_floats=1024, smallest=64)
-    assert count > 0
-
     n = dg.meta.num_nodes
     emb = run.job.inputs.embeddings["_N"]
+    if by_original is not None:
+        at = jnp.asarray(emb.layout.padded_of_rows(np.arange(n)), jnp.int32)
+        table = embeddings["_N"].table.at[at].set(by_original[dg.parts.node_map()])
+        embeddings = {"_N": embeddings["_N"]._replace(table=table)}
+    total, count, grads, table_grads = sharded_loss_and_gradients(
+        run, run.params, embeddings, window_floats=1024, smallest=64)
     table = emb.rows(embeddings["_N"], np.arange(n))
+    rows = emb.rows(embeddings["_N"]._replace(table=table_grads["_N"]), np.arange(n))
     indptr, indices = global_csc(dg)
     etype = np.concatenate([np.asarray(dg.parts.part(k).etype) for k in range(dg.num_parts)])
-    labels = run.job.labels.to_numpy()
-    ids = train_ids(dg)
-    fn = dense_loss_fn(run, indptr, indices, etype, labels, ids)
+    fn = dense_loss_fn(run, indptr, indices, etype, run.job.labels.to_numpy(), train_ids(dg))
     dense_total, (dense_grads, dense_table) = fn(run.params, jnp.asarray(table))
-    np.testing.assert_allclose(total, float(dense_total), rtol=TOLERANCE)
-    assert_close(grads, dense_grads, "R-GCN 4 devices vs dense")
-    # The embedding rows' gradients, read back by row id.
-    got = emb.rows(embeddings["_N"]._replace(table=table_grads["_N"]), np.arange(n))
-    assert_close({"t": got}, {"t": np.asarray(dense_table)}, "embedding rows")
-    assert np.count_nonzero(np.any(got != 0, axis=1)) > 100
+    return ((total, count, grads, rows),
+            (float(dense_total), dense_grads, np.asarray(dense_table)), dg, table)
+
+
+def test_rgcn_full_batch_gradients_with_embeddings_on_8_devices_equal_1_and_dense(
+        aifb_dirs):
+    (total, count, grads, rows), (d_total, d_grads, d_table), dg, table = \
+        rgcn_loss_and_gradients(aifb_dirs[8], 8)
+    assert count > 0 and dg.num_parts == 8
+    np.testing.assert_allclose(total, d_total, rtol=TOLERANCE)
+    assert_close(grads, d_grads, "R-GCN 8 devices vs dense")
+    assert_close({"t": rows}, {"t": d_table}, "embedding rows")
+    assert np.count_nonzero(np.any(rows != 0, axis=1)) > 100
+
+    # One device, the same embedding rows by original node id.
+    by_orig = lambda g, d: g[np.asarray(d.parts.node_map_inv())]
+    (total1, count1, grads1, rows1), (d_total1, _, _), dg1, _ = \
+        rgcn_loss_and_gradients(aifb_dirs[1], 1, by_orig(table, dg))
+    assert count1 == count
+    np.testing.assert_allclose(total1, d_total1, rtol=TOLERANCE)
+    np.testing.assert_allclose(total1, total, rtol=TOLERANCE)
+    assert_close(grads1, grads, "R-GCN 1 device vs 8")
+    # The same node's embedding gradient under either numbering.
+    assert_close({"t": by_orig(rows1, dg1)}, {"t": by_orig(rows, dg)}, "rows, 1 vs 8")
