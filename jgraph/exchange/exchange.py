@@ -554,8 +554,8 @@ class Exchange:
                      ) -> tuple[PyTree, ExchangeStats]:
         """`gather`'s transpose into dense tables: every value (pytree of [n, ...]) is
         added to its id's row of the owner's table of `rows` rows (local row = id - the
-        owner's first id), summed over every device that sent one. Returns (tables,
-        pytree of [rows, ...] on each owner, stats). Every id moves: a transfer whose
+        owner's first id), summed over every device that sent one. Returns (tables, stats): tables a
+        pytree of [rows, ...] on each owner. Every id moves: a transfer whose
         need exceeds its capacity moves in as many rounds as it needs, never
         recompiled, never dropped (what full-batch training's backward pass sends back
         to the owners of the rows a window fetched). The scheduled strategy moves them

@@ -30,6 +30,8 @@ Two opt-ins extend the contract (attention needs both; `jgraph.models.gat`):
                      of disjoint slot sets then add up, key by key, to their merge in
                      that frame. Windows accumulate by adding, and the backward pass of
                      full-batch training recomputes each window in the final frame.
+                     `update` must not read "max" (the frame: no gradient flows
+                     through it, as none should through a softmax's shift).
 """
 from __future__ import annotations
 

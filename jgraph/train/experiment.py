@@ -353,9 +353,15 @@ class Experiment:
 
     def __post_init__(self):
         check_layers(self.model, self.train)
-        if self.task is Task.LINK and self.train.mode is Mode.FULL:
-            raise ConfigError("train.mode: full trains node classification; link "
-                              "prediction (task: link) trains on sampled batches of edges")
+        if self.train.mode is Mode.FULL:
+            if self.task is Task.LINK:
+                raise ConfigError("train.mode: full trains node classification; link "
+                                  "prediction (task: link) trains on sampled batches of "
+                                  "edges")
+            if self.exchange.cache > 0:
+                raise ConfigError(f"exchange.cache ({self.exchange.cache}) keeps feature "
+                                  f"rows; train.mode: full fetches each layer's rows, which "
+                                  f"no cache holds: set exchange.cache=0")
 
     def relative_to(self, folder: str) -> Experiment:
         """This config with a relative `data.path` taken from `folder` (the config

@@ -17,8 +17,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optax
 from flax import nnx
 from jax import lax
 
@@ -68,8 +66,9 @@ class FullBatchClassification(NodeClassification):
 
     def train_step(self, state: TrainState, data, order, index, stop):
         """Per device: one optimizer step on the loss over every training node. The
-        state is left as it is (halted) if an exchange lost an id (it cannot: windows
-        move in as many rounds as they need; a capped capacity is refused at build)."""
+        state is left as it is (halted) if an exchange lost an id: one out of the
+        graph's range (windows move in as many rounds as they need, so none is ever
+        left out for want of room)."""
         axis = self.exchange.axis
         tables = {t: state.embeddings[t].table for t in self.inputs.embeddings}
         grad_fn = jax.value_and_grad(self.full_loss, argnums=(0, 1), has_aux=True)
@@ -80,28 +79,13 @@ class FullBatchClassification(NodeClassification):
         grads = jax.tree.map(lambda g: g / total, grads)
         applied = (state.halted == 0) & (lost == 0)
         me = lax.axis_index(axis)
-        embeddings = dict(state.embeddings)
+        routed = {}
         for t, table in self.inputs.embeddings.items():
+            # Every row of this device's block, each with its own gradient.
             layout = table.layout
             rows = jnp.arange(layout.rows_per_part, dtype=jnp.int32)
             owned = jnp.asarray(layout.starts, jnp.int32)[me] + rows
             real = rows < jnp.asarray(layout.counts, jnp.int32)[me]
-            routed = (owned, table_grads[t].astype(jnp.float32) / total, real)
-            embeddings[t] = table.update_rows(self.exchange, state.embeddings[t], routed,
-                                              applied)
-        updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(applied, a, b), new, old)
-        params = keep(optax.apply_updates(state.params, updates), state.params)
-        opt_state = keep(opt_state, state.opt_state)
-        metrics = {"loss": lax.psum(loss, axis) / total,
-                   "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
-                   "stats": (), "lost": lost, "stop": lax.pmax(stop[0], axis),
-                   "applied": applied}
-        return TrainState(params, opt_state, embeddings, state.step + applied,
-                          (~applied).astype(jnp.int32)), metrics
-
-
-def full_batch_loader_size(counts) -> int:
-    """The loader batch that deals each device all of its training seeds at once."""
-    return max(int(np.max(counts)), 1)
-
+            routed[t] = (owned, table_grads[t].astype(jnp.float32) / total, real)
+        return self.commit(state, grads, routed, applied, stop, loss, correct, count, total,
+                           ())

@@ -458,8 +458,12 @@ class Loop:
             best = Best(best.score, t.epochs - 1, (s.state.params, s.state.embeddings))
         params, embeddings = best.state
         with self.progress.phase(f"evaluating ({t.inference.value})"):
+            # The per-epoch validation's evaluator is reused where it evaluates as
+            # asked (a full-batch run's is full-graph).
+            reuse = (isinstance(self.val_eval, FullGraphEvaluator)
+                     == (t.inference is Inference.FULL))
             final = evaluate_splits(self.run, params, embeddings, ("val", "test"),
-                                    t.inference, {"val": self.val_eval},
+                                    t.inference, {"val": self.val_eval} if reuse else None,
                                     self.counter("eval_step"), self.progress)
 
         def pick(split, key):

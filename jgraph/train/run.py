@@ -233,7 +233,7 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
     graphdef, params = nnx.split(model, nnx.Param)
     full = t.mode is Mode.FULL
     # Full-batch: one batch an epoch, every device's training seeds at once.
-    batch_size = (max(p.splits[target]["train"] for p in dg.meta.parts) if full
+    batch_size = (max(max(p.splits[target]["train"] for p in dg.meta.parts), 1) if full
                   else t.batch_size)
     try:
         loader = NodeLoader.from_split(dg, "train", target, batch_size=batch_size,
@@ -247,7 +247,7 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
                                       remat=t.rematerialize)
     else:
         job = NodeClassification(*parts, seed=t.seed, compute_dtype=t.precision.dtype)
-    if config.exchange.cache > 0 and inputs.features and not full:
+    if config.exchange.cache > 0 and inputs.features:
         job = dataclasses.replace(job, inputs=dataclasses.replace(
             inputs, caches=hot_caches(config, dg, job)))
     return Run(config, dg, target, num_classes, job, params)

@@ -298,6 +298,17 @@ class NodeClassification:
                                                   emb_grads[t] / total)
             emb_stats.append(st)
             applied = applied & (st.overflow == 0)
+        return self.commit(state, grads, routed, applied, stop, loss, correct, count, total,
+                           (*batch.stats, tuple(emb_stats)))
+
+    def commit(self, state: TrainState, grads, routed, applied, stop, loss, correct, count,
+               total, stats):
+        """The step's new state and metrics: the dense `grads` (already divided by
+        `total`, what the loss is a mean over) applied by the optimizer and the
+        embedding rows `routed` ({ntype: (owned ids, gradients, mask)}) by their sparse
+        optimizer, where `applied` (else the state is kept, halted); loss, correct and
+        count summed over devices, `stats` as they are."""
+        axis = self.exchange.axis
         embeddings = {**state.embeddings, **{
             t: table.update_rows(self.exchange, state.embeddings[t], routed[t], applied)
             for t, table in self.inputs.embeddings.items()}}
@@ -308,8 +319,7 @@ class NodeClassification:
         opt_state = keep(opt_state, state.opt_state)
         metrics = {"loss": lax.psum(loss, axis) / total,
                    "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
-                   "stats": (*batch.stats, tuple(emb_stats)),
-                   "stop": lax.pmax(stop[0], axis), "applied": applied}
+                   "stats": stats, "stop": lax.pmax(stop[0], axis), "applied": applied}
         return TrainState(params, opt_state, embeddings, state.step + applied,
                           (~applied).astype(jnp.int32)), metrics
 

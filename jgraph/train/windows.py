@@ -38,7 +38,7 @@ from jax import lax
 from jgraph.mesh import varying_axes
 from jgraph.models.stack import conv_key, layer_input
 
-# Rows (of the widest message) one window fetches: bounds the window's buffers.
+# Floats (window edges x the widest message) one window fetches: bounds its buffers.
 WINDOW_FLOATS = 1 << 22
 
 
@@ -117,7 +117,8 @@ def empty_partial(conv, messages, graph, relational: bool) -> dict:
 
 
 TIES = "max:ties"
-"""The accumulator key counting the slots at each "max" entry (full-batch training)."""
+"""The accumulator key counting the slots at each "max" entry (full-batch training's
+backward pass)."""
 
 
 def accumulate(conv, acc: dict, dst, edge_part) -> dict:
@@ -127,8 +128,8 @@ def accumulate(conv, acc: dict, dst, edge_part) -> dict:
     destinations' maxima rise to cover the window, their accumulators are rescaled to
     it (`conv.merge` with an empty partial there), and the window's terms, relative to
     it, are added. dst: int32[w] each edge's local destination (out of range: none).
-    With a `TIES` key, acc also counts the slots that equal each "max" entry (a
-    maximum's gradient is split between them, as JAX splits jnp.max's)."""
+    With a `TIES` key, acc also counts the slots that equal each "max" entry (full-batch
+    training's backward pass splits a maximum's gradient evenly between them)."""
     if not conv.framed:
         part = edge_part(None)
         out = {k: (acc[k].at[dst].max(part[k], mode="drop") if k == "max"
@@ -178,7 +179,8 @@ def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: boo
     """(acc, lost): conv's partial over every owned node's whole in-neighbourhood
     ({key: [n, ...]}), from this device's layer inputs h [n, F] (their messages,
     `conv.message(h)`, are what travels), walking `window` in-edges at a time; lost:
-    ids the exchange did not answer (0 unless a capacity was capped). Differentiable
+    ids the exchange did not answer (ids out of the graph's range; never for want of
+    room: a window moves in as many rounds as it needs). Differentiable
     in conv's parameters and in h (of every device: a row's cotangent goes back to its
     owner). The backward pass keeps only h (and, for a maximum or a framed layer, the
     result) and computes the messages again. key: randomness of the layer's edges
@@ -210,8 +212,17 @@ def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: boo
         return edge_partial(layer, rows, win, m_dst, relational, window_key(w), frame)
 
     def forward(state, h):
+        """(acc, lost, kept) of the layer inputs h."""
+        return merged(state, messages(state, h))
+
+    def merged(state, msgs, ties: bool = False):
+        """(acc, lost, kept) of the messages msgs: every window's partials merged, the
+        ids lost, and (remat=False) every window's fetched rows. ties: also count the
+        slots at each maximum (TIES)."""
         layer = nnx.merge(graphdef, state)
-        msgs = messages(state, h)
+        acc = empty_partial(layer, msgs, graph, relational)
+        if ties:
+            acc[TIES] = jnp.zeros_like(acc["max"])
         kept = _vary(jnp.zeros((windows if not remat else 0, window, msgs.shape[1]),
                                msgs.dtype), msgs)
 
@@ -226,27 +237,30 @@ def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: boo
                 kept = lax.dynamic_update_index_in_dim(kept, rows, w, 0)
             return acc, lost + missed, kept
 
-        acc = empty_partial(layer, msgs, graph, relational)
-        if "max" in acc and not layer.framed:
-            acc[TIES] = jnp.zeros_like(acc["max"])
-        acc, lost, kept = lax.fori_loop(0, windows, body, (acc, jnp.int32(0), kept))
-        ties = acc.pop(TIES, None)
-        return acc, lost, kept, ties
+        return lax.fori_loop(0, windows, body, (acc, jnp.int32(0), kept))
 
     @jax.custom_vjp
     def aggregate(state, h):
-        acc, lost, _, _ = forward(state, h)
+        acc, lost, _ = forward(state, h)
         return acc, lost
 
     def aggregate_fwd(state, h):
-        acc, lost, kept, ties = forward(state, h)
-        return (acc, lost), (state, h, acc if keeps_result else None, kept, ties)
+        acc, lost, kept = forward(state, h)
+        return (acc, lost), (state, h, acc if keeps_result else None, kept)
 
     def aggregate_bwd(residuals, cotangents):
-        state, h, acc, kept, ties = residuals
+        state, h, acc, kept = residuals
         g_acc = cotangents[0]
         framed = nnx.merge(graphdef, state).framed
         msgs, message_vjp = jax.vjp(messages, state, h)
+        top = ties = None
+        if acc is not None and "max" in acc and not framed:
+            # A maximum's gradient goes to the slots at it, split between them. Which
+            # slots those are is decided on this pass's own messages (a walk over the
+            # windows before the gradients'), not compared with the forward's values,
+            # which another compilation of the same arithmetic may round differently.
+            again = merged(state, msgs, ties=True)[0]
+            top, ties = again["max"], again[TIES]
 
         def body(w, carry):
             g_state, g_msgs = carry
@@ -261,7 +275,7 @@ def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: boo
             for k, p in part.items():
                 g = g_acc[k][at]
                 if k == "max" and not framed:     # split between the slots at the max
-                    g = jnp.where(p == acc[k][at], g / jnp.maximum(ties[at], 1), 0)
+                    g = jnp.where(p == top[at], g / jnp.maximum(ties[at], 1), 0)
                 cot[k] = jnp.where(live.reshape((-1,) + (1,) * (g.ndim - 1)), g, 0)
             g_s, g_rows, g_dst = vjp(cot)
             back, _ = exchange.scatter_rows(win.src, win.valid, g_rows, n)

@@ -1,7 +1,7 @@
 """Full-batch training as a run (`train.mode: full`): it trains cora with every shipped
 full-batch model kind, one step an epoch over every training node; a run stopped by
 SIGTERM resumes to the same per-step losses, epoch rows and result as the run that
-never stopped; the settings it does not take are refused by name."""
+never stopped; what it cannot do (link prediction, a feature cache) is refused by name."""
 import json
 import os
 import signal
@@ -77,6 +77,8 @@ def test_full_mode_needs_no_fanouts_and_refuses_link_prediction():
     assert config.train.fanouts != (-1, -1, -1)          # not one per layer: not needed
     with pytest.raises(ConfigError, match="train.mode: full trains node classification"):
         load(Experiment, SAGE, ["task=link"])
+    with pytest.raises(ConfigError, match=r"exchange.cache \(0.1\) keeps feature rows"):
+        load(Experiment, SAGE, ["exchange.cache=0.1"])
 
 
 def test_full_batch_training_takes_sparse_features_as_they_are(tmp_path, shared_data):
