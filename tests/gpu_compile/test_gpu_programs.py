@@ -207,8 +207,8 @@ def test_full_graph_inference_compiles_for_h100(make_run):
                                          "experiments/full_rgcn_aifb.yaml"])
 def test_full_batch_training_steps_compile_for_h100(make_run, config_file):
     """The shipped full-batch configs on 8 devices: the windows' rows come through the
-    exchange forward and again backward, their gradients go back the same way; nothing
-    is drawn."""
+    exchange (GAT's again in the backward pass), their gradients go back to the owners
+    the same way; nothing is drawn."""
     report = compile_step(make_run(config_file, 8), H100)
     assert report["ok"], report.get("error")
     assert report["pallas_kernels"] == 0
