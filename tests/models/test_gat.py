@@ -11,14 +11,6 @@ from jgraph.models import GAT, GATConv, Neighbourhood
 from jgraph.models.stack import aggregate_slots
 
 
-def random_neighbourhood(rng, n_src, n_dst, width):
-    nbr = rng.integers(0, n_src, (n_dst, width)).astype(np.int32)
-    mask = rng.random((n_dst, width)) < 0.6
-    mask[0] = False                                 # a node with no neighbour
-    mask[1] = True                                  # a node with every slot filled
-    return np.where(mask, nbr, -1), mask
-
-
 def f64(x):
     return np.asarray(x, np.float64)
 
@@ -54,7 +46,7 @@ def dgl_gatconv(conv: GATConv, h_src, nbr, mask):
 
 @pytest.mark.parametrize("concat", [True, False])
 @pytest.mark.parametrize("residual,in_features", [(False, 6), (True, 6), (True, 12)])
-def test_gat_layer_equals_dgls_formula(concat, residual, in_features):
+def test_gat_layer_equals_dgls_formula(concat, residual, in_features, random_neighbourhood):
     rng = np.random.default_rng(0)
     conv = GATConv(in_features, 4, 3, concat=concat, residual=residual, rngs=nnx.Rngs(1))
     assert (conv.res_fc is None) == (not residual or in_features == 12)
@@ -72,7 +64,7 @@ def _partial(conv, messages, nbr, mask, frame=None):
                            context=lambda key: conv.context(m_dst, key, frame))
 
 
-def test_windowed_softmax_equals_the_whole_neighbourhoods():
+def test_windowed_softmax_equals_the_whole_neighbourhoods(random_neighbourhood):
     """A hub's 64 slots cut into windows of 1 to 64 slots, merged by the running
     maximum and sum, or recomputed in the final frame and added up, give the partial
     of all 64 at once: the same layer output."""
@@ -100,7 +92,7 @@ def test_windowed_softmax_equals_the_whole_neighbourhoods():
                                    np.asarray(expected), rtol=1e-5, atol=1e-5)
 
 
-def test_attention_dropout_drops_weights_not_the_normaliser():
+def test_attention_dropout_drops_weights_not_the_normaliser(random_neighbourhood):
     """Without a key (evaluation) no dropout; with one, each output is a sum of the
     kept neighbours' weighted rows over 1 - rate, so its mean over draws is the
     undropped output."""
@@ -120,7 +112,7 @@ def test_attention_dropout_drops_weights_not_the_normaliser():
     assert np.all(np.abs(draws.mean(0) - plain) <= 5 * error + 1e-6)
 
 
-def test_gat_model_concatenates_hidden_heads_and_averages_the_output_heads():
+def test_gat_model_concatenates_hidden_heads_and_averages_the_output_heads(random_neighbourhood):
     model = GAT(6, 16, 3, 2, heads=4, out_heads=2, rngs=nnx.Rngs(0))
     assert [c.concat for c in model.convs] == [True, False]
     assert [(c.heads, c.out_features) for c in model.convs] == [(4, 4), (2, 3)]

@@ -9,14 +9,6 @@ from flax import nnx
 from jgraph.models import Aggregator, GraphSAGE, Neighbourhood, SAGEConv
 
 
-def random_neighbourhood(rng, n_src, n_dst, width):
-    nbr = rng.integers(0, n_src, (n_dst, width)).astype(np.int32)
-    mask = rng.random((n_dst, width)) < 0.6
-    mask[0] = False                                 # a node with no neighbour
-    mask[1] = True                                  # a node with every slot filled
-    return np.where(mask, nbr, -1), mask
-
-
 def linear(layer, x):
     out = x @ np.asarray(layer.kernel[...], np.float64)
     if layer.bias is not None:
@@ -44,7 +36,7 @@ def reference(conv: SAGEConv, h_src, nbr, mask):
 
 
 @pytest.mark.parametrize("aggregator", list(Aggregator))
-def test_sage_layer_equals_the_per_node_numpy_reference(aggregator):
+def test_sage_layer_equals_the_per_node_numpy_reference(aggregator, random_neighbourhood):
     rng = np.random.default_rng(0)
     conv = SAGEConv(6, 5, aggregator=aggregator, rngs=nnx.Rngs(1))
     h_src = rng.standard_normal((30, 6)).astype(np.float32)
@@ -54,7 +46,7 @@ def test_sage_layer_equals_the_per_node_numpy_reference(aggregator):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_padding_slots_do_not_change_the_output():
+def test_padding_slots_do_not_change_the_output(random_neighbourhood):
     """Whatever index a masked slot holds, the layer ignores it."""
     rng = np.random.default_rng(2)
     conv = SAGEConv(4, 3, rngs=nnx.Rngs(0))
@@ -65,7 +57,7 @@ def test_padding_slots_do_not_change_the_output():
                                   np.asarray(conv(h_src, jnp.asarray(junk), jnp.asarray(mask))))
 
 
-def test_graphsage_stacks_layers_in_block_order_and_checks_the_count():
+def test_graphsage_stacks_layers_in_block_order_and_checks_the_count(random_neighbourhood):
     rng = np.random.default_rng(3)
     model = GraphSAGE(4, 8, 3, num_layers=2, rngs=nnx.Rngs(0))
     h = jnp.asarray(rng.standard_normal((40, 4)), jnp.float32)
