@@ -87,6 +87,18 @@ def varying_axes(x) -> frozenset:
     return frozenset()
 
 
+def vary_like(tree, like):
+    """tree's leaves marked varying over the manual mesh axes `like` varies over (under
+    `shard_map`), where they do not already: a replicated value cast once, so that its
+    gradient is summed over devices once, where it was cast."""
+    axes = varying_axes(like)
+
+    def cast(x):
+        missing = tuple(sorted(axes - varying_axes(x)))
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
+    return jax.tree.map(cast, tree)
+
+
 def local_parts(mesh: Mesh) -> list[int]:
     """The partitions whose devices belong to this process, in mesh order."""
     mine = {d.id for d in mesh.local_devices}

@@ -170,9 +170,15 @@ class SparseRows:
         import jax.numpy as jnp
         from jax import lax
 
+        from jgraph.mesh import vary_like
+
         dtype = jnp.result_type(self.values.dtype, kernel.dtype)
         values = self.values.astype(dtype)
-        kernel = _vary_like(kernel, values)
+        # A replicated kernel gathered by per-device indices is made varying once,
+        # before the loop over slot columns: its gradient is then summed over devices
+        # once, after the loop, instead of by one all-reduce per column inside it (which
+        # also trips XLA:CPU's collectives when devices run loop iterations apart).
+        kernel = vary_like(kernel, values)
 
         def column(k):
             idx = lax.dynamic_index_in_dim(self.indices, k, axis=1, keepdims=False)
@@ -182,20 +188,6 @@ class SparseRows:
         # Started from column 0, so that the loop carry has the inputs' type (under
         # shard_map, their varying axes).
         return lax.fori_loop(1, self.nnz_per_row, lambda k, acc: acc + column(k), column(0))
-
-
-def _vary_like(x, like):
-    """x, marked as varying over the manual mesh axes `like` varies over (under
-    shard_map). A replicated kernel gathered by per-device indices is made varying
-    once, before the loop over slot columns: its gradient is then summed over
-    devices once, after the loop, instead of by one all-reduce per column inside it
-    (which also trips XLA:CPU's collectives when devices run loop iterations apart)."""
-    from jax import lax
-
-    from jgraph.mesh import varying_axes
-
-    missing = tuple(sorted(varying_axes(like) - varying_axes(x)))
-    return lax.pcast(x, missing, to="varying") if missing else x
 
 
 _registered = False

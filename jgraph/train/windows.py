@@ -35,7 +35,7 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
-from jgraph.mesh import varying_axes
+from jgraph.mesh import vary_like
 from jgraph.models.stack import conv_key, layer_input
 
 # Floats (window edges x the widest message) one window fetches: bounds its buffers.
@@ -162,19 +162,6 @@ def labelled_rows(logits, graph, layout, labels, axis):
     return logits[jnp.where(real, node, 0)], real
 
 
-
-def _vary(tree, like):
-    """tree's leaves marked varying over the axes `like` varies over (under shard_map):
-    replicated parameters enter the custom VJP per device, so that their cotangents are
-    per device too (shard_map's autodiff sums them over devices where they are cast)."""
-    axes = varying_axes(like)
-
-    def cast(x):
-        missing = tuple(sorted(axes - varying_axes(x)))
-        return lax.pcast(x, missing, to="varying") if missing else x
-    return jax.tree.map(cast, tree)
-
-
 def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: bool = True):
     """(acc, lost): conv's partial over every owned node's whole in-neighbourhood
     ({key: [n, ...]}), from this device's layer inputs h [n, F] (their messages,
@@ -187,14 +174,12 @@ def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: boo
     (attention dropout), folded per window; None in evaluation."""
     graphdef, state = nnx.split(conv)
     like = jax.tree.leaves(h)[-1]
-    state = _vary(state, like)
+    state = vary_like(state, like)
     relational = graph.num_relations > 1
     n = graph.nodes_per_part
     edge_dst = edge_destinations(graph)
     windows = num_windows(graph, window)
     base = graph.offsets[lax.axis_index(exchange.axis)]
-    keeps_result = conv.framed or "max" in empty_partial(
-        conv, conv.message(h), graph, relational)
 
     def messages(state, h):
         return nnx.merge(graphdef, state).message(h)
@@ -223,7 +208,7 @@ def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: boo
         acc = empty_partial(layer, msgs, graph, relational)
         if ties:
             acc[TIES] = jnp.zeros_like(acc["max"])
-        kept = _vary(jnp.zeros((windows if not remat else 0, window, msgs.shape[1]),
+        kept = vary_like(jnp.zeros((windows if not remat else 0, window, msgs.shape[1]),
                                msgs.dtype), msgs)
 
         def body(w, carry):
@@ -246,7 +231,9 @@ def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: boo
 
     def aggregate_fwd(state, h):
         acc, lost, kept = forward(state, h)
-        return (acc, lost), (state, h, acc if keeps_result else None, kept)
+        # The result is kept only where the backward pass reads it: a frame, a maximum.
+        keep = conv.framed or "max" in acc
+        return (acc, lost), (state, h, acc if keep else None, kept)
 
     def aggregate_bwd(residuals, cotangents):
         state, h, acc, kept = residuals
