@@ -42,7 +42,13 @@ class LinkPredictor(nnx.Module):
                  key: jax.Array | None = None) -> jax.Array:
         return self.gnn(self.encoder(rows, valid), neighbourhoods, key)
 
-    def score(self, h_src: jax.Array, h_dst: jax.Array, etype: jax.Array) -> jax.Array:
+    def query(self, h_src: jax.Array, etype: jax.Array) -> jax.Array:
+        """The source's side of the score: `score(h_src, h_dst, etype)` is
+        `sum(query(h_src, etype) * h_dst, -1)` (so one query scores many destinations
+        with a matmul)."""
         if self.decoder is Decoder.DISTMULT:
-            h_src = h_src * self.relations[...][jnp.maximum(etype, 0)]
-        return jnp.sum(h_src * h_dst, axis=-1)
+            return h_src * self.relations[...][jnp.maximum(etype, 0)]
+        return h_src
+
+    def score(self, h_src: jax.Array, h_dst: jax.Array, etype: jax.Array) -> jax.Array:
+        return jnp.sum(self.query(h_src, etype) * h_dst, axis=-1)

@@ -149,6 +149,28 @@ def test_ranks_and_metrics_equal_a_numpy_loop_with_ogbs_tie_rule():
     assert got["count"] == 200
 
 
+@pytest.mark.parametrize("decoder", ["dot", "distmult"])
+@pytest.mark.parametrize("nodes", [40, 4000])     # negatives by matmul / gathered rows
+def test_scored_edges_equal_the_decoders_formula_by_matmul_or_gathered_rows(decoder, nodes):
+    from jgraph.models.link import Decoder, LinkPredictor
+    from jgraph.train import link
+    rng = np.random.default_rng(3)
+    model = LinkPredictor(None, None, Decoder(decoder), 8, 3, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+    emb = rng.standard_normal((nodes, 8)).astype(np.float32)
+    n, k = 300, 5                                   # 300: a chunk and a padded one
+    src, dst = rng.integers(0, nodes, n), rng.integers(0, nodes, n)
+    negatives, etype = rng.integers(0, nodes, (n, k)), rng.integers(0, 3, n).astype(np.int32)
+    assert (nodes <= link.MATMUL_NODES_PER_NEGATIVE * k) == (nodes == 40)
+    pos, neg = link.score_edges(params, graphdef, emb, src, dst, etype, negatives)
+    rel = (np.asarray(model.relations[...])[etype] if decoder == "distmult"
+           else np.ones((n, 8), np.float32))
+    np.testing.assert_allclose(pos, np.sum(emb[src] * rel * emb[dst], 1), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(neg, np.einsum("nd,nkd->nk", emb[src] * rel, emb[negatives]),
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.slow      # sampled and full-graph embeddings of every node
 def test_sampled_evaluation_with_every_neighbour_equals_full_graph_and_numpy(run8):
     params = run8.params
