@@ -33,13 +33,15 @@ class Ragged(Transfer):
 
     def __init__(self, plan: Plan, axis: str):
         super().__init__(plan, axis)
-        me = lax.axis_index(axis)
-        matrix = lax.all_gather(plan.counts, axis)                   # [sender, owner]
-        self.sender_starts = lax.all_gather(plan.start, axis)[:, me]  # my group, per sender
-        self.recv_sizes = matrix[:, me]                              # from each sender
+        # Each device learns what concerns it alone, [P] integers each (never the
+        # [sender, owner] matrix of every device's counts, which grows as P^2):
+        swap = lambda x: lax.all_to_all(x, axis, 0, 0, tiled=True)   # x[j] to device j
+        self.recv_sizes = swap(plan.counts)                          # from each sender
+        self.sender_starts = swap(plan.start)                        # my group, per sender
         self.recv_offsets = (jnp.cumsum(self.recv_sizes) - self.recv_sizes).astype(jnp.int32)
-        # Where my group for owner p lands in p's receive order: after lower senders'.
-        self.out_offsets = (jnp.cumsum(matrix, axis=0) - matrix)[me].astype(jnp.int32)
+        # Where my group for owner p lands in p's receive order (after lower senders'):
+        # p's offset for me.
+        self.out_offsets = swap(self.recv_offsets)
         self.need, self.top = jnp.sum(self.recv_sizes), (self.num_parts - 1) * self.n
 
     @classmethod
