@@ -112,7 +112,8 @@ class Exchange:
     """
 
     def __init__(self, offsets, config: ExchangeConfig = ExchangeConfig(), axis: str = AXIS,
-                 platform: str | None = None, capacities=None, pair_weights=None):
+                 platform: str | None = None, capacities=None, pair_weights=None,
+                 planned: bool = False):
         """platform: of the devices it runs on (a mesh's `devices.flat[0].platform`, or
         the platform a program is built for); it resolves `Strategy.AUTO` and refuses
         ragged_all_to_all on "cpu". None: unknown (AUTO is then all_to_all).
@@ -120,7 +121,10 @@ class Exchange:
         `calibrated`); lengths not in it are estimated. pair_weights: float[P, P], the
         ids partition k is expected to ask of partition j (`DistGraph.exchange` counts
         its halos); the scheduled strategy groups its device pairs by them (without:
-        the P - 1 shifts)."""
+        the P - 1 shifts). planned: every request length is taken as measured at its
+        estimate (one capacity, no ladder; a scatter_add at its estimate, not its
+        bound), so that a program built from counts (`jgraph compile --abstract`) is
+        the one a calibrated run compiles, not the one of its measuring batches."""
         self.platform = platform
         self.offsets = np.asarray(offsets, np.int64)
         if self.offsets[-1] >= np.iinfo(np.int32).max:
@@ -136,6 +140,7 @@ class Exchange:
         self.axis = axis
         self.capacities = {int(k): int(v) for k, v in dict(capacities or {}).items()}
         self.pair_weights = None if pair_weights is None else np.asarray(pair_weights)
+        self.planned = planned
         self._schedule = None
 
     @property
@@ -150,7 +155,7 @@ class Exchange:
         """A copy with another config or capacities (pair weights and schedule kept)."""
         copy = Exchange(self.offsets, config or self.config, self.axis, self.platform,
                         self.capacities if capacities is None else capacities,
-                        self.pair_weights)
+                        self.pair_weights, self.planned)
         copy._schedule = self._schedule
         return copy
 
@@ -214,7 +219,8 @@ class Exchange:
         need, not limited, or else its top, since an estimate that falls short would
         lose values (a training run measures every length its step sends)."""
         config, top = self.config, transfer.top
-        if config.sizing is Sizing.BOUND or (one_round and transfer.n not in self.capacities):
+        measured = transfer.n in self.capacities or self.planned
+        if config.sizing is Sizing.BOUND or (one_round and not measured):
             cap = top
         else:
             if transfer.n in self.capacities:
@@ -245,7 +251,7 @@ class Exchange:
         graph's 8-device step, one rung compiled in 7.1 s where four took 9.4 s), else
         the ladder below an estimated or bound top. A chunked transfer's one capacity
         alone: its rounds are all of that capacity."""
-        if transfer.chunked or (transfer.n in self.capacities
+        if transfer.chunked or ((transfer.n in self.capacities or self.planned)
                                 and self.config.sizing is Sizing.CALIBRATED):
             return (top,)
         return self.config.ladder(top)

@@ -157,7 +157,8 @@ def abstract_programs(config: Experiment, counts: Counts, mesh, platform: str) -
     seeds = _loader(mesh, train, max(int(train.max()), 1) if full else t.batch_size,
                     t.drop_last and not full, t.seed)
     common = dict(tx=dense_optimizer(config), sampler=NeighborSampler(t.fanouts),
-                  exchange=Exchange(layout.offsets, config.exchange, platform=platform),
+                  exchange=Exchange(layout.offsets, config.exchange, platform=platform,
+                                    planned=True),
                   inputs=inputs, seed=t.seed, compute_dtype=t.precision.dtype)
     if config.task is Task.LINK:
         params, job = _link_job(config, inputs, layout.offsets, seeds, common)
