@@ -19,12 +19,18 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 SYNTHETIC = str(EXPERIMENTS / "sage_synthetic.yaml")
 LINK = str(EXPERIMENTS / "lp_sage_facebook.yaml")
 # Known defect, kept visible: the scheduled strategy's training step grows by ~1% per
-# doubling of the devices (1.384 -> 1.399 MB from 2 to 8 H100s; a buffer per round of
-# its schedule, which has about P rounds). strict: the test fails once that is fixed.
+# doubling of the devices (1.384 -> 1.392 -> 1.399 MB for 2, 4, 8 H100s). XLA's buffer
+# assignment gives each round's ppermute (a branch of a P - 1 way switch) buffers of its
+# own: one chunk of ids and of answers each (a chunk is ~1/8 of the mean pair's load,
+# so together about an eighth of the request whatever P, but each rounded up to 8 ids),
+# and a few scalars and tuples. strict: the test fails once that is fixed.
 STRATEGIES = [pytest.param(s.value, marks=pytest.mark.xfail(
-                  strict=True, reason="scheduled: a buffer per schedule round (~P rounds)"))
+                  strict=True, reason="scheduled: buffers of its own for each round's "
+                                      "ppermute (P - 1 rounds)"))
               if s is Strategy.SCHEDULED else s.value
               for s in Strategy if s is not Strategy.AUTO]
+# Every strategy at 2 and 8 devices; the GPU's default (ragged_all_to_all) at 4 too.
+DEVICE_COUNTS = {Strategy.RAGGED.value: (2, 4, 8)}
 
 pytestmark = [pytest.mark.gpu_compile, pytest.mark.slow]
 
@@ -57,10 +63,12 @@ def temp_bytes(devices: int, config_file: str, program: Program, *overrides: str
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_temp_bytes_do_not_grow_with_the_device_count(strategy):
     temps = {devices: temp_bytes(devices, SYNTHETIC, Program.TRAIN, *TWO_HOPS,
-                                 f"exchange.strategy={strategy}") for devices in (2, 4, 8)}
-    # The most devices need no more than the fewest (XLA's buffer assignment of the
-    # ring's P - 1 shifts moves the figures in between by about 1%, either way).
-    assert temps[8] <= temps[2] * (1 + ROUNDING), temps
+                                 f"exchange.strategy={strategy}")
+             for devices in DEVICE_COUNTS.get(strategy, (2, 8))}
+    # More devices need no more than the fewest (XLA's buffer assignment of the ring's
+    # P - 1 shifts moves the figures by about 1%, either way).
+    for temp in temps.values():
+        assert temp <= temps[2] * (1 + ROUNDING), temps
 
 
 @pytest.mark.parametrize("config_file,program", [
