@@ -54,8 +54,10 @@ NOT_RUN = {
     "pip install": "installs the package this test runs from",
     "python -m pytest": "the test suite itself (CI runs it)",
 }
-# Appended to every `jgraph train` the README shows: its commands, on small settings.
-SMALL_TRAINING = ["--set", "train.epochs=2"]
+# Appended to every `jgraph train` the README shows: its commands, on small settings
+# (one epoch: every command still partitions, compiles, trains, evaluates and writes
+# its result; a resumed run takes the steps after the checkpoint's).
+SMALL_TRAINING = ["--set", "train.epochs=1"]
 
 
 def shell_commands(code: str) -> list[str]:
@@ -74,7 +76,7 @@ def shell_commands(code: str) -> list[str]:
 
 
 def small(argv: list[str]) -> list[str]:
-    """`argv` on small settings: `jgraph train` for 2 epochs (the inner command too, of
+    """`argv` on small settings: `jgraph train` for 1 epoch (the inner command too, of
     `python -m jgraph.launch ... -- jgraph train ...`)."""
     return argv + SMALL_TRAINING if "train" in argv and "jgraph" in argv else argv
 
@@ -135,13 +137,13 @@ def test_the_readme_python_blocks_run_in_order(tmp_path):
 EXAMPLES = {
     "partition_and_inspect.py": [],
     "distributed_tensors.py": ["--steps", "3"],
-    "node_classification.py": ["--epochs", "2"],
-    "learnable_embeddings.py": ["--epochs", "2"],
+    "node_classification.py": ["--epochs", "1"],
+    "learnable_embeddings.py": ["--epochs", "1"],
     "rgcn_heterogeneous.py": ["--epochs", "1"],
-    "own_graph.py": ["--epochs", "2"],
-    "own_model.py": ["--epochs", "2"],
-    "multi_process.py": ["--epochs", "2"],
-    "link_prediction.py": ["--epochs", "2"],
+    "own_graph.py": ["--epochs", "1"],
+    "own_model.py": ["--epochs", "1"],
+    "multi_process.py": ["--epochs", "1"],
+    "link_prediction.py": ["--epochs", "1"],
 }
 NEEDS_SHARED_DATA = {"rgcn_heterogeneous.py"}
 
