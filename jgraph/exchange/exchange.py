@@ -216,8 +216,9 @@ class Exchange:
         `ExchangeConfig.max_capacity`.
 
         one_round: the transfer has no later rounds (a scatter_add's): its measured
-        need, not limited, or else its top, since an estimate that falls short would
-        lose values (a training run measures every length its step sends)."""
+        need (planned: its estimate), not limited, or else its top, since an estimate
+        that falls short would lose values (a training run measures every length its
+        step sends)."""
         config, top = self.config, transfer.top
         measured = transfer.n in self.capacities or self.planned
         if config.sizing is Sizing.BOUND or (one_round and not measured):
