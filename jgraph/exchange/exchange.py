@@ -220,8 +220,7 @@ class Exchange:
         that falls short would lose values (a training run measures every length its
         step sends)."""
         config, top = self.config, transfer.top
-        measured = transfer.n in self.capacities or self.planned
-        if config.sizing is Sizing.BOUND or (one_round and not measured):
+        if config.sizing is Sizing.BOUND or (one_round and not self._measured(transfer)):
             cap = top
         else:
             if transfer.n in self.capacities:
@@ -235,6 +234,11 @@ class Exchange:
         if config.max_capacity is not None:
             cap = min(cap, config.max_capacity)
         return max(min(cap, top), 1)
+
+    def _measured(self, transfer: Transfer) -> bool:
+        """Whether `transfer`'s request length is sized as measured: a capacity was
+        measured for it, or the exchange is planned (its estimate taken as measured)."""
+        return transfer.n in self.capacities or self.planned
 
     def _transfers(self, plan: Plan) -> list[Transfer]:
         """The plan's transfers, none on a one-device mesh (where every id is local)."""
@@ -252,7 +256,7 @@ class Exchange:
         graph's 8-device step, one rung compiled in 7.1 s where four took 9.4 s), else
         the ladder below an estimated or bound top. A chunked transfer's one capacity
         alone: its rounds are all of that capacity."""
-        if transfer.chunked or ((transfer.n in self.capacities or self.planned)
+        if transfer.chunked or (self._measured(transfer)
                                 and self.config.sizing is Sizing.CALIBRATED):
             return (top,)
         return self.config.ladder(top)

@@ -241,8 +241,8 @@ def _scorer(graphdef, matmul: bool):
     @jax.jit
     def score(params, emb, src, dst, negatives, etype):
         model = nnx.merge(graphdef, params)
+        pos = model.score(emb[src], emb[dst], etype)
         query = model.query(emb[src], etype)
-        pos = jnp.sum(query * emb[dst], axis=-1)
         if matmul:
             return pos, jnp.take_along_axis(query @ emb.T, negatives, axis=1)
         return pos, jnp.einsum("cd,ckd->ck", query, emb[negatives])

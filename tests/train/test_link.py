@@ -25,11 +25,19 @@ from flax import nnx
 from jgraph.config import load
 from jgraph.data import load_dataset, split_edges
 from jgraph.models import Neighbourhood
+from jgraph.models.link import Decoder, LinkPredictor
 from jgraph.partition import partition_graph
 from jgraph.progress import Progress
 from jgraph.sharded import REPLICATED, ROWS, DistGraph, make_mesh
 from jgraph.train.experiment import Experiment, Inference, LinkLoss
-from jgraph.train.link import LinkEvaluator, link_loss, ogb_ranks, rank_metrics
+from jgraph.train.link import (
+    MATMUL_NODES_PER_NEGATIVE,
+    LinkEvaluator,
+    link_loss,
+    ogb_ranks,
+    rank_metrics,
+    score_edges,
+)
 from jgraph.train.loop import RunStopped, train_and_evaluate
 from jgraph.train.run import build_run, open_graph
 
@@ -152,8 +160,6 @@ def test_ranks_and_metrics_equal_a_numpy_loop_with_ogbs_tie_rule():
 @pytest.mark.parametrize("decoder", ["dot", "distmult"])
 @pytest.mark.parametrize("nodes", [40, 4000])     # negatives by matmul / gathered rows
 def test_scored_edges_equal_the_decoders_formula_by_matmul_or_gathered_rows(decoder, nodes):
-    from jgraph.models.link import Decoder, LinkPredictor
-    from jgraph.train import link
     rng = np.random.default_rng(3)
     model = LinkPredictor(None, None, Decoder(decoder), 8, 3, rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model, nnx.Param)
@@ -161,8 +167,8 @@ def test_scored_edges_equal_the_decoders_formula_by_matmul_or_gathered_rows(deco
     n, k = 300, 5                                   # 300: a chunk and a padded one
     src, dst = rng.integers(0, nodes, n), rng.integers(0, nodes, n)
     negatives, etype = rng.integers(0, nodes, (n, k)), rng.integers(0, 3, n).astype(np.int32)
-    assert (nodes <= link.MATMUL_NODES_PER_NEGATIVE * k) == (nodes == 40)
-    pos, neg = link.score_edges(params, graphdef, emb, src, dst, etype, negatives)
+    assert (nodes <= MATMUL_NODES_PER_NEGATIVE * k) == (nodes == 40)
+    pos, neg = score_edges(params, graphdef, emb, src, dst, etype, negatives)
     rel = (np.asarray(model.relations[...])[etype] if decoder == "distmult"
            else np.ones((n, 8), np.float32))
     np.testing.assert_allclose(pos, np.sum(emb[src] * rel * emb[dst], 1), rtol=1e-5,
