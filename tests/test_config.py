@@ -81,3 +81,24 @@ def test_missing_and_malformed_files_are_reported(tmp_path):
         load(Experiment, write(tmp_path, "model: [1, \n"))
     with pytest.raises(ConfigError, match="top level must be a mapping"):
         load(Experiment, write(tmp_path, "- 1\n- 2\n"))
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["model.aggregator=pool"], "model.aggregator mean or gcn"),
+    (["model.kind=gat"], "model.kind: sage"),
+    (["model.dropout=0.5"], "set model.dropout=0 and model.input_dropout=0"),
+    (["model.input_dropout=0.2"], "set model.dropout=0 and model.input_dropout=0"),
+    (["model.num_layers=1", "train.fanouts=[2]", "train.eval_fanouts=[-1]"],
+     "model.num_layers >= 2"),
+    (["train.mode=full"], "task: node, train.mode: sampled"),
+    (["task=link"], "task: node, train.mode: sampled"),
+])
+def test_control_variates_refuse_what_their_estimator_cannot_do_naming_the_key(settings,
+                                                                                 message):
+    from jgraph.train.experiment import Experiment as Run
+    base = ["train.sampler=control_variate", "model.dropout=0"]
+    with pytest.raises(ConfigError) as err:
+        override(Run(), base + settings)
+    assert "train.sampler: control_variate" in str(err.value)
+    assert message in str(err.value)
+    override(Run(), base)          # mean GraphSAGE without dropout is accepted

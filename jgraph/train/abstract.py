@@ -36,7 +36,8 @@ from jgraph.sharded.layout import RowLayout
 from jgraph.sharded.tensor import DistTensor
 from jgraph.target import Target, target_mesh
 from jgraph.train.compile import Program, Programs, compile_into, struct_on
-from jgraph.train.experiment import Experiment, Mode, Task
+from jgraph.train.control_variate import CHUNK, ControlVariateClassification
+from jgraph.train.experiment import Experiment, HistoryInit, Mode, Sampler, Task
 from jgraph.train.full import FullBatchClassification
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.link import LinkPrediction
@@ -171,11 +172,34 @@ def abstract_programs(config: Experiment, counts: Counts, mesh, platform: str) -
     if full:
         job = FullBatchClassification(graphdef, loader=seeds, labels=labels, **common,
                                       remat=t.rematerialize)
+    elif t.sampler is Sampler.CONTROL_VARIATE:
+        job = _control_variate_job(config, graph, graphdef, params, seeds, labels, common)
     else:
         job = NodeClassification(graphdef, loader=seeds, labels=labels, **common)
     val = _loader(mesh, counts.split(counts.val), t.eval_batch_size, False, t.seed)
     masks = {s: struct_on(mesh, ROWS, rows, jnp.bool_) for s in ("val", "test")}
     return Programs(job, graph, params, job.evaluating(val, t.eval_fanouts), masks)
+
+
+def _control_variate_job(config: Experiment, graph: ShardedGraph, graphdef, params,
+                         seeds: NodeLoader, labels: DistTensor, common: dict
+                         ) -> ControlVariateClassification:
+    """The control-variate job of a graph of `graph`'s shapes: its P X sums and chunk
+    starts as shape structs, every partition's in-edge chunks at their bound (one per
+    node plus one per `CHUNK` edges), histories started from zeros (their shapes are
+    what the program reads)."""
+    t, mesh = config.train, seeds.mesh
+    n, e, parts = graph.nodes_per_part, graph.edges_per_part, mesh.size
+    model = nnx.merge(graphdef, params)
+    width = model.gnn.convs[0].fc_neigh.in_features
+    common = {**common, "sampler": NeighborSampler(t.fanouts[:-1])}
+    return ControlVariateClassification(
+        graphdef, loader=seeds, labels=labels, **common, graph=graph,
+        input_sums=struct_on(mesh, ROWS, (parts * n, width), jnp.float32),
+        chunk_start=struct_on(mesh, ROWS, (parts * n,), jnp.int32),
+        chunk_offsets=np.arange(parts + 1, dtype=np.int64) * (n + e // CHUNK),
+        widths=tuple(conv.fc_neigh.in_features for conv in model.gnn.convs[1:]),
+        history_init=HistoryInit.ZEROS, history_dtype=t.history_precision.dtype)
 
 
 def _link_job(config: Experiment, inputs: NodeInputs, offsets: np.ndarray,

@@ -73,6 +73,24 @@ class Mode(enum.Enum):
     FULL = "full"
 
 
+class Sampler(enum.Enum):
+    """How a sampled step aggregates: `neighbor` (each layer over its sampled
+    neighbours), or `control_variate` (VR-GCN: each layer above the first adds the exact
+    sum of every neighbour's history to a correction from the sampled ones, so fanouts
+    as small as 1 train as all neighbours do; `jgraph.train.control_variate`)."""
+
+    NEIGHBOR = "neighbor"
+    CONTROL_VARIATE = "control_variate"
+
+
+class HistoryInit(enum.Enum):
+    """How control variates' histories start: `inference` (one layer-wise full-graph
+    pass with the initial parameters) or `zeros`."""
+
+    INFERENCE = "inference"
+    ZEROS = "zeros"
+
+
 class Inference(enum.Enum):
     """How the final evaluation runs: `sampled` with `eval_fanouts`, or `full`:
     layer-wise inference over every node's whole in-neighbourhood."""
@@ -225,6 +243,11 @@ class TrainConfig:
       needs more is run again with more room, never cut (jgraph.sampling.capacity).
     profile: a directory ("" = none; relative: in the workdir) to write a JAX profiler
       trace of `profile_steps` training steps into, from the run's second step on.
+    sampler: neighbor, or control_variate (GraphSAGE mean or gcn without dropout; the
+      input layer's aggregate is exact, computed once, so fanouts' last entry, the
+      input layer's, is not drawn).
+    history_init, history_precision: control variates' histories start from one
+      full-graph inference pass (or zeros) and are stored in f32 (or bf16).
     """
 
     fanouts: tuple[int, ...] = (10, 10)
@@ -247,6 +270,9 @@ class TrainConfig:
     capacity_headroom: float = 0.1
     profile: str = ""
     profile_steps: int = 5
+    sampler: Sampler = Sampler.NEIGHBOR
+    history_init: HistoryInit = HistoryInit.INFERENCE
+    history_precision: Precision = Precision.F32
 
     def __post_init__(self):
         _fanouts("train.fanouts", self.fanouts)
@@ -353,6 +379,7 @@ class Experiment:
 
     def __post_init__(self):
         check_layers(self.model, self.train)
+        self._check_control_variates()
         if self.train.mode is Mode.FULL:
             if self.task is Task.LINK:
                 raise ConfigError("train.mode: full trains node classification; link "
@@ -362,6 +389,30 @@ class Experiment:
                 raise ConfigError(f"exchange.cache ({self.exchange.cache}) keeps feature "
                                   f"rows; train.mode: full fetches each layer's rows, which "
                                   f"no cache holds: set exchange.cache=0")
+
+    def _check_control_variates(self) -> None:
+        """What the estimator needs: sampled node classification with mean or gcn
+        GraphSAGE layers above an input layer, and no dropout."""
+        m, t = self.model, self.train
+        if t.sampler is not Sampler.CONTROL_VARIATE:
+            return
+        if self.task is Task.LINK or t.mode is Mode.FULL:
+            raise ConfigError("train.sampler: control_variate trains node classification on "
+                              "sampled batches (task: node, train.mode: sampled)")
+        if m.num_layers < 2:
+            raise ConfigError("train.sampler: control_variate needs model.num_layers >= 2 "
+                              "(the input layer's aggregate is exact; the layers above it "
+                              "sample)")
+        aggregator = Aggregator(m.aggregator)
+        if m.kind != "sage" or aggregator not in (Aggregator.MEAN, Aggregator.GCN):
+            raise ConfigError(f"train.sampler: control_variate needs model.kind: sage with "
+                              f"model.aggregator mean or gcn (an aggregate linear in the "
+                              f"neighbours' rows); got {m.kind} / {aggregator.value}")
+        if m.dropout or m.input_dropout:
+            raise ConfigError(f"train.sampler: control_variate does not drop out (the "
+                              f"paper's CVD variant is not implemented): set "
+                              f"model.dropout=0 and model.input_dropout=0 (got {m.dropout} "
+                              f"and {m.input_dropout})")
 
     def relative_to(self, folder: str) -> Experiment:
         """This config with a relative `data.path` taken from `folder` (the config

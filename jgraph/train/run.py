@@ -37,11 +37,13 @@ from jgraph.sampling.sampler import SampleStats
 from jgraph.sharded import DistGraph, make_mesh
 from jgraph.sharded.cache import HotCache, request_counts
 from jgraph.sharded.sparse_optim import SparseAdagrad, SparseAdam
+from jgraph.train.control_variate import ControlVariateClassification, check_model, prepare
 from jgraph.train.experiment import (
     DataConfig,
     Experiment,
     Mode,
     Optimizer,
+    Sampler,
     SparseOptimizerKind,
     Task,
 )
@@ -240,11 +242,24 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
                                        drop_last=t.drop_last and not full, seed=t.seed)
     except ValueError as e:
         raise ConfigError(f"train.batch_size: {e}") from None
-    parts = (graphdef, dense_optimizer(config), NeighborSampler(t.fanouts), loader,
+    variates = t.sampler is Sampler.CONTROL_VARIATE
+    # Control variates draw the layers above the input one: its aggregate is exact.
+    sampler = NeighborSampler(t.fanouts[:-1] if variates else t.fanouts)
+    parts = (graphdef, dense_optimizer(config), sampler, loader,
              dg.exchange(config.exchange, platform), inputs, labels)
     if full:
         job = FullBatchClassification(*parts, seed=t.seed, compute_dtype=t.precision.dtype,
                                       remat=t.rematerialize)
+    elif variates:
+        try:
+            check_model(model.gnn, config.model.dropout, config.model.input_dropout)
+            job = prepare(ControlVariateClassification(
+                *parts, seed=t.seed, compute_dtype=t.precision.dtype,
+                widths=tuple(conv.fc_neigh.in_features for conv in model.gnn.convs[1:]),
+                history_init=t.history_init, history_dtype=t.history_precision.dtype),
+                dg.graph)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     else:
         job = NodeClassification(*parts, seed=t.seed, compute_dtype=t.precision.dtype)
     if config.exchange.cache > 0 and inputs.features:

@@ -64,13 +64,16 @@ class TrainState:
     the number of steps applied; halted: int32, 1 from a step whose sample overflowed
     the sampler's capacities on: that step and every later one leave the state as it
     was, until the host grows the capacities, clears it and runs them again (see
-    `NodeClassification.train_step`)."""
+    `NodeClassification.train_step`); histories: per layer above the first, the
+    row-sharded table of every node's last input to it (control-variate sampling,
+    `jgraph.train.control_variate`; empty otherwise)."""
 
     params: Any
     opt_state: Any
     embeddings: dict
     step: jax.Array
     halted: jax.Array
+    histories: tuple = ()
 
 
 class StepData(NamedTuple):
@@ -320,8 +323,9 @@ class NodeClassification:
         metrics = {"loss": lax.psum(loss, axis) / total,
                    "correct": lax.psum(correct, axis), "count": lax.psum(count, axis),
                    "stats": stats, "stop": lax.pmax(stop[0], axis), "applied": applied}
-        return TrainState(params, opt_state, embeddings, state.step + applied,
-                          (~applied).astype(jnp.int32)), metrics
+        return dataclasses.replace(state, params=params, opt_state=opt_state,
+                                   embeddings=embeddings, step=state.step + applied,
+                                   halted=(~applied).astype(jnp.int32)), metrics
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
         """Per device: {"loss": sum, "correct", "count", "classes": int32[3, C]} of

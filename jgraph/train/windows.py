@@ -299,15 +299,25 @@ def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
     device's rows of each). window_floats, smallest_window: bound each window (see
     `edge_window`). key: dropout (between layers and in attention); None: evaluation.
     remat: see the module."""
+    layers, lost = full_graph_layers(model, inputs, features, embeddings, graph, exchange,
+                                     window_floats, smallest_window, key=key, remat=remat)
+    return layers[-1], lost
+
+
+def full_graph_layers(model, inputs, features, embeddings, graph, exchange,
+                      window_floats: int = WINDOW_FLOATS, smallest_window: int = 256, *,
+                      key=None, remat: bool = True):
+    """`full_graph_logits` with every layer's rows: ([each layer's output [n, width],
+    the last one the logits], ids lost)."""
     h = local_inputs(inputs, model.encoder, features, embeddings, graph, exchange.axis)
     gnn = model.gnn
     h = gnn.drop_inputs(h, key)
-    lost = jnp.int32(0)
+    lost, layers = jnp.int32(0), []
     for i, conv in enumerate(gnn.convs):
         h = layer_input(conv, h)
         width = conv.message(jnp.zeros((1, h.shape[1]), h.dtype)).shape[1]
         window = edge_window(graph.edges_per_part, width, window_floats, smallest_window)
         h, missed = full_batch_layer(gnn, i, h, graph, exchange, window, key, remat)
+        layers.append(h)
         lost = lost + missed
-    return h, lost
-
+    return layers, lost

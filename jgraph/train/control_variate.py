@@ -1,0 +1,448 @@
+"""Control-variate sampling (`train.sampler: control_variate`): VR-GCN (Chen, Zhu and
+Song, ICML 2018), where two sampled neighbours per node train as well as all of them.
+
+Every node keeps a *history* of its input to each layer above the first, h̄ (one
+row-sharded table per layer, `TrainState.histories`). Layer l aggregates, for a dst node
+v with in-neighbours N(v) of which the batch sampled S(v),
+
+    Σ_{u ∈ N(v)} h̄_u  +  |N(v)| / |S(v)| · Σ_{u ∈ S(v)} (h_u - h̄_u)
+
+the exact sum of every neighbour's history plus a scaled correction from the sampled
+neighbours' fresh rows h_u. Over the draws its mean is the exact sum of the fresh rows
+(whatever h̄ is), and its variance depends only on h - h̄, which vanishes as training
+settles. The input layer's history is the input itself: its aggregate P X is exact,
+computed once per partition (the paper's preprocessing, `prepare`), so only the layers
+above it sample: fanouts' last entry (the input layer's) is never drawn. After each
+step the fresh rows of every node the batch computed become its histories, on the
+owners (a node computed on several devices gets their mean: the same value, since a
+node's draws depend only on its id and the step).
+
+Σ_{u ∈ N(v)} h̄_u is fetched, not kept as running sums: a running sum must be updated
+along the out-edges of every node whose history changed, and a step writes the
+histories of every layer's src rows (fanout + 1 times the rows it reads sums for), so
+pushing deltas moves more than fetching. The fetch walks each dst node's in-edges in
+chunks of `CHUNK`: chunk ids are a second id space (every node's chunks numbered after
+the ones before it, so each partition owns a contiguous range, `chunk_offsets`) routed
+by the same exchange machinery, `window` chunks a round, as many rounds as the busiest
+device needs, so a hub spans rounds and nothing is sized by the largest degree.
+
+Mean and gcn GraphSAGE only: their aggregate is linear in the neighbours' rows, which
+the estimator needs. Dropout is refused (the paper's CVD variant is not implemented).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax import lax
+
+from jgraph.data.sparse import dense
+from jgraph.exchange import Exchange, ExchangeStats, Strategy
+from jgraph.mesh import REPLICATED, ROWS, rows_sharding
+from jgraph.models.sage import Aggregator, SAGEConv
+from jgraph.models.stack import MessagePassing, layer_input
+from jgraph.sampling.blocks import Block
+from jgraph.train.experiment import HistoryInit
+from jgraph.train.step import NodeClassification, TrainState, masked_cross_entropy
+from jgraph.train.windows import edge_window, full_graph_layers, local_inputs, window_aggregate
+
+CHUNK = 16
+"""In-edges one request of the history fetch reads (see the module)."""
+
+
+class Summed(MessagePassing):
+    """A layer without parameters whose partial is the sum of its neighbours' rows and
+    their count: what `prepare` walks the in-edges with."""
+
+    def reduce(self, m_nbr, mask, etype=None, **context) -> dict:
+        return {"sum": jnp.sum(m_nbr, axis=1),
+                "count": jnp.sum(mask, axis=1).astype(m_nbr.dtype)}
+
+
+class ControlVariateData(NamedTuple):
+    """`StepData`'s arrays and the control variates' own, per device blocks of the
+    graph's node rows (local node i is global id offsets[me] + i):
+
+      input_sums: float32[n, F] — Σ of each node's in-neighbours' input rows (P X
+        unnormalised: the input layer's exact aggregate).
+      chunk_start: int32[n] — each node's first in-edge chunk, counted from this
+        partition's first (its global chunk id adds `chunk_offsets[me]`).
+    """
+
+    graph: object
+    features: dict
+    labels: jax.Array
+    caches: dict
+    input_sums: jax.Array
+    chunk_start: jax.Array
+
+
+def check_model(gnn, dropout: float, input_dropout: float) -> None:
+    """ValueError unless every layer is a mean or gcn GraphSAGE layer and nothing drops."""
+    for i, conv in enumerate(gnn.convs):
+        if not (isinstance(conv, SAGEConv)
+                and conv.aggregator in (Aggregator.MEAN, Aggregator.GCN)):
+            kind = (f"a {conv.aggregator.value} GraphSAGE layer" if isinstance(conv, SAGEConv)
+                    else f"a {type(conv).__name__}")
+            raise ValueError(f"train.sampler: control_variate needs mean or gcn GraphSAGE "
+                             f"layers (an aggregate linear in the neighbours' rows); layer {i} "
+                             f"is {kind}")
+    if dropout or input_dropout:
+        raise ValueError(f"train.sampler: control_variate does not apply dropout (the "
+                         f"paper's CVD variant is not implemented): set model.dropout=0 and "
+                         f"model.input_dropout=0 (got {dropout} and {input_dropout})")
+
+
+def input_block(dst: jax.Array) -> Block:
+    """The input layer's block: its dst nodes read only their own rows and `input_sums`
+    (no neighbour slot)."""
+    n = dst.shape[0]
+    return Block(dst=dst, src=dst, nbr=jnp.zeros((n, 0), jnp.int32),
+                 mask=jnp.zeros((n, 0), bool))
+
+
+def combine_stats(a: ExchangeStats, b: ExchangeStats) -> ExchangeStats:
+    """Two exchanges' counters as one: amounts added, sizes the larger."""
+    most = ("capacity", "length", "needed", "rounds")
+    return ExchangeStats(*(jnp.maximum(x, y) if name in most else x + y
+                           for name, x, y in zip(ExchangeStats._fields, a, b)))
+
+
+def no_stats() -> ExchangeStats:
+    return ExchangeStats(*(jnp.zeros((), jnp.float32 if name == "wire_bytes" else jnp.int32)
+                           for name in ExchangeStats._fields))
+
+
+def chunk_counts(degree: jax.Array, chunk: int) -> jax.Array:
+    return (degree + chunk - 1) // chunk
+
+
+def chunk_neighbours(graph, chunk_start, chunk_offsets, chunk: int, axis: str):
+    """owner_fn of chunk ids: int32[n, chunk] the in-neighbours (id + 1; 0 = none) of
+    each requested chunk of an owned node's in-edges."""
+    def fn(ids, mask):
+        me = lax.axis_index(axis)
+        c = jnp.where(mask, ids - jnp.asarray(chunk_offsets, jnp.int32)[me], 0)
+        # A node without in-edges starts where the next one does: the last start at or
+        # below c is the node whose chunks hold it.
+        node = jnp.clip(jnp.searchsorted(chunk_start, c, side="right") - 1, 0,
+                        graph.nodes_per_part - 1)
+        lo = graph.indptr[node] + (c - chunk_start[node]) * chunk
+        pos = lo[:, None] + jnp.arange(chunk, dtype=jnp.int32)
+        ok = mask[:, None] & (pos < (graph.indptr[node] + graph.in_degree[node])[:, None])
+        return jnp.where(ok, graph.indices[jnp.where(ok, pos, 0)] + 1, 0)
+    return fn
+
+
+def neighbour_history_sums(exchange: Exchange, chunks: Exchange, graph, chunk_start, ids, degree,
+                 first, read, window: int, chunk: int = CHUNK):
+    """(float32[n, F] Σ of `read` over every in-neighbour of each id, stats): ids
+    int32[n] (-1 = none), degree int32[n] their in-degrees, first int32[n] their first
+    chunk ids; read: an owner_fn of node rows (a history table's). `window` chunks a
+    round, as many rounds as the busiest device needs."""
+    n = ids.shape[0]
+    count = jnp.where(ids >= 0, chunk_counts(degree, chunk), 0)
+    ends = jnp.cumsum(count)
+    starts = ends - count
+    total = ends[-1]
+    rounds = lax.pmax((total + window - 1) // window, exchange.axis)
+    neighbours = chunk_neighbours(graph, chunk_start, chunks.offsets, chunk, exchange.axis)
+    width = jax.eval_shape(read, ids[:1], ids[:1] >= 0).shape[1:]
+    acc = jnp.zeros((n,) + width, jnp.float32) + (ids[0] * 0).astype(jnp.float32)
+
+    def one_round(r, carry):
+        acc, got_stats, row_stats = carry
+        k = r * window + jnp.arange(window, dtype=jnp.int32)
+        ok = k < total
+        i = jnp.clip(jnp.searchsorted(ends, k, side="right"), 0, n - 1).astype(jnp.int32)
+        nbr, st_nbr = chunks.gather(first[i] + k - starts[i], ok, neighbours, distinct=True)
+        rows, st_rows = exchange.gather(nbr.reshape(-1) - 1, nbr.reshape(-1) > 0, read)
+        per_chunk = jnp.sum(rows.reshape((window, chunk) + width).astype(jnp.float32), axis=1)
+        acc = acc.at[jnp.where(ok, i, n)].add(per_chunk, mode="drop")
+        return (acc, combine_stats(got_stats, st_nbr), combine_stats(row_stats, st_rows))
+    acc, st_nbr, st_rows = lax.fori_loop(0, rounds, one_round, (acc, no_stats(), no_stats()))
+    return acc, (st_nbr, st_rows)
+
+
+def owned_rows(block, offsets, axis: str):
+    """owner_fn reading a [n, ...] block of the graph's node rows by owned global id
+    (offsets: the partition book, as `ShardedGraph.offsets`)."""
+    def fn(ids, mask):
+        return block[jnp.where(mask, ids - offsets[lax.axis_index(axis)], 0)]
+    return fn
+
+
+def cv_forward(gnn, x, input_sums, degree, blocks, history_src, history_sums):
+    """(the last layer's rows [n_dst, C], the fresh input rows of layers 1.. L-1, one
+    [n_src_l, F] per layer, for block l's src): the stack `gnn` on `blocks` (model
+    order, blocks[0] the `input_block`), every layer's neighbour aggregate estimated
+    with control variates (see the module).
+
+    x: [n0, F] input rows of blocks[0]'s nodes; input_sums: [n0, F] their P X sums;
+    degree: int32[n0] their in-degrees (every later block's dst are the first rows of
+    the one before, so its in-degrees are a prefix); history_src[l - 1]: [n_src_l, F]
+    the histories of block l's src; history_sums[l - 1]: [n_dst_l, F] the sums of
+    every in-neighbour's history of block l's dst."""
+    h, fresh = x, []
+    last = len(gnn.convs) - 1
+    for i, conv in enumerate(gnn.convs):
+        block = blocks[i]
+        n_dst = block.num_dst
+        deg = degree[:n_dst].astype(h.dtype)
+        if i == 0:
+            total = input_sums.astype(h.dtype)
+        else:
+            delta = h - history_src[i - 1].astype(h.dtype)
+            picked = jnp.take(delta, jnp.where(block.mask, block.nbr, 0), axis=0)
+            drawn = jnp.sum(jnp.where(block.mask[..., None], picked, 0), axis=1)
+            sampled = jnp.maximum(jnp.sum(block.mask, axis=1), 1).astype(h.dtype)
+            total = (history_sums[i - 1].astype(h.dtype)
+                     + drawn * (deg / sampled)[:, None])
+        partial = {"sum": conv.message(total), "count": deg}
+        h = gnn.post(i, conv.update(layer_input(conv, h[:n_dst]), partial))
+        if i < last:
+            fresh.append(h)
+    return h, fresh
+
+
+class Batch(NamedTuple):
+    """One device's batch: `step.Batch`'s fields and what the estimator reads.
+
+    input_sums: [n0, F] P X sums of blocks[0]'s nodes; degree: int32[n0] their
+    in-degrees; history_src, history_sums: per layer above the first, as `cv_forward`
+    takes them."""
+
+    blocks: tuple
+    rows: dict
+    valid: dict
+    labels: jax.Array
+    label_mask: jax.Array
+    stats: object
+    input_sums: jax.Array
+    degree: jax.Array
+    history_src: tuple
+    history_sums: tuple
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ControlVariateClassification(NodeClassification):
+    """Node classification whose layers above the first estimate their aggregates with
+    control variates (see the module). `sampler` draws the layers above the input one
+    (len(fanouts) = layers - 1). input_sums, chunk_start: the per-device blocks of
+    `ControlVariateData` and graph the `ShardedGraph` they are of (`prepare` sets
+    them); chunk_offsets: int64[P + 1] the
+    partitions' chunk id ranges; widths: the input width of each layer above the first;
+    history_init, history_dtype: how the histories start and what they are stored in."""
+
+    graph: object = None
+    input_sums: jax.Array | None = None
+    chunk_start: jax.Array | None = None
+    chunk_offsets: np.ndarray | None = None
+    widths: tuple[int, ...] = ()
+    history_init: HistoryInit = HistoryInit.INFERENCE
+    history_dtype: object = jnp.float32
+
+    # -- host side ---------------------------------------------------------------------
+
+    @property
+    def chunks(self) -> Exchange:
+        """The exchange of in-edge chunk ids: the job's, over `chunk_offsets`."""
+        ex = self.exchange
+        return Exchange(self.chunk_offsets, ex.config, ex.axis, ex.platform, ex.capacities,
+                        planned=ex.planned)
+
+    def data(self, graph) -> ControlVariateData:
+        base = super().data(graph)
+        return ControlVariateData(*base, self.input_sums, self.chunk_start)
+
+    def data_specs(self, graph) -> ControlVariateData:
+        return ControlVariateData(*super().data_specs(graph), ROWS, ROWS)
+
+    def state_specs(self) -> TrainState:
+        return dataclasses.replace(super().state_specs(),
+                                   histories=tuple(ROWS for _ in self.widths))
+
+    def init(self, params) -> TrainState:
+        state = super().init(params)
+        return dataclasses.replace(state, histories=self.initial_histories(state))
+
+    def initial_histories(self, state: TrainState) -> tuple:
+        """One [P * nodes_per_part, width] row-sharded table per layer above the first:
+        zeros, or every node's input to that layer by full-graph inference with the
+        state's parameters."""
+        graph = self.graph
+        n = graph.nodes_per_part
+        if self.history_init is HistoryInit.ZEROS:
+            # Made on the devices (abstractly, under `jax.eval_shape`).
+            zeros = jax.jit(lambda: tuple(
+                jnp.zeros((self.mesh.size * n, w), self.history_dtype) for w in self.widths),
+                out_shardings=tuple(rows_sharding(self.mesh) for _ in self.widths))
+            return zeros()
+        inputs, exchange = self.inputs, here(self.exchange, self.mesh)
+
+        def per_device(params, embeddings, data):
+            model = nnx.merge(self.graphdef, params)
+            layers, _ = full_graph_layers(model, inputs, data.features, embeddings,
+                                          data.graph, exchange)
+            return tuple(h.astype(self.history_dtype) for h in layers[:-1])
+        program = jax.jit(jax.shard_map(
+            per_device, mesh=self.mesh,
+            in_specs=(REPLICATED, inputs.embedding_specs(), self.data_specs(graph)),
+            out_specs=tuple(ROWS for _ in self.widths)))
+        return program(state.params, state.embeddings, self.data(graph))
+
+    def evaluating(self, loader, fanouts) -> NodeClassification:
+        """Evaluation samples plainly (with the eval fanouts: all neighbours by default)."""
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(NodeClassification)}
+        return NodeClassification(**plain).evaluating(loader, fanouts)
+
+    # -- inside the step (per device, under shard_map) --------------------------------
+
+    def batch_of(self, data, embeddings, order, index, step, histories=None) -> Batch:
+        """`NodeClassification.batch_of` and the estimator's rows: the P X sums and
+        in-degrees of the input block's nodes, and per layer above it the histories of
+        its src and the sums of its dst's neighbours' histories. histories: the state's
+        tables (None: zeros, for measuring what the batch sends)."""
+        exchange, axis = self.exchange, self.exchange.axis
+        graph = data.graph
+        if histories is None:
+            n = graph.nodes_per_part
+            histories = tuple(jnp.zeros((n, w), self.history_dtype) for w in self.widths)
+        seeds, mask = self.loader.batch(order, index)
+        sample = self.sampler.sample(graph, exchange, seeds, mask, seed=self.seed, step=step,
+                                     local_seeds=True)
+        blocks = (input_block(sample.blocks[0].src), *sample.blocks)
+        nodes = blocks[0].dst
+        rows, valid, input_stats = self.inputs.fetch(exchange, data.features, embeddings,
+                                                     nodes, caches=data.caches)
+        me = lax.axis_index(axis)
+        first_chunk = jnp.asarray(self.chunk_offsets, jnp.int32)[me]
+
+        def about(ids, ok):
+            local = jnp.where(ok, ids - graph.offsets[me], 0)
+            return {"sums": data.input_sums[local], "degree": graph.in_degree[local],
+                    "first": data.chunk_start[local] + first_chunk}
+        info, info_stats = exchange.gather(nodes, nodes >= 0, about, distinct=True)
+        chunks = self.chunks
+        history_src, history_sums, history_stats = [], [], []
+        for layer, table in enumerate(histories, start=1):
+            block = blocks[layer]
+            read = owned_rows(table, graph.offsets, axis)
+            src, st_src = exchange.gather(block.src, block.src >= 0, read, distinct=True)
+            n_dst = block.num_dst
+            sums, st_sums = neighbour_history_sums(exchange, chunks, graph, data.chunk_start,
+                                                  block.dst, info["degree"][:n_dst],
+                                                  info["first"][:n_dst], read, max(n_dst, 8))
+            history_src.append(src)
+            history_sums.append(sums)
+            history_stats.append((st_src, *st_sums))
+        dst = sample.seeds
+        y, label_stats = self.labels.lookup(exchange, data.labels, dst, dst >= 0, local=True)
+        stats = (sample.stats, input_stats, label_stats, info_stats, tuple(history_stats))
+        return Batch(blocks, rows, valid, y, (dst >= 0) & (y >= 0), stats, info["sums"],
+                     info["degree"], tuple(history_src), tuple(history_sums))
+
+    def batch_loss(self, params, embedding_rows, batch: Batch, key=None):
+        """(loss sum, (correct, count, logits, fresh rows of the layers above the first))."""
+        del embedding_rows, key            # no embeddings, no dropout (checked)
+        model = nnx.merge(self.graphdef, params)
+        x = dense(model.encoder(batch.rows, batch.valid)).astype(jnp.float32)
+        logits, fresh = cv_forward(model.gnn, x, batch.input_sums, batch.degree,
+                                   batch.blocks, batch.history_src, batch.history_sums)
+        loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
+        return loss, (correct, count, (logits, tuple(fresh)))
+
+    def train_step(self, state: TrainState, data, order, index, stop):
+        """Per device: `NodeClassification.train_step` with the estimator, and every
+        fresh row the batch computed written to its node's history (a node computed on
+        several devices gets their mean). Refused, as a sampled step is, where the
+        sample or a history write did not fit its capacity."""
+        exchange = self.exchange
+        batch = self.batch_of(data, state.embeddings, order, index, state.step,
+                              state.histories)
+        grad_fn = jax.value_and_grad(self.batch_loss, has_aux=True)
+        (loss, (correct, count, (_, fresh))), grads = grad_fn(state.params, {}, batch)
+        total = jnp.maximum(lax.psum(count, exchange.axis), 1).astype(jnp.float32)
+        grads = jax.tree.map(lambda g: g / total, grads)
+        applied = (state.halted == 0) & (batch.stats[0].overflow == 0)
+        # Every write reaches its owner first: if one did not fit its capacity (a
+        # scatter_add moves one round), the step is refused and no table changes.
+        routed, write_stats = [], []
+        for layer, rows in enumerate(fresh, start=1):
+            ids = batch.blocks[layer].src
+            got, st = route_rows(exchange, ids, ids >= 0, lax.stop_gradient(rows))
+            routed.append(got)
+            write_stats.append(st)
+            applied = applied & (st.overflow == 0)
+        new_state, metrics = self.commit(state, grads, {}, applied, stop, loss, correct,
+                                         count, total, (*batch.stats, tuple(write_stats)))
+        # Written in place where applied (a copy of a whole table would cost its size).
+        kept = tuple(store_rows(table, got, applied, data.graph.offsets, exchange.axis)
+                     for table, got in zip(state.histories, routed))
+        return dataclasses.replace(new_state, histories=kept), metrics
+
+
+
+def route_rows(exchange: Exchange, ids, valid, rows):
+    """((owned ids, mean rows, mask) on each owner, stats): `rows` sent to their ids'
+    owners, an id sent by several devices given the mean of their rows (one
+    `scatter_add` round: what does not fit is counted in `overflow`)."""
+    n = ids.shape[0]
+    (owned, (sums, count), mask), stats = exchange.scatter_add(
+        ids, valid, (rows.astype(jnp.float32), jnp.ones((n,), jnp.float32)))
+    return (owned, sums / jnp.maximum(count, 1)[:, None], mask), stats
+
+
+def store_rows(table, routed, where, offsets, axis: str):
+    """This device's [n, F] block of node rows with the rows `route_rows` brought
+    written, if `where` (else as it was)."""
+    owned, rows, mask = routed
+    local = jnp.where(mask & where, owned - offsets[lax.axis_index(axis)], table.shape[0])
+    return table.at[local].set(rows.astype(table.dtype), mode="drop")
+
+
+def here(exchange: Exchange, mesh) -> Exchange:
+    """`exchange` for the devices of `mesh` (the job's may be built for other hardware,
+    `jgraph compile --target`): what the host-run programs of the job use."""
+    config = dataclasses.replace(exchange.config, strategy=Strategy.AUTO)
+    return Exchange(exchange.offsets, config, exchange.axis, mesh.devices.flat[0].platform)
+
+
+def prepare(job: ControlVariateClassification, graph, chunk: int = CHUNK
+            ) -> ControlVariateClassification:
+    """`job` with its P X sums and in-edge chunk ids, computed once for the partition:
+    every node's in-edges walked in windows as full-graph inference does."""
+    inputs, mesh = job.inputs, job.mesh
+    exchange = here(job.exchange, mesh)
+    if len(inputs.node_types) != 1 or inputs.embeddings:
+        raise ValueError(f"train.sampler: control_variate needs one node type with input "
+                         f"features (its first layer's aggregate is computed once); this "
+                         f"graph has node types {list(inputs.node_types)}, learnable "
+                         f"embeddings for {sorted(inputs.embeddings)}")
+    (ntype,) = inputs.node_types
+
+    def per_device(graph, features):
+        x = local_inputs(inputs, lambda rows, valid: dense(rows[ntype]).astype(jnp.float32),
+                         features, {}, graph, exchange.axis)
+        window = edge_window(graph.edges_per_part, x.shape[1])
+        acc, lost = window_aggregate(Summed(), x, graph, exchange, window)
+        count = jnp.where(graph.node_mask, chunk_counts(graph.in_degree, chunk), 0)
+        ends = jnp.cumsum(count)
+        return acc["sum"], (ends - count).astype(jnp.int32), ends[-1:], lost
+    program = jax.jit(jax.shard_map(
+        per_device, mesh=mesh, in_specs=(graph.specs(), inputs.specs()),
+        out_specs=(ROWS, ROWS, ROWS, REPLICATED)))
+    sums, start, totals, lost = program(graph, inputs.arrays())
+    if int(lost):
+        raise RuntimeError(f"control variates: {int(lost)} in-edge source id(s) are not "
+                           f"nodes of the graph")
+    offsets = np.concatenate([[0], np.cumsum(np.asarray(jax.device_get(totals), np.int64))])
+    if offsets[-1] >= np.iinfo(np.int32).max:
+        raise ValueError(f"control variates number the graph's in-edges in chunks of "
+                         f"{chunk}: {int(offsets[-1])} chunks do not fit int32 ids")
+    return dataclasses.replace(job, graph=graph, input_sums=sums, chunk_start=start,
+                               chunk_offsets=offsets)
