@@ -126,6 +126,10 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "final_loss": float(outs[-1]["loss"]),
         "strategy": job.exchange.config.strategy.value, "precision": cfg.train.precision.value,
+        "sampler": cfg.train.sampler.value,
+        # Control variates' history tables: one per layer above the first, every node's
+        # row (bytes on each device).
+        "history_bytes_per_device": sum(h.nbytes for h in state.histories) // dg.mesh.size,
         "capacities": list(job.sampler.capacities or job.sampler.worst_case(
             dg.graph, job.seeds_per_step)) if job.samples else None,
         "worst_case_capacities": (job.sampler.worst_case(dg.graph, job.seeds_per_step)

@@ -15,6 +15,7 @@ Cora in 8 METIS parts, GraphSAGE with fanouts of 1 or 2; cora's hubs (in-degree 
 to 168) span several in-edge chunks of the history fetch.
 """
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -295,3 +296,43 @@ def test_the_estimated_logits_average_to_the_exact_ones(cora8):
     # The draws do differ (the mean's test is not a comparison of equal numbers).
     assert np.max(draws.std(0)) > 1e-2 * np.max(np.abs(want))
     assert np.all(np.abs(mean - want) <= 5 * error + 1e-5 * np.max(np.abs(want)))
+
+
+class Stop(Exception):
+    """Raised by a run's on_step hook: the process dies between two steps."""
+
+
+def test_a_stopped_run_resumes_with_its_histories_and_the_same_losses(tmp_path):
+    import json
+
+    from jgraph.config import load
+    from jgraph.progress import Progress
+    from jgraph.train.experiment import Experiment as Config
+    from jgraph.train.loop import train_and_evaluate
+
+    settings = ["data.num_parts=2", "train.epochs=3", "train.batch_size=32",
+                "model.hidden=16", "checkpoint.every_steps=2", "checkpoint.asynchronous=false",
+                "train.history_init=zeros"]
+    experiment = str(Path(__file__).resolve().parents[2] / "experiments" / "cv_sage_cora.yaml")
+    config = load(Config, experiment, settings)
+    quiet = Progress(enabled=False)
+    reference = train_and_evaluate(config, str(tmp_path / "whole"), quiet)
+
+    def stop_at_5(step):
+        if step == 5:
+            raise Stop
+    with pytest.raises(Stop):
+        train_and_evaluate(config, str(tmp_path / "stopped"), quiet, on_step=stop_at_5)
+    resumed = train_and_evaluate(config, str(tmp_path / "stopped"), quiet)
+    assert resumed["resumed_from_step"] == 4
+
+    def lines(run, name):
+        return [json.loads(line) for line in (tmp_path / run / name).read_text().splitlines()]
+    assert lines("stopped", "steps.jsonl") == lines("whole", "steps.jsonl")
+    timings = {"epoch_seconds", "seeds_per_s", "compile_seconds"}
+
+    def epochs(run):
+        return [{k: v for k, v in r.items() if k not in timings}
+                for r in lines(run, "metrics.jsonl")]
+    assert epochs("stopped") == epochs("whole")
+    assert resumed["test_acc"] == reference["test_acc"]
