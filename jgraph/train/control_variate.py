@@ -113,6 +113,7 @@ def combine_stats(a: ExchangeStats, b: ExchangeStats) -> ExchangeStats:
 
 
 def no_stats() -> ExchangeStats:
+    """Counters of no exchange (what `combine_stats` starts from)."""
     return ExchangeStats(*(jnp.zeros((), jnp.float32 if name == "wire_bytes" else jnp.int32)
                            for name in ExchangeStats._fields))
 
@@ -138,8 +139,8 @@ def chunk_neighbours(graph, chunk_start, chunk_offsets, chunk: int, axis: str):
     return fn
 
 
-def neighbour_history_sums(exchange: Exchange, chunks: Exchange, graph, chunk_start, ids, degree,
-                 first, read, window: int, chunk: int = CHUNK):
+def neighbour_history_sums(exchange: Exchange, chunks: Exchange, graph, chunk_start, ids,
+                           degree, first, read, window: int, chunk: int = CHUNK):
     """(float32[n, F] Σ of `read` over every in-neighbour of each id, stats): ids
     int32[n] (-1 = none), degree int32[n] their in-degrees, first int32[n] their first
     chunk ids; read: an owner_fn of node rows (a history table's). `window` chunks a
