@@ -58,16 +58,15 @@ class NodeLoader:
 
     @classmethod
     def from_split(cls, dg: DistGraph, split: str = "train", ntype: str | None = None, *,
-                   batch_size: int, drop_last: bool = False, seed: int = 0) -> NodeLoader:
-        """The nodes of `split` (of `ntype`, or the only type), each on its owner."""
+                   batch_size: int, drop_last: bool = False, seed: int = 0,
+                   most: int | None = None) -> NodeLoader:
+        """The nodes of `split` (of `ntype`, or the only type), each on its owner; most:
+        as `from_parts`."""
         ntype = ntype or dg._single_type()
-        names = dg.meta.splits.get(ntype, [])
-        if split not in names:
-            raise KeyError(f"split {split!r} of type {ntype!r} is not in {dg.parts.root}; "
-                           f"it has {sorted(names)}")
-        counts = np.array([p.splits[ntype][split] for p in dg.meta.parts], np.int64)
+        counts = split_counts(dg, split, ntype)
         return cls.from_parts(dg.mesh, counts, lambda k: dg.parts.part(k).splits[ntype][split],
-                              batch_size=batch_size, drop_last=drop_last, seed=seed)
+                              batch_size=batch_size, drop_last=drop_last, seed=seed,
+                              most=most)
 
     @classmethod
     def from_ids(cls, mesh: Mesh, offsets, ids, *, batch_size: int, drop_last: bool = False,
@@ -85,14 +84,18 @@ class NodeLoader:
 
     @classmethod
     def from_parts(cls, mesh: Mesh, counts, part_ids, *, batch_size: int,
-                   drop_last: bool = False, seed: int = 0) -> NodeLoader:
+                   drop_last: bool = False, seed: int = 0, most: int | None = None
+                   ) -> NodeLoader:
         """Distinct ids dealt by partition: `part_ids(k)` (called for this process's
-        partitions only) holds partition k's `counts[k]` ids."""
+        partitions only) holds partition k's `counts[k]` ids. most: shape the batches
+        for this many seeds on the busiest device (at least its own), so that loaders
+        of several sets of seeds share their shapes, and a program compiled for one
+        runs the others (`shared_shape`)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if counts.size != mesh.size:
             raise ValueError(f"{counts.size} partitions of seeds for a mesh of {mesh.size} devices")
-        most = int(counts.max(initial=0))
+        most = max(int(counts.max(initial=0)), most or 0)
         if drop_last and most < batch_size:
             raise ValueError(f"batch_size {batch_size} with drop_last: no device has a full "
                              f"batch (the most seeds on one device is {most}), so an epoch "
@@ -148,6 +151,23 @@ class NodeLoader:
         ids = lax.dynamic_slice_in_dim(order, jnp.asarray(step, jnp.int32) * self.batch_size,
                                        self.batch_size)
         return ids, ids >= 0
+
+
+def split_counts(dg: DistGraph, split: str, ntype: str) -> np.ndarray:
+    """int64[P]: the nodes of `split` of `ntype` on each partition."""
+    names = dg.meta.splits.get(ntype, [])
+    if split not in names:
+        raise KeyError(f"split {split!r} of type {ntype!r} is not in {dg.parts.root}; "
+                       f"it has {sorted(names)}")
+    return np.array([p.splits[ntype][split] for p in dg.meta.parts], np.int64)
+
+
+def shared_shape(dg: DistGraph, splits, ntype: str) -> int:
+    """The `most` that gives loaders of each of `splits` (of `ntype`; those the graph
+    has) one shape: the most nodes of any of them on one partition."""
+    names = dg.meta.splits.get(ntype, [])
+    return max((int(split_counts(dg, s, ntype).max(initial=0)) for s in splits if s in names),
+               default=0)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", "axis"))

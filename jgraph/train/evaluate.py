@@ -13,6 +13,7 @@ import numpy as np
 from jgraph.config import ConfigError
 from jgraph.mesh import all_processes, host_sync
 from jgraph.progress import Progress
+from jgraph.sampling.loader import shared_shape
 from jgraph.sharded import DistGraph
 from jgraph.train.checkpoint import (
     ModelError,
@@ -29,13 +30,21 @@ from jgraph.train.run import PARTITION_DIR, Run, build_run, is_partition_dir, op
 
 # -- Sampled and full-graph evaluation ---------------------------------------------------
 
+EVALUATED = ("val", "test")
+"""The splits a run evaluates: their loaders share one shape, so one compiled program
+evaluates both (`SampledEvaluator.of`)."""
+
+
 class SampledEvaluator:
-    """Evaluates a split with the evaluation fanouts, batch by batch (one compilation
-    per split, at the first call: `compile_seconds`)."""
+    """Evaluates a split with the evaluation fanouts, batch by batch: compiled at the
+    first call (`compile_seconds`), once for val and test (their batches are shaped
+    alike; `of` makes the other split's evaluator from the compiled one)."""
 
     def __init__(self, run: Run, split: str, on_trace=None, progress: Progress | None = None):
         t = run.config.train
-        self.job = run.job.evaluating(run.loader(split, t.eval_batch_size), t.eval_fanouts)
+        most = shared_shape(run.dg, EVALUATED, run.target) if split in EVALUATED else None
+        self.job = run.job.evaluating(run.loader(split, t.eval_batch_size, most=most),
+                                      t.eval_fanouts)
         self.step = self.job.compile_eval(run.dg.graph, on_trace)
         self.data = self.job.data(run.dg.graph)
         self.order = self.job.loader.epoch_order(0)
@@ -43,6 +52,23 @@ class SampledEvaluator:
         self.split = split
         self.compiled = None
         self.compile_seconds: float | None = None
+
+    def of(self, run: Run, split: str) -> SampledEvaluator:
+        """The evaluator of another of `EVALUATED`, running the program this one has
+        compiled (a fresh evaluator if it has not yet, or if the shapes differ)."""
+        t = run.config.train
+        loader = run.loader(split, t.eval_batch_size,
+                            most=shared_shape(run.dg, EVALUATED, run.target))
+        same = (self.compiled is not None and loader.batch_size == self.job.loader.batch_size
+                and loader.per_device == self.job.loader.per_device)
+        if not same or split not in EVALUATED or self.split not in EVALUATED:
+            return SampledEvaluator(run, split, None, self.progress)
+        other = object.__new__(SampledEvaluator)
+        other.__dict__.update(self.__dict__)
+        other.job = self.job.evaluating(loader, t.eval_fanouts)
+        other.order, other.split = loader.epoch_order(0), split
+        other.compile_seconds = 0.0
+        return other
 
     def __call__(self, params, embeddings) -> dict:
         if self.compiled is None:
@@ -81,9 +107,16 @@ def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
         if present:
             out.update(full_graph_scores(run, params, embeddings, present))
         return out
+    known = dict(evaluators or {})
     for split in present:
-        evaluator = (evaluators or {}).get(split) or SampledEvaluator(run, split, on_trace,
-                                                                       progress)
+        evaluator = known.get(split)
+        if evaluator is None:
+            # Another split's compiled program evaluates this one where they share shapes.
+            compiled = next((e for e in known.values() if isinstance(e, SampledEvaluator)),
+                            None)
+            evaluator = (compiled.of(run, split) if compiled is not None
+                         else SampledEvaluator(run, split, on_trace, progress))
+            known[split] = evaluator
         out[split] = evaluator(params, embeddings)
     return out
 

@@ -197,9 +197,11 @@ class Run:
     job: NodeClassification
     params: object
 
-    def loader(self, split: str, batch_size: int, shuffle_seed: int = 0) -> NodeLoader:
+    def loader(self, split: str, batch_size: int, shuffle_seed: int = 0,
+               most: int | None = None) -> NodeLoader:
+        """The seeds of `split`; most: as `NodeLoader.from_parts`."""
         return NodeLoader.from_split(self.dg, split, self.target, batch_size=batch_size,
-                                     seed=shuffle_seed)
+                                     seed=shuffle_seed, most=most)
 
     def has_split(self, split: str) -> bool:
         if self.config.task is Task.LINK:       # a split held out with fraction 0 is empty

@@ -88,8 +88,9 @@ def test_result_json_holds_the_result_and_one_train_step_compilation(trained):
     # node, 2708), and large enough that no step had to grow them (one compile).
     assert saved["capacity_growths"] == []
     assert len(saved["capacities"]) == 2 and saved["capacities"][1] < 2708
-    # One evaluation program per split: the per-epoch val evaluator is reused at the end.
-    assert saved["compiles_by_step"] == {"train_step": 1, "eval_step": 2}
+    # One evaluation program: the per-epoch val evaluator's, reused at the end for val
+    # and test (their batches are shaped alike).
+    assert saved["compiles_by_step"] == {"train_step": 1, "eval_step": 1}
     rows = metrics(workdir)
     # The best epoch by validation accuracy (the first of equals), whose parameters the
     # final evaluation scores: the full-neighbourhood evaluation is deterministic.
