@@ -250,8 +250,9 @@ def seed_logits(logits, blocks):
 
 def test_with_fixed_parameters_the_forward_is_exact_after_one_epoch_per_history(
         cora8_every_node_trains):
+    # The gcn aggregator here (mean elsewhere): its own row joins the neighbours' sum.
     run = cv_run(cora8_every_node_trains, layers=3, fanouts=(1, 1, 1), batch_size=64,
-                 history_init=HistoryInit.ZEROS)
+                 history_init=HistoryInit.ZEROS, aggregator="gcn")
     job = dataclasses.replace(run.job, tx=optax.set_to_zero())     # parameters fixed
     dg = run.dg
     graph, data = dg.graph, job.data(dg.graph)
@@ -302,7 +303,7 @@ class Stop(Exception):
     """Raised by a run's on_step hook: the process dies between two steps."""
 
 
-def test_a_stopped_run_resumes_with_its_histories_and_the_same_losses(tmp_path):
+def test_a_stopped_run_resumes_with_its_bf16_histories_and_the_same_losses(tmp_path):
     import json
 
     from jgraph.config import load
@@ -312,7 +313,7 @@ def test_a_stopped_run_resumes_with_its_histories_and_the_same_losses(tmp_path):
 
     settings = ["data.num_parts=2", "train.epochs=3", "train.batch_size=32",
                 "model.hidden=16", "checkpoint.every_steps=2", "checkpoint.asynchronous=false",
-                "train.history_init=zeros"]
+                "train.history_init=zeros", "train.history_precision=bf16"]
     experiment = str(Path(__file__).resolve().parents[2] / "experiments" / "cv_sage_cora.yaml")
     config = load(Config, experiment, settings)
     quiet = Progress(enabled=False)
