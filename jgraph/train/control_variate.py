@@ -433,10 +433,14 @@ def prepare(job: ControlVariateClassification, graph, chunk: int = CHUNK
         acc, lost = window_aggregate(Summed(), x, graph, exchange, window)
         count = jnp.where(graph.node_mask, chunk_counts(graph.in_degree, chunk), 0)
         ends = jnp.cumsum(count)
-        return acc["sum"], (ends - count).astype(jnp.int32), ends[-1:], lost
+        # Every partition's chunk count, on every device (each process reads them).
+        me = lax.axis_index(exchange.axis)
+        totals = lax.psum(jnp.zeros(mesh.size, jnp.int32).at[me].set(ends[-1]),
+                          exchange.axis)
+        return acc["sum"], (ends - count).astype(jnp.int32), totals, lost
     program = jax.jit(jax.shard_map(
         per_device, mesh=mesh, in_specs=(graph.specs(), inputs.specs()),
-        out_specs=(ROWS, ROWS, ROWS, REPLICATED)))
+        out_specs=(ROWS, ROWS, REPLICATED, REPLICATED)))
     sums, start, totals, lost = program(graph, inputs.arrays())
     if int(lost):
         raise RuntimeError(f"control variates: {int(lost)} in-edge source id(s) are not "
