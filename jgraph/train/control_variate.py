@@ -233,11 +233,13 @@ class Batch(NamedTuple):
 class ControlVariateClassification(NodeClassification):
     """Node classification whose layers above the first estimate their aggregates with
     control variates (see the module). `sampler` draws the layers above the input one
-    (len(fanouts) = layers - 1). input_sums, chunk_start: the per-device blocks of
-    `ControlVariateData` and graph the `ShardedGraph` they are of (`prepare` sets
-    them); chunk_offsets: int64[P + 1] the
-    partitions' chunk id ranges; widths: the input width of each layer above the first;
-    history_init, history_dtype: how the histories start and what they are stored in."""
+    (len(fanouts) = layers - 1).
+
+    graph: the `ShardedGraph`; input_sums, chunk_start: its per-device blocks of
+    `ControlVariateData`; chunk_offsets: int64[P + 1] the partitions' chunk id ranges
+    (`prepare` sets these four). widths: the input width of each layer above the
+    first; history_init, history_dtype: how the histories start, what they are stored
+    in."""
 
     graph: object = None
     input_sums: jax.Array | None = None
