@@ -53,16 +53,17 @@ class SampledEvaluator:
         self.compiled = None
         self.compile_seconds: float | None = None
 
-    def of(self, run: Run, split: str) -> SampledEvaluator:
+    def of(self, run: Run, split: str, on_trace=None) -> SampledEvaluator:
         """The evaluator of another of `EVALUATED`, running the program this one has
-        compiled (a fresh evaluator if it has not yet, or if the shapes differ)."""
+        compiled (a fresh evaluator, traced with `on_trace`, if it has not yet or if the
+        shapes differ)."""
         t = run.config.train
         loader = run.loader(split, t.eval_batch_size,
                             most=shared_shape(run.dg, EVALUATED, run.target))
         same = (self.compiled is not None and loader.batch_size == self.job.loader.batch_size
                 and loader.per_device == self.job.loader.per_device)
         if not same or split not in EVALUATED or self.split not in EVALUATED:
-            return SampledEvaluator(run, split, None, self.progress)
+            return SampledEvaluator(run, split, on_trace, self.progress)
         other = object.__new__(SampledEvaluator)
         other.__dict__.update(self.__dict__)
         other.job = self.job.evaluating(loader, t.eval_fanouts)
@@ -114,7 +115,7 @@ def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
             # Another split's compiled program evaluates this one where they share shapes.
             compiled = next((e for e in known.values() if isinstance(e, SampledEvaluator)),
                             None)
-            evaluator = (compiled.of(run, split) if compiled is not None
+            evaluator = (compiled.of(run, split, on_trace) if compiled is not None
                          else SampledEvaluator(run, split, on_trace, progress))
             known[split] = evaluator
         out[split] = evaluator(params, embeddings)
