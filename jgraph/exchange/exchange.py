@@ -76,9 +76,11 @@ class ExchangeStats(NamedTuple):
     capacity used; wire_bytes: bytes sent between devices; overflow: ids a
     `scatter_add` could not move in its one round (their values are not summed);
     out_of_range: valid ids the caller's `contains` rejected (treated as padding);
-    length: the request's length (static); needed: the devices' largest need, in the
-    units of the capacity (what calibration measures); rounds: the most rounds a
-    transfer took (1 when everything fitted its capacity).
+    length: the key its capacity is calibrated under: the request's length (static),
+    negated for a scatter under the scheduled strategy (`Exchange.scatter_key`);
+    needed: the devices' largest need, in the units of the capacity (what calibration
+    measures); rounds: the most rounds a transfer took (1 when everything fitted its
+    capacity).
     """
 
     requested: jnp.ndarray
@@ -98,7 +100,7 @@ class ExchangeStats(NamedTuple):
         if overflow:
             raise ExchangeOverflowError(
                 f"{what}: {overflow} id(s) did not fit the capacity {int(self.capacity)} "
-                f"(a request of {int(self.length)} ids needed {int(self.needed)}); grow "
+                f"(a request of {abs(int(self.length))} ids needed {int(self.needed)}); grow "
                 f"it (`Exchange.grown`) or size the exchange with sizing=bound")
         if bad:
             raise IndexError(f"{what}: {bad} id(s) are not rows of the array they index")
@@ -167,6 +169,20 @@ class Exchange:
         """This exchange with `relay` off (the relay's intermediates fetch through it)."""
         return self._with(dataclasses.replace(self.config, relay=False))
 
+    def scatter_key(self, length: int) -> int:
+        """The key in `capacities` of a scatter (`scatter_add`, `scatter_rows`) of
+        `length` ids: the length, as a gather's, except under the scheduled strategy.
+        There a scatter moves as all_to_all does (a scatter's values cannot loop into
+        a buffer of static shape in chunks), whose capacity is a device pair's load,
+        while a gather's of the same length is a chunk; its key is minus the length."""
+        return -length if self.config.strategy is Strategy.SCHEDULED else length
+
+    def _scatters(self) -> Exchange:
+        """The all_to_all exchange the scheduled strategy's scatters move through, with
+        their own capacities (`scatter_key`) under their lengths."""
+        return self._with(dataclasses.replace(self.config, strategy=Strategy.ALL_TO_ALL),
+                          capacities={-k: v for k, v in self.capacities.items() if k < 0})
+
     # -- capacities ---------------------------------------------------------------------
 
     def calibrated(self, capacities) -> Exchange:
@@ -187,13 +203,13 @@ class Exchange:
     def grown(self, stats) -> Exchange:
         """This exchange with the capacity of every request length that needed more
         (`ExchangeStats` leaves of `stats`, on the host, with `needed` > `capacity`)
-        set to that need plus headroom; itself if none did. Always itself under the
-        scheduled strategy: its gathers' chunks loop as often as a request needs (that
-        is its schedule, not an overflow), and its scatter_add is never calibrated."""
-        if self.config.strategy is Strategy.SCHEDULED:
-            return self
+        set to that need plus headroom; itself if none did. Under the scheduled
+        strategy only its scatters' capacities grow: its gathers' chunks loop as often
+        as a request needs (that is its schedule, not an overflow)."""
+        scheduled = self.config.strategy is Strategy.SCHEDULED
         want = {length: with_headroom(needed, self.config.headroom)
-                for length, (needed, over) in self._needs(stats).items() if over}
+                for length, (needed, over) in self._needs(stats).items()
+                if over and (length < 0 or not scheduled)}
         want = {k: v for k, v in want.items() if v > self.capacities.get(k, 0)}
         return self.calibrated(want) if want else self
 
@@ -204,7 +220,7 @@ class Exchange:
         out = {}
         for st in exchange_stats(stats):
             length, needed = int(st.length), int(st.needed)
-            if length > 0:
+            if length != 0:
                 most, over = out.get(length, (0, False))
                 out[length] = (max(most, needed), over or needed > int(st.capacity))
         return out
@@ -510,14 +526,12 @@ class Exchange:
         any device sent (sorted, padding where mask is False) with the sum of their
         values. M is static: n plus what the transfers deliver at their capacities.
         One round only: ids past a capacity are counted in `overflow`, not summed.
-        Under the scheduled strategy (whose capacities are its gathers' chunks) it is
-        all_to_all's, bound-sized: one round always, at the smallest rung of the
-        ladder below the top that holds the busiest pair.
+        Under the scheduled strategy it moves as all_to_all does, sized as its own
+        (`scatter_key`).
         """
         if self.config.strategy is Strategy.SCHEDULED:
-            return self._with(dataclasses.replace(
-                self.config, strategy=Strategy.ALL_TO_ALL, sizing=Sizing.BOUND),
-                capacities={}).scatter_add(ids, valid, values, contains=contains)
+            out, stats = self._scatters().scatter_add(ids, valid, values, contains=contains)
+            return out, stats._replace(length=-stats.length)
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
         plan = make_plan(ids, valid, self.offsets, self.axis)
@@ -570,10 +584,11 @@ class Exchange:
         need exceeds its capacity moves in as many rounds as it needs, never
         recompiled, never dropped (what full-batch training's backward pass sends back
         to the owners of the rows a window fetched). The scheduled strategy moves them
-        as all_to_all does (its chunks are capacities per round)."""
+        as all_to_all does, sized as its own (`scatter_key`)."""
         if self.config.strategy is Strategy.SCHEDULED:
-            return self._with(dataclasses.replace(self.config, strategy=Strategy.ALL_TO_ALL)
-                              ).scatter_rows(ids, valid, values, rows, contains=contains)
+            tables, stats = self._scatters().scatter_rows(ids, valid, values, rows,
+                                                          contains=contains)
+            return tables, stats._replace(length=-stats.length)
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
         plan = make_plan(ids, valid, self.offsets, self.axis)

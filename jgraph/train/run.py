@@ -394,10 +394,12 @@ def calibrated_exchange(job: NodeClassification, graph, embeddings=None,
 def measure_exchange(job: NodeClassification, graph, embeddings,
                      batches: int = CALIBRATION_BATCHES) -> list:
     """The statistics of every exchange of the job's first `batches` training batches
-    of epoch 0 (`batch_of`, sampled and fetched as the step does, no model), on the
-    host: a list of the batches' stats pytrees."""
+    of epoch 0 (`batch_of`, sampled and fetched as the step does, no model; learnable
+    embeddings' gradients routed back as zeros), on the host: a list of the batches'
+    stats pytrees."""
     def one(embeddings, data, order, index):
-        return job.batch_of(data, embeddings, order, index, index).stats
+        batch = job.batch_of(data, embeddings, order, index, index)
+        return batch.stats, job.route_embedding_gradients(batch, None)[1]
 
     program = jax.jit(jax.shard_map(
         one, mesh=job.mesh, in_specs=(job.inputs.embedding_specs(), job.data_specs(graph),

@@ -295,14 +295,28 @@ class NodeClassification:
         # Embedding gradients travel to their rows' owners first: if any did not fit
         # the exchange's capacity (a scatter_add moves one round), the step is refused
         # and no table moves.
-        src, routed, emb_stats = batch.blocks[0].src, {}, []
-        for t, table in self.inputs.embeddings.items():
-            routed[t], st = table.route_gradients(self.exchange, src, batch.valid[t] & applied,
-                                                  emb_grads[t] / total)
-            emb_stats.append(st)
+        routed, emb_stats = self.route_embedding_gradients(
+            batch, {t: g / total for t, g in emb_grads.items()}, applied)
+        for st in emb_stats:
             applied = applied & (st.overflow == 0)
         return self.commit(state, grads, routed, applied, stop, loss, correct, count, total,
                            (*batch.stats, tuple(emb_stats)))
+
+    def route_embedding_gradients(self, batch, emb_grads, when=True):
+        """({ntype: (owned ids, summed gradients, mask)}, [stats]): each learnable
+        table's gradients (`emb_grads[ntype]`: [n0, dim], one per input row of
+        `batch`) sent to their rows' owners (`scatter_add`), those of rows valid where
+        `when` holds. None given: zeros, for the stats alone (what calibration
+        measures of these scatters)."""
+        routed, stats = {}, []
+        for t, table in self.inputs.embeddings.items():
+            src = batch.blocks[0].src
+            grads = (jnp.zeros((src.shape[0], table.dim), jnp.float32) if emb_grads is None
+                     else emb_grads[t])
+            routed[t], st = table.route_gradients(self.exchange, src, batch.valid[t] & when,
+                                                  grads)
+            stats.append(st)
+        return routed, stats
 
     def commit(self, state: TrainState, grads, routed, applied, stop, loss, correct, count,
                total, stats):

@@ -17,6 +17,7 @@ import pytest
 from jax import lax
 
 import jgraph.exchange.ragged as ragged_module
+from jgraph.exchange.exchange import with_headroom
 from jgraph.exchange.scheduled import CHUNKS_PER_PAIR, build_schedule
 from jgraph.sharded import (
     AXIS,
@@ -679,7 +680,7 @@ def test_scheduled_gather_in_chunks_of_2_and_its_scatter_add_equal_numpy(once, w
     """Chunks of 2 ids where pairs ask up to 32 (up to 16 iterations a round), on the
     shifts and on a schedule from pair weights: every answer equal to numpy's, the wire
     that of the schedule, one round reported, nothing to grow; scatter_add (all_to_all,
-    bound-sized: never the chunk) sums equal to numpy's."""
+    not yet measured: bound-sized, never the chunk) sums equal to numpy's."""
     weights = WEIGHTS if weighted else None
     for name in ("skewed", "one_peer", "out_of_range"):
         data = make_case(name)
@@ -689,6 +690,38 @@ def test_scheduled_gather_in_chunks_of_2_and_its_scatter_add_equal_numpy(once, w
         assert Exchange(OFFSETS, SCHEDULED, capacities={n: 2}).grown(out["gstats"]).capacities \
             == {n: 2}
         check_scatter_add(SCHEDULED, data, out)
+
+
+def test_scheduled_scatter_add_is_calibrated_under_its_own_key_apart_from_the_chunks():
+    """A scatter_add's capacity is a device pair's load, a gather's a chunk: the
+    scatter's is keyed by minus the length. Measured below its need it loses exactly
+    what does not fit (counted); `grown` raises that key only (the chunk stays 2),
+    after which the sums equal numpy's at that capacity, not the bound."""
+    data = make_case("all_remote")
+    ids, valid, _, _ = data
+    _, counts = request_counts(ids, valid & in_range(ids))
+    need = int(counts.max())                    # 17 of n = 32: 24 with headroom
+    ex = Exchange(OFFSETS, SCHEDULED, capacities={n: 2, -n: 8})
+    assert ex.scatter_key(n) == -n and need > 8
+    low = run(SCHEDULED, data, False, ex.capacities)
+    st = low["sstats"]
+    assert int(st.length) == -n and int(st.capacity) == 8 and int(st.needed) == need
+    assert int(st.overflow) == expected_overflow("all_to_all", counts, 8) > 0
+    grown = ex.grown([low["gstats"], st])
+    assert grown.capacities == {n: 2, -n: with_headroom(need, SCHEDULED.headroom)}
+    assert ex.fitted([st]).capacities[-n] == grown.capacities[-n]
+    again = run(SCHEDULED, data, False, grown.capacities)
+    check_gather(SCHEDULED, data, again)
+    assert int(again["sstats"].overflow) == 0
+    assert int(again["sstats"].capacity) == grown.capacities[-n] < n
+    owned, mask, sums = again["owned"], again["mask"], again["sums"]
+    expected = np.zeros((N, 2))
+    ok = valid & in_range(ids)
+    np.add.at(expected, ids[ok], data[3][ok])
+    got = np.zeros((N, 2))
+    for k in range(P):
+        got[owned[k][mask[k]]] = sums[k][mask[k]]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
 def test_scheduled_wire_is_the_exact_bytes_up_to_a_chunk_per_loaded_pair():

@@ -62,16 +62,36 @@ def test_steps_refused_for_their_capacities_are_run_again_with_the_same_losses(
 SHARDED = ["data.num_parts=4", "train.epochs=2", "train.batch_size=16"]
 
 
-@pytest.mark.parametrize("inputs", ["features", "embeddings"])
+def inputs_of(inputs: str) -> list[str]:
+    return SHARDED + (["model.learnable_inputs=true"] if inputs == "embeddings" else [])
+
+
+@pytest.fixture(scope="module")
+def bound(tmp_path_factory, request):
+    """{inputs: (workdir, result)} of runs with `exchange.sizing=bound`, where nothing
+    ever grows, made when first asked for."""
+    runs = {}
+
+    def get(inputs):
+        if inputs not in runs:
+            workdir = tmp_path_factory.mktemp(f"bound-{inputs}")
+            runs[inputs] = workdir, loop.train_and_evaluate(
+                load(Experiment, EXPERIMENT, inputs_of(inputs) + ["exchange.sizing=bound"]),
+                str(workdir), Progress(enabled=False))
+        return runs[inputs]
+    return get
+
+
+@pytest.mark.parametrize("inputs,strategy", [("features", "auto"), ("embeddings", "auto"),
+                                             ("embeddings", "scheduled")])
 def test_exchange_capacities_calibrated_low_give_the_losses_of_worst_case_ones(
-        inputs, tmp_path, monkeypatch):
+        inputs, strategy, bound, tmp_path, monkeypatch):
     """With every measured exchange capacity cut to 8 ids, the run grows them (gathers
     at the first flush; embedding gradients, which travel in one round, by refusing the
-    step) and logs the losses of `exchange.sizing=bound`, where nothing ever grows."""
-    extra = SHARDED + (["model.learnable_inputs=true"] if inputs == "embeddings" else [])
-    ref_dir = tmp_path / "bound"
-    ref = loop.train_and_evaluate(load(Experiment, EXPERIMENT, extra + ["exchange.sizing=bound"]),
-                                  str(ref_dir), Progress(enabled=False))
+    step) and logs the losses of `exchange.sizing=bound`, where nothing ever grows.
+    Under the scheduled strategy the gathers' chunks of 8 stay (they loop), and the
+    embedding gradients' capacities, keyed apart from them, grow."""
+    ref_dir, ref = bound(inputs)
     assert ref["exchange_capacities"] == {} and ref["capacity_growths"] == []
     measured = loop.calibrated_exchange
 
@@ -82,13 +102,18 @@ def test_exchange_capacities_calibrated_low_give_the_losses_of_worst_case_ones(
             dict.fromkeys(job.exchange.capacities, 8)))
     monkeypatch.setattr(loop, "calibrated_exchange", low)
     got_dir = tmp_path / "low"
-    result = loop.train_and_evaluate(load(Experiment, EXPERIMENT, extra), str(got_dir),
-                                     Progress(enabled=False))
+    result = loop.train_and_evaluate(
+        load(Experiment, EXPERIMENT, inputs_of(inputs) + [f"exchange.strategy={strategy}"]),
+        str(got_dir), Progress(enabled=False))
     growths = result["capacity_growths"]
     assert growths, "capacities of 8 ids sufficed: the test measures nothing"
     assert result["compiles"] == 1 + len(growths)
-    assert result["exchange_capacities"] == growths[-1]["exchange_capacities"]
-    assert max(result["exchange_capacities"].values()) > 8
+    capacities = {int(k): v for k, v in result["exchange_capacities"].items()}
+    assert capacities == {int(k): v for k, v in growths[-1]["exchange_capacities"].items()}
+    assert max(capacities.values()) > 8
+    if strategy == "scheduled":
+        assert all(v == 8 for k, v in capacities.items() if k > 0)
+        assert any(v > 8 for k, v in capacities.items() if k < 0)
     got, want = steps(got_dir), steps(ref_dir)
     assert [r["step"] for r in got] == [r["step"] for r in want]
     for a, b in zip(got, want):
