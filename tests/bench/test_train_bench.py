@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow     # benchmark runs
 
 TRAIN_FIELDS = ["bench", "graph", "devices", "method", "model", "layers", "hidden",
                 "fanouts", "batch_size", "epochs", "steps", "seeds_per_epoch", "seconds",
-                "seeds_per_s", "step_seconds", "compile_seconds", "final_loss", "backend"]
+                "seeds_per_s", "step_seconds", "compile_seconds", "lower_seconds", "final_loss",
+                "backend"]
 CORA_TRAIN = 140            # Planetoid split
 EPOCHS = 2                  # measured epochs (one warm-up epoch runs before them)
 # A small model; a coarse exchange ladder (fewer compiled branches: compiles faster).
@@ -44,6 +45,7 @@ def test_bench_train_prints_one_json_line_counting_every_seed_once_per_epoch(
     assert row["layers"] == 2 and row["fanouts"] == [5, 5]
     assert row["hidden"] == 32 and row["batch_size"] == 64
     assert row["seeds_per_s"] > 0 and row["step_seconds"] > 0 and row["compile_seconds"] > 0
+    assert 0 < row["lower_seconds"] < row["compile_seconds"]
     assert row["seeds_per_epoch"] == CORA_TRAIN
     # The loader's steps per epoch: the busiest device's train seeds over the batch size.
     steps_per_epoch = -(-max(cora_train_seeds_per_part) // 64)
