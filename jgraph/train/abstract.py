@@ -31,6 +31,7 @@ from jgraph.partition import PartitionBook
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.edges import EdgeLoader, EdgeOrder, NegativeSampler, TypeTable
+from jgraph.sharded.embedding import DistEmbedding
 from jgraph.sharded.graph import ShardedGraph, check_int32
 from jgraph.sharded.layout import RowLayout
 from jgraph.sharded.tensor import DistTensor
@@ -41,7 +42,13 @@ from jgraph.train.experiment import Experiment, HistoryInit, Mode, Sampler, Task
 from jgraph.train.full import FullBatchClassification
 from jgraph.train.inputs import NodeInputs
 from jgraph.train.link import LinkPrediction
-from jgraph.train.run import build_model, dense_optimizer
+from jgraph.train.run import (
+    build_model,
+    check_one_hot,
+    dense_optimizer,
+    input_width,
+    sparse_optimizer,
+)
 from jgraph.train.step import NodeClassification
 
 # What partitioning guarantees: every balanced count within this of the mean (the
@@ -118,7 +125,8 @@ def _loader(mesh, counts: np.ndarray, batch_size: int, drop_last: bool, seed: in
 def abstract_graph(config: Experiment, counts: Counts, mesh) -> tuple[ShardedGraph,
                                                                          NodeInputs]:
     """(graph, inputs): the `ShardedGraph` of a partitioning of `counts` and its node
-    features, shape structs placed on `mesh`."""
+    features (with `model.learnable_inputs`, a learnable embedding table instead, as a
+    run builds it), shape structs placed on `mesh`."""
     P = counts.parts
     sizes = counts.split(counts.nodes)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
@@ -139,6 +147,13 @@ def abstract_graph(config: Experiment, counts: Counts, mesh) -> tuple[ShardedGra
         num_nodes=counts.nodes, nodes_per_part=n, edges_per_part=e, num_relations=1,
         max_in_degree=0)
     layout = RowLayout.of(book)
+    if config.model.learnable_inputs:
+        # The width a run gives it: one-hot rows sized for the output (the classes, or
+        # link prediction's node embedding), else model.embedding_dim.
+        out = config.model.hidden if config.task is Task.LINK else counts.classes
+        table = DistEmbedding(layout, input_width(config, out, 1), sparse_optimizer(config),
+                              name="embedding of '_N'")
+        return graph, NodeInputs({}, {"_N": table}, {"_N": layout})
     features = DistTensor(struct_on(mesh, ROWS, (P * n, counts.feat), jnp.float32), layout,
                           config.data.feature, mesh)
     return graph, NodeInputs({"_N": features}, {}, {"_N": layout})
@@ -152,6 +167,7 @@ def abstract_programs(config: Experiment, counts: Counts, mesh, platform: str) -
     if not full:
         check_fanouts("train.fanouts", t.fanouts)
     graph, inputs = abstract_graph(config, counts, mesh)
+    check_one_hot(config, inputs)
     layout = inputs.layouts["_N"]
     train = counts.split(counts.train)
     # Full-batch training: one batch an epoch, every device's training seeds at once.

@@ -159,3 +159,22 @@ def test_a_cpu_run_starts_without_the_cuda_plugins_messages(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"
     assert done.stderr.strip() == "kept", done.stderr
+
+
+def test_abstract_compile_with_learnable_inputs_holds_the_embedding_table_and_its_slots(
+        capsys):
+    """model.learnable_inputs: the program holds the table a run would learn, with
+    Adam's m, v and step per row, in place of the features: per device n rows of
+    3 x 32 floats and an int instead of 16 floats, and the layer's weights (self and
+    neighbour, [input, 5 classes], with Adam's two moments) 16 inputs wider."""
+    reports = {}
+    for flags in ((), ("model.learnable_inputs=true", "model.embedding_dim=32")):
+        code, out, err = compile_counts(capsys, "cpu", "2",
+                                        "synthetic:nodes=20k,edges=200k,feat=16,classes=5",
+                                        *flags, "--json")
+        assert code == 0, err
+        reports[bool(flags)] = json.loads(out)
+    n = reports[True]["nodes_per_device"]
+    table = n * (3 * 32 * 4 + 4) - n * 16 * 4
+    layer = (32 - 16) * 5 * 2 * 4 * 3
+    assert reports[True]["argument_bytes"] - reports[False]["argument_bytes"] == table + layer
