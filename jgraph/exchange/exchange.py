@@ -531,7 +531,7 @@ class Exchange:
         """
         if self.config.strategy is Strategy.SCHEDULED:
             out, stats = self._scatters().scatter_add(ids, valid, values, contains=contains)
-            return out, stats._replace(length=-stats.length)
+            return out, stats._replace(length=self.scatter_key(stats.length))
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
         plan = make_plan(ids, valid, self.offsets, self.axis)
@@ -588,7 +588,7 @@ class Exchange:
         if self.config.strategy is Strategy.SCHEDULED:
             tables, stats = self._scatters().scatter_rows(ids, valid, values, rows,
                                                           contains=contains)
-            return tables, stats._replace(length=-stats.length)
+            return tables, stats._replace(length=self.scatter_key(stats.length))
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
         plan = make_plan(ids, valid, self.offsets, self.axis)

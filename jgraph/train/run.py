@@ -394,12 +394,16 @@ def calibrated_exchange(job: NodeClassification, graph, embeddings=None,
 def measure_exchange(job: NodeClassification, graph, embeddings,
                      batches: int = CALIBRATION_BATCHES) -> list:
     """The statistics of every exchange of the job's first `batches` training batches
-    of epoch 0 (`batch_of`, sampled and fetched as the step does, no model; learnable
-    embeddings' gradients routed back as zeros), on the host: a list of the batches'
-    stats pytrees."""
+    of epoch 0 (`batch_of`, sampled and fetched as the step does, no model), on the
+    host: a list of the batches' stats pytrees. Where a scatter's capacity has a key
+    of its own (`Exchange.scatter_key`), learnable embeddings' gradients are routed
+    back too, as zeros; elsewhere the lookup of the same rows measured it."""
+    scatters = job.exchange.scatter_key(1) != 1
+
     def one(embeddings, data, order, index):
         batch = job.batch_of(data, embeddings, order, index, index)
-        return batch.stats, job.route_embedding_gradients(batch, None)[1]
+        return batch.stats, (job.route_embedding_gradients(batch, None)[1] if scatters
+                             else [])
 
     program = jax.jit(jax.shard_map(
         one, mesh=job.mesh, in_specs=(job.inputs.embedding_specs(), job.data_specs(graph),
