@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
+from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
 from jgraph.kernels.sample import (
     check_impl,
     draw_positions,
@@ -98,8 +99,14 @@ def test_the_platform_a_program_is_lowered_for_chooses_the_kernel(impl, kernel_o
     """Not the host's backend: lowering for CUDA on this CPU host gives the GPU program
     (the Triton kernel call), lowering for CPU never holds a kernel call."""
     lo, deg, key = nodes(np.random.default_rng(9), 64, 3)
-    traced = jax.jit(functools.partial(draw_positions, fanout=3, impl=impl)).trace(lo, deg, key)
-    cuda = traced.lower(lowering_platforms=("cuda",)).as_text()
+    # Lowering the Triton kernel asks which GPU it is for: from a CPU host (no GPU to
+    # ask) JAX >= 0.11 needs one named, as `jgraph compile`'s target meshes do.
+    h100 = AbstractMesh((1,), ("x",), abstract_device=AbstractDevice(
+        device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="cuda"))
+    with use_abstract_mesh(h100):
+        traced = jax.jit(functools.partial(draw_positions, fanout=3, impl=impl)).trace(
+            lo, deg, key)
+        cuda = traced.lower(lowering_platforms=("cuda",)).as_text()
     cpu = traced.lower(lowering_platforms=("cpu",)).as_text()
     assert ("__gpu$xla.gpu.triton" in cuda) == kernel_on_gpu
     assert "__gpu$xla.gpu.triton" not in cpu
