@@ -3,9 +3,11 @@ import atexit
 import os
 import shutil
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 # Entry-point configuration (never done by the library itself): JAX on the CPU with 8
 # devices, so sharded code runs on a simulated 8-device mesh.
@@ -19,23 +21,32 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 # This process's programs are small and run briefly: compiling them is most of their
-# time. LLVM's optimisation passes are skipped for them (the same HLO, the same
-# arithmetic: XLA:CPU does not reassociate floats at any level), which took the CPU
-# time of tests/train/test_step.py and test_inference.py from 129 s to 91 s (112 s at
-# level 1). The commands the suite starts (the README's, the examples, multi-process
-# jobs) train whole epochs, where level 0 code runs 9x slower (a facebook link epoch:
-# 76 s, against 9.0 s at level 1 and 8.7 s at XLA's default): they get level 1. Users'
-# runs keep XLA's default.
+# time, so they are compiled quickly.
+# - LLVM's optimisation passes are skipped (the same HLO, the same arithmetic: XLA:CPU
+#   does not reassociate floats at any level). That took the CPU time of
+#   tests/train/test_step.py and test_inference.py from 129 s to 91 s (112 s at level 1).
+# - On XLA 0.10, the elemental emitter writes the kernels, not the fusion emitters' MLIR
+#   pipelines: the 200k-node graph's 8-device training step compiles in 1.6 s, not 3.1 s
+#   (at level 0); tests/cli/test_link_cli.py, train/test_capacity_growth.py and
+#   train/test_full_mode.py took 120 s, not 175 s, on two workers. XLA 0.11 and later
+#   have only the fusion emitters, and abort on the flag.
+# The commands the suite starts (the README's, the examples, multi-process jobs) train
+# whole epochs, where level 0 code runs 9x slower (a facebook link epoch: 76 s, against
+# 9.0 s at level 1 and 8.7 s at XLA's default) and the elemental emitter's 3x slower
+# (31 s against 10 s): they get level 1 and the fusion emitters. Users' runs keep XLA's
+# defaults.
 LEVEL = "--xla_backend_optimization_level"
+QUICK = f"{LEVEL}=0" + (" --xla_cpu_use_fusion_emitters=false"
+                        if Version(version("jaxlib")) < Version("0.11") else "")
 _chosen = LEVEL in os.environ.get("XLA_FLAGS", "")
 if not _chosen:
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {LEVEL}=0".strip()
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {QUICK}".strip()
 from jgraph.cli.devices import use_devices  # noqa: E402 (after XLA_FLAGS is set)
 
 use_devices(8)      # starts JAX's backend (which reads XLA_FLAGS once); also sets the
                     # XLA:CPU flag the exchange's collectives need
 if not _chosen:     # for the processes the tests start
-    os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(f"{LEVEL}=0", f"{LEVEL}=1")
+    os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(QUICK, f"{LEVEL}=1")
 
 SHARED_DATA = Path(os.environ.get("JGRAPH_SHARED_DATA",
                                   Path(__file__).resolve().parents[2] / "shared" / "data"))
