@@ -32,12 +32,16 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 #   have only the fusion emitters, and abort on the flag.
 # The commands the suite starts (the README's, the examples, multi-process jobs) train
 # whole epochs, where level 0 code runs 9x slower (a facebook link epoch: 76 s, against
-# 9.0 s at level 1 and 8.7 s at XLA's default) and the elemental emitter's 3x slower
-# (31 s against 10 s): they get level 1 and the fusion emitters. Users' runs keep XLA's
-# defaults.
+# 9.0 s at level 1 and 8.7 s at XLA's default): they get level 1. Most of them train on
+# small graphs and still spend most of their time compiling, so they keep the elemental
+# emitter (examples/own_model.py: 26 s, against 32 s with the fusion emitters, 47 s at
+# level 0). Those whose epochs outweigh their compiles (facebook's link training: 48 s,
+# against 28 s with the fusion emitters) take `epoch_bound_flags`. Users' runs keep
+# XLA's defaults.
 LEVEL = "--xla_backend_optimization_level"
-QUICK = f"{LEVEL}=0" + (" --xla_cpu_use_fusion_emitters=false"
-                        if Version(version("jaxlib")) < Version("0.11") else "")
+ELEMENTAL = (" --xla_cpu_use_fusion_emitters=false"
+             if Version(version("jaxlib")) < Version("0.11") else "")
+QUICK = f"{LEVEL}=0{ELEMENTAL}"
 _chosen = LEVEL in os.environ.get("XLA_FLAGS", "")
 if not _chosen:
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {QUICK}".strip()
@@ -46,7 +50,17 @@ from jgraph.cli.devices import use_devices  # noqa: E402 (after XLA_FLAGS is set
 use_devices(8)      # starts JAX's backend (which reads XLA_FLAGS once); also sets the
                     # XLA:CPU flag the exchange's collectives need
 if not _chosen:     # for the processes the tests start
-    os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(QUICK, f"{LEVEL}=1")
+    os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(QUICK, f"{LEVEL}=1{ELEMENTAL}")
+
+
+@pytest.fixture(scope="session")
+def epoch_bound_flags() -> str:
+    """XLA_FLAGS for a command the suite starts whose training epochs take longer than
+    its compiles: the fusion emitters, whose code runs faster."""
+    if _chosen:
+        return os.environ["XLA_FLAGS"]
+    return os.environ["XLA_FLAGS"].replace(f"{LEVEL}=1{ELEMENTAL}", f"{LEVEL}=1")
+
 
 SHARED_DATA = Path(os.environ.get("JGRAPH_SHARED_DATA",
                                   Path(__file__).resolve().parents[2] / "shared" / "data"))

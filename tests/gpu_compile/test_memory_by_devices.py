@@ -3,7 +3,8 @@ principle 6): the same per-device graph and batch, built for 2, 4 and 8 H100s fr
 counts (`jgraph compile --abstract`), needs the same temporary buffers: the training
 step with every exchange strategy; sampled evaluation, full-graph inference and link
 prediction's training step with the default one. (Before the exchange was sized by what
-arrives, all_to_all's and ragged_all_to_all's buffers held P x the request.)"""
+arrives, all_to_all's and ragged_all_to_all's buffers held P x the request.) These are
+also the GPU builds of each strategy's step, with the collectives it should hold."""
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,8 @@ TWO_HOPS = ("model.num_layers=2", "train.fanouts=[5,5]", "train.eval_fanouts=[5,
 ONE_HOP = ("model.num_layers=1", "train.fanouts=[3]", "train.eval_fanouts=[3]")
 
 
-def temp_bytes(devices: int, config_file: str, program: Program, *overrides: str) -> int:
-    """Per-device temporaries of `program` of `config_file` on `devices` devices of
+def compiled(devices: int, config_file: str, program: Program, *overrides: str) -> dict:
+    """The `jgraph compile --abstract` report of `program` of `config_file` on `devices` devices of
     PER_DEVICE_NODES nodes and PER_DEVICE_EDGES edges each, batches of 64, half of each
     request remote: the same per-device work at every device count. (The estimate's
     default share, a random partition's (P - 1) / P, grows with P, and the exchange's
@@ -59,14 +60,37 @@ def temp_bytes(devices: int, config_file: str, program: Program, *overrides: str
     report = compile_abstract(config, Target.H100, devices, program=program)
     assert report["ok"], report.get("error")
     assert report["nodes_per_device"] == round(PER_DEVICE_NODES * 1.05)
-    return report["temp_bytes"]
+    return report
+
+
+def temp_bytes(devices: int, config_file: str, program: Program, *overrides: str) -> int:
+    """Per-device temporaries of `program` (`compiled`)."""
+    return compiled(devices, config_file, program, *overrides)["temp_bytes"]
+
+
+# The collectives each strategy's training step compiles to on GPU, besides the
+# all-reduces of its statistics and gradients (ragged_all_to_all's all_to_all moves each
+# device's [P] counts and offsets).
+STRATEGY_COLLECTIVES = {"all_to_all": {"all-to-all"},
+                        "ragged_all_to_all": {"ragged-all-to-all", "all-to-all"},
+                        "all_gather": {"all-gather", "reduce-scatter"},
+                        "ppermute": {"collective-permute"},
+                        "scheduled": {"collective-permute"}}
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_temp_bytes_do_not_grow_with_the_device_count(strategy):
-    temps = {devices: temp_bytes(devices, SYNTHETIC, Program.TRAIN, *TWO_HOPS,
+    """Every strategy's training step builds for H100s, with its own collectives and a
+    draw kernel per sampled hop (one more at most in the rounds loop of each transfer
+    of the remote hop: never one per capacity rung)."""
+    reports = {devices: compiled(devices, SYNTHETIC, Program.TRAIN, *TWO_HOPS,
                                  f"exchange.strategy={strategy}")
-             for devices in DEVICE_COUNTS.get(strategy, (2, 8))}
+               for devices in DEVICE_COUNTS.get(strategy, (2, 8))}
+    for devices, report in reports.items():
+        assert set(report["collectives"]) - {"all-reduce"} == STRATEGY_COLLECTIVES[strategy]
+        transfers = devices - 1 if strategy in ("ppermute", "scheduled") else 1
+        assert 2 <= report["pallas_kernels"] <= 2 + transfers, report["pallas_kernels"]
+    temps = {devices: report["temp_bytes"] for devices, report in reports.items()}
     # More devices need no more than the fewest, but for O(P) integers.
     for devices, temp in temps.items():
         assert temp <= temps[2] * (1 + ROUNDING) + (devices - 2) * PER_PEER_BYTES, temps
