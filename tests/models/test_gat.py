@@ -138,8 +138,8 @@ def test_gat_trains_on_sampled_blocks_by_name(tmp_path):
     import jgraph
     config = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")
     result = jgraph.train(config, str(tmp_path), progress=False, overrides=[
-        "data.num_parts=2", "train.epochs=10", "model.kind=gat", "model.heads=4",
+        "data.num_parts=2", "train.epochs=5", "model.kind=gat", "model.heads=4",
         "model.hidden=32", "model.attn_dropout=0.3", "data.self_loops=true",
         "train.inference=full"])
-    assert result["test_acc"] > 0.6                      # chance is below 0.3 (7 classes)
+    assert result["test_acc"] > 0.6     # 0.76 in 5 epochs; chance is below 0.3 (7 classes)
     assert result["config"]["model"]["kind"] == "gat"
