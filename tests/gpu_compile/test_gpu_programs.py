@@ -95,15 +95,14 @@ def test_the_draw_kernel_compiles_for_h100_to_a_triton_call(fanout, replace):
         assert "mosaic_gpu" not in text
 
 
-def draw_kernels(devices: int, strategy: str = "ragged_all_to_all", hops: int = 2,
-                 local_seeds: bool = True) -> tuple[int, int]:
-    """(fewest, most) draw kernels in a step of `hops` sampled hops: one per hop, and
-    at most one more in the rounds loop of each transfer of a hop whose frontier goes
-    through the exchange (every hop but a node loader's first), compiled where a batch
-    could need more than the calibrated capacity. Never one per capacity rung."""
-    transfers = devices - 1 if strategy == "ppermute" else 1
+def draw_kernels(devices: int, hops: int = 2, local_seeds: bool = True) -> tuple[int, int]:
+    """(fewest, most) draw kernels in a step of `hops` sampled hops with the default
+    (ragged) exchange: one per hop, and at most one more in the rounds loop of each hop
+    whose frontier goes through the exchange (every hop but a node loader's first),
+    compiled where a batch could need more than the calibrated capacity. Never one per
+    capacity rung. (Every strategy's count: test_memory_by_devices.py.)"""
     remote = 0 if devices == 1 else hops - (1 if local_seeds else 0)
-    return hops, hops + remote * transfers
+    return hops, hops + remote
 
 
 def holds_draw_kernels(count: int, *args, **kwargs) -> bool:

@@ -47,9 +47,10 @@ ONE_HOP = ("model.num_layers=1", "train.fanouts=[3]", "train.eval_fanouts=[3]")
 
 
 def compiled(devices: int, config_file: str, program: Program, *overrides: str) -> dict:
-    """The `jgraph compile --abstract` report of `program` of `config_file` on `devices` devices of
-    PER_DEVICE_NODES nodes and PER_DEVICE_EDGES edges each, batches of 64, half of each
-    request remote: the same per-device work at every device count. (The estimate's
+    """The `jgraph compile --abstract` report of `program` of `config_file` on
+    `devices` devices of PER_DEVICE_NODES nodes and PER_DEVICE_EDGES edges each,
+    batches of 64, half of each request remote: the same per-device work at every
+    device count. (The estimate's
     default share, a random partition's (P - 1) / P, grows with P, and the exchange's
     receive buffers with it, up to the whole request.)"""
     spec = (f"synthetic:nodes={devices * PER_DEVICE_NODES},"
