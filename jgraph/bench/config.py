@@ -45,8 +45,8 @@ class SampleBench:
     """`jgraph bench sample`: the node loader and neighbour sampler over whole epochs.
 
     data: the graph (path), devices (num_parts), method, symmetrize. train: fanouts
-    (-1 = every neighbour), batch_size, epochs, seed. exchange: strategy, growth, relay
-    of the frontier's exchange. replace: sample with replacement. impl: the draw kernel
+    (-1 = every neighbour), batch_size, epochs, seed. exchange: strategy and growth of
+    the frontier's exchange. replace: sample with replacement. impl: the draw kernel
     ("auto": Pallas in a program for a GPU, XLA elsewhere; "xla"; "pallas").
     """
 

@@ -73,7 +73,7 @@ def bench_sample(cfg: SampleBench, progress: Progress) -> dict:
         "method": meta.method, "fanouts": list(cfg.train.fanouts),
         "batch_size": cfg.train.batch_size,
         "replace": cfg.replace, "impl": cfg.impl, "strategy": exchange.config.strategy.value,
-        "growth": cfg.exchange.growth, "relay": cfg.exchange.relay,
+        "growth": cfg.exchange.growth,
         "epochs": cfg.train.epochs, "steps_per_epoch": steps, "seeds_per_epoch": loader.num_seeds,
         "seconds": seconds, "seeds_per_s": seeds / seconds,
         "sampled_edges_per_s": edges / seconds,

@@ -191,8 +191,6 @@ def add_commands(sub) -> None:
     flag("--fanouts", "train.fanouts", "neighbours per hop, seeds outward (PyG's "
          "num_neighbors); -1 = all")
     _epoch_flags(sa, "SampleBench")
-    flag("--relay", "exchange.relay", "relay the busiest pairs' excess (less padding, "
-         "longer compile)", action="store_true")
     flag("--replace", "replace", "sample with replacement", action="store_true")
     flag("--impl", "impl", "draw kernel: auto = Pallas on GPU, XLA elsewhere")
     sa.set_defaults(run=run_sample)

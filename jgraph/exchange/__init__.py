@@ -5,8 +5,8 @@ their id offsets, nothing of how node data is stored.
 Modules: `config` (Strategy, ExchangeConfig and its capacity ladder), `plan` (a
 device's deduplicated request grouped by owner), `transport` (the interface of a
 transport) with one module per transport (`all_to_all`, `all_gather`, `ring`,
-`ragged`, `scheduled`), `relay` (all_to_all with the busiest pairs relayed), `rows` (row helpers),
-`exchange` (gather and scatter_add over them)."""
+`ragged`, `scheduled`), `relay` (all_to_all's gathers in two routed hops), `rows`
+(row helpers), `exchange` (gather and scatter_add over them)."""
 from jgraph.exchange.config import ExchangeConfig, Sizing, Strategy
 from jgraph.exchange.exchange import Exchange, ExchangeOverflowError, ExchangeStats
 from jgraph.exchange.rows import OwnerFn, answer_filled, row_bytes, running_count

@@ -46,7 +46,7 @@ from jgraph.exchange.all_to_all import AllToAll
 from jgraph.exchange.config import ExchangeConfig, Sizing, Strategy
 from jgraph.exchange.plan import EMPTY, Plan, make_plan, owner_of
 from jgraph.exchange.ragged import Ragged
-from jgraph.exchange.relay import relayed_gather
+from jgraph.exchange.relay import ROUTE_MAX, Relay
 from jgraph.exchange.ring import RingShift
 from jgraph.exchange.rows import OwnerFn, PyTree, answer_filled, put, row_bytes, select, take
 from jgraph.exchange.scheduled import Scheduled, build_schedule
@@ -165,22 +165,30 @@ class Exchange:
         """int32 partition (device) owning each id."""
         return owner_of(self.offsets, ids)
 
-    def without_relay(self) -> Exchange:
-        """This exchange with `relay` off (the relay's intermediates fetch through it)."""
-        return self._with(dataclasses.replace(self.config, relay=False))
+    @property
+    def relays(self) -> bool:
+        """Whether gathers relay (`ExchangeConfig.relay`: all_to_all, over 3 to
+        `ROUTE_MAX` devices)."""
+        return (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
+                and 2 < self.num_parts <= ROUTE_MAX)
 
     def scatter_key(self, length: int) -> int:
         """The key in `capacities` of a scatter (`scatter_add`, `scatter_rows`) of
-        `length` ids: the length, as a gather's, except under the scheduled strategy.
-        There a scatter moves as all_to_all does (a scatter's values cannot loop into
-        a buffer of static shape in chunks), whose capacity is a device pair's load,
-        while a gather's of the same length is a chunk; its key is minus the length."""
-        return -length if self.config.strategy is Strategy.SCHEDULED else length
+        `length` ids: the length, as a gather's, except where gathers move otherwise
+        than scatters: under the scheduled strategy (a scatter's values cannot loop into
+        a buffer of static shape in chunks: it moves as all_to_all does, whose capacity
+        is a device pair's load, while a gather's of the same length is a chunk) and
+        where gathers relay (a scatter goes straight: its capacity is the busiest
+        pair's, a relayed gather's the busiest hop pair's). There its key is minus the
+        length."""
+        apart = self.config.strategy is Strategy.SCHEDULED or self.relays
+        return -length if apart else length
 
     def _scatters(self) -> Exchange:
-        """The all_to_all exchange the scheduled strategy's scatters move through, with
-        their own capacities (`scatter_key`) under their lengths."""
-        return self._with(dataclasses.replace(self.config, strategy=Strategy.ALL_TO_ALL),
+        """The plain all_to_all exchange that scatters move through where their key is
+        apart (`scatter_key`), with their own capacities under their lengths."""
+        return self._with(dataclasses.replace(self.config, strategy=Strategy.ALL_TO_ALL,
+                                              relay=False),
                           capacities={-k: v for k, v in self.capacities.items() if k < 0})
 
     # -- capacities ---------------------------------------------------------------------
@@ -256,11 +264,14 @@ class Exchange:
         measured for it, or the exchange is planned (its estimate taken as measured)."""
         return transfer.n in self.capacities or self.planned
 
-    def _transfers(self, plan: Plan) -> list[Transfer]:
-        """The plan's transfers, none on a one-device mesh (where every id is local)."""
+    def _transfers(self, plan: Plan, gather: bool = False) -> list[Transfer]:
+        """The plan's transfers, none on a one-device mesh (where every id is local);
+        a gather's relayed where the exchange `relays`."""
         if self.num_parts == 1:
             return []
         strategy = self.config.strategy
+        if gather and self.relays:
+            return Relay.transfers(plan, self.axis, self.offsets)
         if strategy is Strategy.SCHEDULED:       # its rounds of device pairs
             return TRANSPORTS[strategy](plan, self.axis, self.offsets, schedule=self.schedule)
         return TRANSPORTS[strategy](plan, self.axis, self.offsets)
@@ -270,10 +281,10 @@ class Exchange:
         measured capacity alone (it is the need plus headroom: rungs below it would
         save little wire and cost a compiled branch each; measured on the 200k-node
         graph's 8-device step, one rung compiled in 7.1 s where four took 9.4 s), else
-        the ladder below an estimated or bound top. A chunked transfer's one capacity
-        alone: its rounds are all of that capacity."""
-        if transfer.chunked or (self._measured(transfer)
-                                and self.config.sizing is Sizing.CALIBRATED):
+        the ladder below an estimated or bound top. A chunked or unladdered transfer's
+        one capacity alone."""
+        if transfer.chunked or not transfer.laddered or (
+                self._measured(transfer) and self.config.sizing is Sizing.CALIBRATED):
             return (top,)
         return self.config.ladder(top)
 
@@ -313,9 +324,9 @@ class Exchange:
             return transfer.wire(cap, fwd, ans)
         return first + transfer.wire(cap, fwd, ans) * (rounds - 1).astype(jnp.float32)
 
-    def _stats(self, plan, caps, wire, overflow, out_of_range, inner=None, needs=(),
+    def _stats(self, plan, caps, wire, overflow, out_of_range, needs=(),
                rounds=()) -> ExchangeStats:
-        """Sum this device's counters over devices (and add an inner exchange's totals)."""
+        """Sum this device's counters over devices."""
         axis = self.axis
         count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), axis)
         wire, overflow = lax.psum(wire, axis), lax.psum(overflow, axis)
@@ -323,10 +334,6 @@ class Exchange:
                                                        for x in xs])), axis)
                            if xs else count(jnp.zeros((), bool)))
         needs, rounds = list(needs), list(rounds)
-        if inner is not None:
-            caps = caps + [inner.capacity]
-            wire, overflow = wire + inner.wire_bytes, overflow + inner.overflow
-            rounds.append(inner.rounds)
         return ExchangeStats(
             requested=count(plan.valid), non_local=count(plan.remote | plan.cached),
             cached=count(plan.cached), capacity=most(caps), wire_bytes=wire,
@@ -342,7 +349,7 @@ class Exchange:
         rounds. Each transfer writes into the one buffer, so memory does not grow with
         the number of transfers (the ring has P - 1)."""
         remote = jax.tree.map(jnp.zeros_like, like)
-        filled = jnp.zeros(plan.size, bool)
+        filled = jnp.zeros_like(plan.valid)     # typed as varying, as a loop carry must be
         ans_bytes = row_bytes(like)
         caps, wire, needs, rounds = [], jnp.float32(0), [], []
         for transfer in transfers:
@@ -355,10 +362,21 @@ class Exchange:
                                      into, offset)
             def branch(cap, transfer=transfer, into=(remote, filled), one_round=one_round):
                 return one_round(cap, 0, into), transfer.wire(cap, 4, ans_bytes)
-            ((remote, filled), first), cap = self.switch(transfer.need, ladder, branch)
-            (remote, filled), n_rounds = self._later_rounds(
-                transfer, top, lambda offset, into, f=one_round, c=top: f(c, offset, into),
-                (remote, filled))
+            if len(ladder) == 1 and (top < transfer.top or transfer.chunked):
+                # One capacity that may take rounds: every round, the first included, in
+                # one loop (one traced copy of the transfer and `owner_fn`, not two).
+                n_rounds = transfer.rounds(top)
+                remote, filled = lax.fori_loop(
+                    0, n_rounds, lambda r, into, f=one_round, c=top: f(c, r * c, into),
+                    (remote, filled))
+                first, cap = transfer.wire(top, 4, ans_bytes), jnp.int32(top)
+                if transfer.chunked:
+                    n_rounds = jnp.int32(1)
+            else:
+                ((remote, filled), first), cap = self.switch(transfer.need, ladder, branch)
+                (remote, filled), n_rounds = self._later_rounds(
+                    transfer, top, lambda offset, into, f=one_round, c=top: f(c, offset, into),
+                    (remote, filled))
             caps.append(cap)
             needs.append(transfer.need)
             rounds.append(n_rounds)
@@ -489,12 +507,7 @@ class Exchange:
         if self.num_parts == 1 and distinct:
             return self._only_device(ids, valid, owner_fn, out_of_range)
         plan = make_plan(ids, valid, self.offsets, self.axis, cache_ids, distinct)
-        # Relay only when nothing can overflow: an intermediate deduplicates, so it could
-        # not count a lost id once per requester.
-        relayed = (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
-                   and self.config.max_capacity is None and self.num_parts > 2)
-        inner, overflow = None, jnp.int32(0)
-        transfers = [] if relayed else self._transfers(plan)
+        transfers = self._transfers(plan, gather=not once)
         measured = all(len(self.ladder(t, self.capacity(t))) == 1 for t in transfers)
         if once and transfers:
             answer = self._answer_looped if measured else self._answer_once
@@ -502,19 +515,14 @@ class Exchange:
                                                                         owner_fn)
         else:
             answers = owner_fn(plan.uniq, plan.local)
-            if relayed:
-                relay = relayed_gather(self, plan, owner_fn, row_bytes(answers))
-                remote_answers, caps, inner = relay.answers, relay.capacities, relay.inner
-                wire, overflow, needs, rounds = relay.wire, relay.overflow, relay.needs, []
-            else:
-                remote_answers, caps, wire, needs, rounds = self._answer_per_rung(
-                    plan, transfers, owner_fn, answers)
+            remote_answers, caps, wire, needs, rounds = self._answer_per_rung(
+                plan, transfers, owner_fn, answers)
         if cache_values is not None:
             answers = select(plan.cached, take(cache_values, plan.cache_pos, plan.cached),
                              answers)
         answers = select(plan.remote, take(remote_answers, plan.slot, plan.remote), answers)
         answers = take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
-        return answers, self._stats(plan, caps, wire, overflow, out_of_range, inner, needs,
+        return answers, self._stats(plan, caps, wire, jnp.int32(0), out_of_range, needs,
                                     rounds)
 
     def scatter_add(self, ids, valid, values, *, contains=None
@@ -529,7 +537,7 @@ class Exchange:
         Under the scheduled strategy it moves as all_to_all does, sized as its own
         (`scatter_key`).
         """
-        if self.config.strategy is Strategy.SCHEDULED:
+        if self.scatter_key(1) != 1:
             out, stats = self._scatters().scatter_add(ids, valid, values, contains=contains)
             return out, stats._replace(length=self.scatter_key(stats.length))
         ids = ids.astype(jnp.int32)
@@ -585,7 +593,7 @@ class Exchange:
         recompiled, never dropped (what full-batch training's backward pass sends back
         to the owners of the rows a window fetched). The scheduled strategy moves them
         as all_to_all does, sized as its own (`scatter_key`)."""
-        if self.config.strategy is Strategy.SCHEDULED:
+        if self.scatter_key(1) != 1:
             tables, stats = self._scatters().scatter_rows(ids, valid, values, rows,
                                                           contains=contains)
             return tables, stats._replace(length=self.scatter_key(stats.length))

@@ -88,6 +88,10 @@ class Transfer(abc.ABC):
         need = lax.pmax(self.need, self.axis)
         return jnp.maximum((need + cap - 1) // cap, 1).astype(jnp.int32)
 
+    laddered = True
+    """False: the transfer's first round has one capacity, never a ladder of rungs (it
+    follows each batch's load inside its buffers, as the relay's chunks do)."""
+
     exact_wire = False
     """True: `wire` counts the bytes of every round together (exact sizes), whatever
     `cap`; False: it counts one round's padded buffers."""

@@ -31,11 +31,11 @@ def test_bench_train_trains_the_experiment_its_sections_make():
 
 
 def test_a_flag_sets_its_key_and_every_other_setting_keeps_its_default():
-    bench = settings(["sample", "g.npz", "--growth", "1.5", "--relay", "--devices", "4"],
+    bench = settings(["sample", "g.npz", "--growth", "1.5", "--replace", "--devices", "4"],
                      "SampleBench")
-    assert bench.exchange == dataclasses.replace(ExchangeConfig(), growth=1.5, relay=True)
+    assert bench.exchange == dataclasses.replace(ExchangeConfig(), growth=1.5)
     assert bench.data.path == "g.npz" and bench.data.num_parts == 4
-    assert bench.train == WORKLOAD_TRAIN and bench.impl == "auto" and not bench.replace
+    assert bench.train == WORKLOAD_TRAIN and bench.impl == "auto" and bench.replace
 
 
 def test_set_reaches_keys_that_have_no_flag():

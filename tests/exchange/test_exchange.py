@@ -18,6 +18,7 @@ from jax import lax
 
 import jgraph.exchange.ragged as ragged_module
 from jgraph.exchange.exchange import with_headroom
+from jgraph.exchange.relay import STRIDE, Relay
 from jgraph.exchange.scheduled import CHUNKS_PER_PAIR, build_schedule
 from jgraph.sharded import (
     AXIS,
@@ -37,11 +38,11 @@ DIM = 3
 ROW_BYTES = DIM * 4 + 4                   # an answer: float32[DIM] row + int32 (id * 2)
 TABLE = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
 # Every strategy, by test id, on ladders of many rungs (choosing rungs is tested here).
-# "all_to_all-relay" relays the busiest pairs' excess through intermediate devices;
-# "all_to_all" is the plain per-peer-capacity all_to_all (the default).
+# "all_to_all-relay" routes a gather's rows in two hops, through intermediate devices
+# (the default); "all_to_all" is the plain per-peer-capacity all_to_all.
 LADDER = dict(growth=1.25, max_rungs=24, sizing="bound")
-CONFIGS = {"all_to_all-relay": ExchangeConfig(strategy="all_to_all", relay=True, **LADDER),
-           "all_to_all": ExchangeConfig(strategy="all_to_all", **LADDER),
+CONFIGS = {"all_to_all-relay": ExchangeConfig(strategy="all_to_all", **LADDER),
+           "all_to_all": ExchangeConfig(strategy="all_to_all", relay=False, **LADDER),
            "ppermute": ExchangeConfig(strategy="ppermute", **LADDER),
            "all_gather": ExchangeConfig(strategy="all_gather", **LADDER),
            "scheduled": ExchangeConfig(strategy="scheduled", **LADDER)}
@@ -251,8 +252,8 @@ def expected_capacity(config, counts):
     """The rung each strategy must pick: the smallest one that holds the largest need.
     (None for the relaying all_to_all, whose direct rung is chosen by a traffic model.)"""
     s = config.strategy.value
-    if s == "all_to_all":
-        return None if config.relay else smallest_rung(config.ladder(n), counts.max())
+    if s == "all_to_all":          # the relay: one capacity, the bound
+        return n if config.relay else smallest_rung(config.ladder(n), counts.max())
     if s == "ppermute":        # shift s: device k sends to k + s; each shift has its own rung
         return max(smallest_rung(config.ladder(n), max(counts[k, (k + sh) % P] for k in range(P)))
                    for sh in range(1, P))
@@ -302,10 +303,31 @@ def check_gather(config, case, out, weights=None):
     assert float(st.wire_bytes) >= counts.sum() * (4 + ROW_BYTES)
     if config.strategy.value == "ragged_all_to_all":      # exact sizes: nothing more
         assert float(st.wire_bytes) == counts.sum() * (4 + ROW_BYTES)
+    if relays(config):
+        check_relayed(counts, st)
     if config.strategy.value == "scheduled":
         assert int(st.rounds) == 1
         assert float(st.wire_bytes) == scheduled_wire(build_schedule(P, weights), counts,
                                                       int(st.capacity), ROW_BYTES)
+
+
+def relays(config):
+    return config.strategy.value == "all_to_all" and config.relay
+
+
+def check_relayed(counts, st):
+    """A relayed gather's need lies between the lower bound of two hops (half the
+    busiest device's rows over the P - 1 others) and the busiest pair's (straight); its
+    busiest hop moves at least the need, and no hop moves more than the need, ids
+    rounded up to coarse chunks (one-row fine chunks at a capacity of n = 32)."""
+    need, busiest = int(st.needed), int(counts.max())
+    bound = -(-max(counts.sum(0).max(), counts.sum(1).max()) // (2 * (P - 1)))
+    assert bound <= need <= busiest
+    wire, q = float(st.wire_bytes), Relay.chunk(int(st.capacity))
+    if int(st.rounds) == 1 and need < busiest:        # relayed, in one round
+        assert P * (P - 1) * need * (4 + ROW_BYTES) <= wire
+        coarse = -(-need // (q * STRIDE)) * q * STRIDE
+        assert wire <= P * (P - 1) * 2 * (coarse * 4 + -(-need // q) * q * ROW_BYTES)
 
 
 def scatter_strategy(config):
@@ -433,7 +455,8 @@ def test_out_of_range_ids_are_counted_answered_zero_and_check_raises_index_error
 
 
 def expected_need(strategy, counts):
-    """The largest need, in the capacity's units, that each strategy reports."""
+    """The largest need, in the capacity's units, that each strategy reports (not the
+    relay's: its routing's, see `check_relayed`)."""
     if strategy == "all_gather":                     # one buffer for all peers
         return int(counts.sum(axis=1).max())
     if strategy == "ragged_all_to_all":              # what an owner receives
@@ -469,6 +492,9 @@ def test_gather_beyond_max_capacity_takes_rounds_and_scatter_add_counts_its_over
     elif not config.relay:
         assert int(gst.needed) == need and int(gst.capacity) == 4
         assert int(gst.rounds) == -(-need // 4) > 1
+    else:      # the relay's need is its routing's; above 4 it goes straight, in rounds
+        assert int(gst.needed) > 4 and int(gst.capacity) == 4
+        assert int(gst.rounds) == -(-need // 4) > 1
     scatter = scatter_strategy(config)
     lost = expected_overflow(scatter, counts, 4)
     assert lost > 0 and int(sst.overflow) == lost
@@ -502,12 +528,17 @@ def test_calibrated_capacities_below_the_need_answer_everything_in_rounds(strate
     np.testing.assert_array_equal(out["twice"], np.where(ok, ids * 2, 0))
     _, counts = request_counts(ids, ok)
     gst = out["gstats"]
-    if config.relay:
-        return
     need = expected_need(config.strategy.value, counts)
     chunked = config.strategy.value == "scheduled"     # its loop is not rounds
-    assert int(gst.needed) == need
-    assert int(gst.rounds) == (1 if chunked else max(-(-need // 8), 1))
+    if relays(config):
+        # Relayed in one round if its routing's need fits 8, else straight in rounds
+        # of 8 for the busiest pair; grown, it fits.
+        relayed = int(gst.needed) <= 8
+        assert int(gst.rounds) == (1 if relayed else max(-(-need // 8), 1))
+        need = int(gst.needed)
+    else:
+        assert int(gst.needed) == need
+        assert int(gst.rounds) == (1 if chunked else max(-(-need // 8), 1))
     grown = Exchange(OFFSETS, config, capacities={n: 8}).grown(gst)
     if need > 8:
         assert grown.capacities[n] >= need
@@ -783,7 +814,7 @@ def test_dist_graph_gives_the_scheduled_exchange_its_partitions_halo_counts(tmp_
         older.exchange(ExchangeConfig(strategy="scheduled")).pair_weights, expected)
     assert expected.sum() > 0 and np.all(np.diag(expected) == 0)
     np.testing.assert_array_equal(ex.schedule, build_schedule(P, expected))
-    assert ex.calibrated({n: 8}).without_relay().schedule is ex.schedule
+    assert ex.calibrated({n: 8})._scatters().schedule is ex.schedule
     assert dg.exchange(ExchangeConfig(strategy="all_to_all")).pair_weights is None
 
 

@@ -55,8 +55,9 @@ def batch(setup):
     return ids.astype(np.int32), valid
 
 
-def run_lookup(setup, batch, cache):
-    _, tensor, _, exchange = setup
+def run_lookup(setup, batch, cache, exchange=None):
+    _, tensor, _, relayed = setup
+    exchange = exchange or relayed
     ids, valid = batch
     args = (tensor.array, ids.reshape(-1), valid.reshape(-1))
     if cache is None:
@@ -93,24 +94,32 @@ def test_lookup_with_hot_cache_returns_the_same_rows_and_counts_cached_ids(setup
     assert int(stats.non_local) == int(plain_stats.non_local)
     assert int(stats.requested) == int(plain_stats.requested)
     assert int(stats.overflow) == 0 and int(plain_stats.overflow) == 0
+    # Fewer remote ids never move more bytes straight to their owners (the relay's
+    # routing of two or three rows per pair, rounded, may: it is not compared).
+    straight = dg.exchange(ExchangeConfig(relay=False, growth=1.25, max_rungs=24,
+                                          sizing="bound"))
+    _, plain_straight = run_lookup(setup, batch, None, straight)
+    _, cached_straight = run_lookup(setup, batch, cache, straight)
     if which == "empty":
         assert want == 0 and float(stats.wire_bytes) == float(plain_stats.wire_bytes)
+        assert float(cached_straight.wire_bytes) == float(plain_straight.wire_bytes)
     else:
-        assert want > 0 and float(stats.wire_bytes) <= float(plain_stats.wire_bytes)
+        assert want > 0
+        assert float(cached_straight.wire_bytes) <= float(plain_straight.wire_bytes)
     if which == "every_node":
         assert want == int(plain_stats.non_local)
 
 
 def test_cache_of_every_node_moves_fewer_wire_bytes_than_no_cache(setup, batch):
-    """Without a cache, device 0's n distinct ids of partition 1 take the top direct rung
-    (relaying the excess of one pair would cost more); with every node cached nothing
-    is remote and every transfer runs at its lowest rung."""
+    """The relay's buffers hold the bound (n rows per pair and hop) with or without a
+    cache, but its chunks move only what the batch's busiest hop pair needs: with every
+    node cached nothing is remote and nothing moves."""
     dg = setup[0]
     _, plain = run_lookup(setup, batch, None)
     _, cached = run_lookup(setup, batch, caches(dg)["every_node"])
-    assert int(plain.capacity) == n and int(cached.capacity) < n
+    assert int(plain.capacity) == int(cached.capacity) == n
     assert int(cached.cached) == int(plain.non_local) > 0
-    assert float(cached.wire_bytes) < float(plain.wire_bytes)
+    assert float(cached.wire_bytes) == 0 < float(plain.wire_bytes)
 
 
 def test_top_cache_takes_the_highest_scores_ties_to_the_lower_id():
