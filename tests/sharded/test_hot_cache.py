@@ -25,10 +25,11 @@ def setup(cora_parts8, mesh):
     dg = DistGraph(cora_parts8, mesh)
     values = np.random.default_rng(0).normal(size=(dg.meta.num_nodes, 4)).astype(np.float32)
     tensor = DistTensor.from_numpy(mesh, dg.layout(), values, name="x")
-    # all_to_all, relayed, on a fine ladder up to the request's length (sized for the
-    # worst case, so that rungs under the batch size exist)
-    return dg, tensor, values, dg.exchange(ExchangeConfig(relay=True, growth=1.25, max_rungs=24,
-                                                          sizing="bound"))
+    # all_to_all, relayed (the default) and straight on a fine ladder up to the request's
+    # length (sized for the worst case, so that rungs under the batch size exist)
+    ladder = dict(growth=1.25, max_rungs=24, sizing="bound")
+    return (dg, tensor, values, dg.exchange(ExchangeConfig(**ladder)),
+            dg.exchange(ExchangeConfig(relay=False, **ladder)))
 
 
 @functools.cache
@@ -56,7 +57,7 @@ def batch(setup):
 
 
 def run_lookup(setup, batch, cache, exchange=None):
-    _, tensor, _, relayed = setup
+    _, tensor, _, relayed, _ = setup
     exchange = exchange or relayed
     ids, valid = batch
     args = (tensor.array, ids.reshape(-1), valid.reshape(-1))
@@ -77,7 +78,7 @@ def caches(dg):
 @pytest.mark.slow      # three caches
 @pytest.mark.parametrize("which", ["top10", "every_node", "empty"])
 def test_lookup_with_hot_cache_returns_the_same_rows_and_counts_cached_ids(setup, batch, which):
-    dg, _, values, _ = setup
+    dg, values = setup[0], setup[2]
     ids, valid = batch
     cache = caches(dg)[which]
     plain, plain_stats = run_lookup(setup, batch, None)
@@ -96,8 +97,7 @@ def test_lookup_with_hot_cache_returns_the_same_rows_and_counts_cached_ids(setup
     assert int(stats.overflow) == 0 and int(plain_stats.overflow) == 0
     # Fewer remote ids never move more bytes straight to their owners (the relay's
     # routing of two or three rows per pair, rounded, may: it is not compared).
-    straight = dg.exchange(ExchangeConfig(relay=False, growth=1.25, max_rungs=24,
-                                          sizing="bound"))
+    straight = setup[4]
     _, plain_straight = run_lookup(setup, batch, None, straight)
     _, cached_straight = run_lookup(setup, batch, cache, straight)
     if which == "empty":
