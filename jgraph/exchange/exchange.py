@@ -16,10 +16,11 @@ and are summed per id there.
 
 How ids travel is a `Strategy`, carried out by a transport module (`transport.py` names
 the interface; `all_to_all.py`, `all_gather.py`, `ring.py`, `ragged.py`, `scheduled.py`;
-`relay.py` builds on all_to_all). Every transfer has a static capacity (shapes are fixed
-at trace time), sized by what arrives (`ExchangeConfig.sizing`): measured per request
-length on the first batches (`calibrated`), so that a device's buffers follow its batch
-and not the number of devices. The first round's capacity comes from a short ladder of
+`relay.py`, all_to_all's gathers in two routed hops). Every transfer has a static
+capacity (shapes are fixed at trace time), sized by what arrives
+(`ExchangeConfig.sizing`): measured per request length on the first batches
+(`calibrated`), so that a device's buffers follow its batch and not the number of
+devices. The first round's capacity comes from a short ladder of
 rungs below it (all devices agree on the rung with `pmax`; `lax.switch` runs the branch
 compiled for it, so small requests move small buffers); a gather that needs more than
 the capacity moves the rest in further rounds of the same buffers, so nothing is ever
@@ -180,13 +181,14 @@ class Exchange:
         is a device pair's load, while a gather's of the same length is a chunk) and
         where gathers relay (a scatter goes straight: its capacity is the busiest
         pair's, a relayed gather's the busiest hop pair's). There its key is minus the
-        length."""
+        length, and so is a gather's that goes straight (`once`, where gathers relay)."""
         apart = self.config.strategy is Strategy.SCHEDULED or self.relays
         return -length if apart else length
 
     def _scatters(self) -> Exchange:
-        """The plain all_to_all exchange that scatters move through where their key is
-        apart (`scatter_key`), with their own capacities under their lengths."""
+        """The plain all_to_all exchange that scatters (and, where gathers relay, the
+        gathers that go straight) move through where their key is apart
+        (`scatter_key`), with their own capacities under their lengths."""
         return self._with(dataclasses.replace(self.config, strategy=Strategy.ALL_TO_ALL,
                                               relay=False),
                           capacities={-k: v for k, v in self.capacities.items() if k < 0})
@@ -494,7 +496,7 @@ class Exchange:
         sort is skipped; repeated ids would then be routed, and answered, more than once.
         once: run `owner_fn` once, outside the capacity ladder, instead of once per rung
         inside it (see `_answer_once`): for owner functions that are costly to compile
-        and answer narrow rows, as the sampler's draws.
+        and answer narrow rows, as the sampler's draws. Such a gather never relays.
 
         Every answer arrives whatever the capacities: a transfer that needs more than
         its capacity moves in rounds (`ExchangeStats.rounds`).
@@ -506,8 +508,13 @@ class Exchange:
         cache_ids, cache_values = cache if cache is not None else (None, None)
         if self.num_parts == 1 and distinct:
             return self._only_device(ids, valid, owner_fn, out_of_range)
+        if once and self.relays:       # straight, sized as the scatters are (scatter_key)
+            answers, stats = self._scatters().gather(ids, valid, owner_fn, cache=cache,
+                                                     contains=contains, distinct=distinct,
+                                                     once=True)
+            return answers, stats._replace(length=self.scatter_key(stats.length))
         plan = make_plan(ids, valid, self.offsets, self.axis, cache_ids, distinct)
-        transfers = self._transfers(plan, gather=not once)
+        transfers = self._transfers(plan, gather=True)
         measured = all(len(self.ladder(t, self.capacity(t))) == 1 for t in transfers)
         if once and transfers:
             answer = self._answer_looped if measured else self._answer_once
@@ -534,8 +541,8 @@ class Exchange:
         any device sent (sorted, padding where mask is False) with the sum of their
         values. M is static: n plus what the transfers deliver at their capacities.
         One round only: ids past a capacity are counted in `overflow`, not summed.
-        Under the scheduled strategy it moves as all_to_all does, sized as its own
-        (`scatter_key`).
+        Under the scheduled strategy, and where gathers relay, it moves as the plain
+        all_to_all does, sized as its own (`scatter_key`).
         """
         if self.scatter_key(1) != 1:
             out, stats = self._scatters().scatter_add(ids, valid, values, contains=contains)
@@ -591,8 +598,9 @@ class Exchange:
         pytree of [rows, ...] on each owner. Every id moves: a transfer whose
         need exceeds its capacity moves in as many rounds as it needs, never
         recompiled, never dropped (what full-batch training's backward pass sends back
-        to the owners of the rows a window fetched). The scheduled strategy moves them
-        as all_to_all does, sized as its own (`scatter_key`)."""
+        to the owners of the rows a window fetched). The scheduled strategy, and
+        all_to_all where gathers relay, move them as the plain all_to_all does, sized as
+        their own (`scatter_key`)."""
         if self.scatter_key(1) != 1:
             tables, stats = self._scatters().scatter_rows(ids, valid, values, rows,
                                                           contains=contains)

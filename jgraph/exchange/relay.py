@@ -15,10 +15,11 @@ intermediate: "held"), or through a third device. Every device all_gathers the
 [requester, owner] counts and computes the same routing (`routing`): how many of each
 pair's rows go through each intermediate, balancing the busiest pair of each hop.
 
-Each hop's buffers hold `cap` rows per device pair (calibrated like any capacity: the
-busiest hop's load on the first batches, plus headroom), but they move in chunks of
-about `cap / CHUNKS` rows, as many as this batch's busiest pair of the hop fills, so
-the bytes on the wire follow each batch's load, not the capacity. A batch whose
+Each hop's buffers hold `cap` rows per device pair, rounded up to whole chunks
+(calibrated like any capacity: the busiest hop's load on the first batches, plus
+headroom), but they move in chunks, as many as this batch's busiest pair of the hop
+fills (answers in chunks of about `cap / CHUNKS` rows, ids in coarser ones), so the
+bytes on the wire follow each batch's load, not the capacity. A batch whose
 routing needs more than `cap` moves straight to the owners instead, in rounds of `cap`
 (nothing is dropped; training grows the capacity when it sees one).
 """
@@ -47,8 +48,9 @@ DIRECT_WEIGHT = 16.0
 relayed one: balancing then relays only what the busiest pairs cannot move directly."""
 
 CHUNKS = 32
-"""A hop pads each pair by less than 1 / CHUNKS of the capacity: its buffers move in
-chunks of STRIDE of those fine chunks while a whole one is needed, then in fine ones."""
+"""A hop pads each pair's answers by less than 1 / CHUNKS of the capacity: they move in
+coarse chunks of STRIDE fine ones while a whole one is needed, then in fine ones. Ids
+(4 bytes a row) move in coarse chunks only, padded by less than STRIDE / CHUNKS."""
 
 STRIDE = 8
 """Fine chunks per coarse chunk: a hop takes at most CHUNKS / STRIDE coarse collectives
@@ -186,7 +188,8 @@ class Relay(Transfer):
         ids = jnp.where(self._relayed(cap), _coarse(trips_a) + _coarse(trips_b),
                         whole * _coarse(full) + _coarse(rest))
         rows = jnp.where(self._relayed(cap), trips_a + trips_b, whole * full + rest)
-        return ((P - 1) * q) * (fwd_bytes * ids + ans_bytes * rows).astype(jnp.float32)
+        slots = lambda trips: float((P - 1) * q) * trips.astype(jnp.float32)
+        return fwd_bytes * slots(ids) + ans_bytes * slots(rows)
 
     def received_length(self, cap):
         return 2 * self.num_parts * self.chunk(cap) * CHUNKS

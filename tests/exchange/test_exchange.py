@@ -249,8 +249,8 @@ def smallest_rung(ladder, need):
 
 
 def expected_capacity(config, counts):
-    """The rung each strategy must pick: the smallest one that holds the largest need.
-    (None for the relaying all_to_all, whose direct rung is chosen by a traffic model.)"""
+    """The rung each strategy must pick: the smallest one that holds the largest need
+    (the relay's one capacity: the bound, n)."""
     s = config.strategy.value
     if s == "all_to_all":          # the relay: one capacity, the bound
         return n if config.relay else smallest_rung(config.ladder(n), counts.max())
@@ -371,6 +371,37 @@ def check_scatter_add(config, case, out):
 
 
 # -- gather and scatter_add, every strategy ------------------------------------------------
+
+
+def test_a_skewed_batch_is_relayed_through_third_devices_in_one_round():
+    """Pair loads from 0 to n (case_skewed): the relay's busiest hop pair carries fewer
+    rows than the busiest pair would straight, in one round, every answer numpy's."""
+    config, case = CONFIGS["all_to_all-relay"], make_case("skewed")
+    out = run(config, case)
+    check_gather(config, case, out)
+    ids, valid, allowed, _ = case
+    _, counts = request_counts(ids, valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)])
+    st = out["gstats"]
+    assert int(st.rounds) == 1 and int(st.needed) < counts.max()
+    assert int(st.length) == n
+
+
+def test_a_gather_run_once_goes_straight_where_gathers_relay_keyed_as_scatters():
+    """The sampler's draws (`once`) never relay: under the relaying config they move as
+    the plain all_to_all does, and their need is calibrated under minus the length (with
+    the scatters), apart from relayed gathers of the same length."""
+    config, case = CONFIGS["all_to_all-relay"], make_case("skewed")
+    out = run(config, case, once=True)
+    ids, valid, allowed, _ = case
+    ok = valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)]
+    np.testing.assert_array_equal(out["rows"], np.where(ok[..., None],
+                                                        TABLE[np.clip(ids, 0, N - 1)], 0))
+    _, counts = request_counts(ids, ok)
+    st = out["gstats"]
+    assert int(st.length) == -n and int(st.needed) == counts.max()
+    assert int(st.capacity) == expected_capacity(CONFIGS["all_to_all"], counts)
+    fitted = Exchange(OFFSETS, config).fitted(st)
+    assert fitted.capacities == {-n: with_headroom(counts.max(), config.headroom)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

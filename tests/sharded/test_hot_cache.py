@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from jgraph.exchange.relay import Relay
 from jgraph.sharded import (
     REPLICATED,
     ROWS,
@@ -135,3 +136,26 @@ def test_top_cache_takes_the_highest_scores_ties_to_the_lower_id():
 def test_request_counts_count_each_batch_once_per_distinct_id():
     counts = request_counts([np.array([3, 3, 1]), np.array([[1, 9], [-1, 0]])], 5)
     assert counts.tolist() == [1, 2, 0, 1, 0]
+
+
+def test_a_relayed_lookup_of_400_ids_a_device_moves_chunks_of_many_rows(setup):
+    """400 ids a device, half of them from the next partition: the relay's bound
+    capacity (400 rows a pair and hop) moves in chunks of 13 rows (coarse ones of 104),
+    through third devices (its busiest hop pair carries fewer rows than the busiest pair
+    straight), in one round; every row is numpy's."""
+    dg, tensor, values, relayed, _ = setup
+    rng = np.random.default_rng(2)
+    ids = rng.integers(0, dg.meta.num_nodes, (P, 400))
+    for k in range(P):
+        lo, hi = dg.book.part_range((k + 1) % P)
+        ids[k, :200] = rng.integers(lo, hi, 200)
+    valid = rng.random((P, 400)) < 0.95
+    rows, stats = lookup_fn(tensor, relayed, False)(
+        tensor.array, ids.reshape(-1).astype(np.int32), valid.reshape(-1))
+    np.testing.assert_array_equal(np.asarray(rows).reshape(P, 400, -1),
+                                  np.where(valid[..., None], values[ids], 0))
+    owner = dg.book.owner(ids)
+    busiest = max(np.unique(ids[k][valid[k] & (owner[k] == j)]).size
+                  for k in range(P) for j in range(P) if j != k)
+    assert int(stats.capacity) == 400 and Relay.chunk(400) == 13
+    assert int(stats.rounds) == 1 and int(stats.needed) < busiest
