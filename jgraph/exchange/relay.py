@@ -30,8 +30,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jgraph.exchange.plan import Plan
-from jgraph.exchange.rows import PyTree
-from jgraph.exchange.transport import Delivery, Transfer, put_back
+from jgraph.exchange.rows import PyTree, select
+from jgraph.exchange.transport import Delivery, Transfer
 
 ROUTE_MAX = 16
 """The most devices a gather relays over: every device holds the routing, [P, P, P]
@@ -318,4 +318,7 @@ class Relay(Transfer):
                                    flat(b)[jnp.clip(at, 0, P * length - 1)],
                                    flat(a)[jnp.clip(at, 0, P * length - 1)]),
             got_a, got_b)
-        return put_back(self.n, rows, jnp.arange(self.n, dtype=jnp.int32), ok, into)
+        # Rows are already in compact order: a select, not a scatter.
+        base, filled = into if into is not None else (
+            jax.tree.map(jnp.zeros_like, rows), jnp.zeros_like(ok))
+        return select(ok, rows, base), filled | ok
