@@ -77,9 +77,11 @@ class ExchangeConfig:
         device pair's rows straight to the owner in either hop or through an
         intermediate device, routed on every device from the all-gathered pair counts
         so that the busiest pair of each hop is near the lower bound (3-6% above it
-        there); each hop moves in chunks, as many as the batch fills (1.49x the rows
-        with the chunks' rounding). Its capacity is the busiest hop pair's rows.
-        False: one all_to_all each way.
+        there); each hop moves in chunks, as many as the batch fills (1.48x the rows
+        with the chunks' rounding). Its capacity is the busiest hop pair's rows. A
+        batch whose routing would save under a quarter goes straight, and a gather
+        whose calibration batches relayed nothing is compiled straight. False: one
+        all_to_all each way.
       cache: the hot-node cache of training and evaluation: the feature rows of this
         fraction of each node type's nodes (0 = none), replicated on every device and
         answered without communication (`jgraph.sharded.cache`).

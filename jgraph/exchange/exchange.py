@@ -81,7 +81,9 @@ class ExchangeStats(NamedTuple):
     negated for a scatter under the scheduled strategy (`Exchange.scatter_key`);
     needed: the devices' largest need, in the units of the capacity (what calibration
     measures); rounds: the most rounds a transfer took (1 when everything fitted its
-    capacity).
+    capacity); relayed: the rows a relayed gather's routing sends through a third device
+    (whatever its capacity; 0 for every other exchange), which calibration reads to
+    choose where gathers relay (`Exchange.fitted`).
     """
 
     requested: jnp.ndarray
@@ -94,6 +96,7 @@ class ExchangeStats(NamedTuple):
     length: jnp.ndarray
     needed: jnp.ndarray
     rounds: jnp.ndarray
+    relayed: jnp.ndarray
 
     def check(self, what: str = "exchange") -> ExchangeStats:
         """Host side: raise if anything was lost; returns self."""
@@ -185,6 +188,11 @@ class Exchange:
         apart = self.config.strategy is Strategy.SCHEDULED or self.relays
         return -length if apart else length
 
+    def _straight(self, length: int) -> bool:
+        """Where gathers relay: whether a gather of `length` ids moves straight instead,
+        as calibration chose (`fitted`: only minus its length is measured)."""
+        return -length in self.capacities and length not in self.capacities
+
     def _scatters(self) -> Exchange:
         """The plain all_to_all exchange that scatters (and, where gathers relay, the
         gathers that go straight) move through where their key is apart
@@ -204,11 +212,25 @@ class Exchange:
         """This exchange with the capacity of every request length in `stats`
         (`ExchangeStats` leaves, on the host, e.g. of a training step's first batches)
         set to the largest need measured there plus headroom: calibrated sizing's
-        capacities, higher or lower than before. Itself on one device (nothing moves)."""
+        capacities, higher or lower than before. Itself on one device (nothing moves).
+
+        Where gathers relay, a gather length whose batches' routings sent no row
+        through a third device (traffic even enough that relaying would move nothing
+        less) is recorded under minus its length instead: such gathers then move
+        straight, with the scatters (`scatter_key`), and the relay is not compiled
+        for them."""
         if self.num_parts == 1:
             return self
-        return self.calibrated({length: with_headroom(needed, self.config.headroom)
-                                for length, (needed, _) in self._needs(stats).items()})
+        fresh, straight = {}, set()
+        for length, (needed, _, relayed) in self._needs(stats).items():
+            key = length
+            if self.relays and length > 0 and not relayed:
+                key = -length             # shared with a scatter of that length, if any
+                straight.add(length)
+            fresh[key] = max(fresh.get(key, 0), with_headroom(needed, self.config.headroom))
+        capacities = {k: v for k, v in self.capacities.items() if k not in straight}
+        capacities.update(fresh)
+        return self._with(capacities=capacities)
 
     def grown(self, stats) -> Exchange:
         """This exchange with the capacity of every request length that needed more
@@ -218,21 +240,23 @@ class Exchange:
         as a request needs (that is its schedule, not an overflow)."""
         scheduled = self.config.strategy is Strategy.SCHEDULED
         want = {length: with_headroom(needed, self.config.headroom)
-                for length, (needed, over) in self._needs(stats).items()
+                for length, (needed, over, _) in self._needs(stats).items()
                 if over and (length < 0 or not scheduled)}
         want = {k: v for k, v in want.items() if v > self.capacities.get(k, 0)}
         return self.calibrated(want) if want else self
 
     @staticmethod
-    def _needs(stats) -> dict[int, tuple[int, bool]]:
+    def _needs(stats) -> dict[int, tuple[int, bool, int]]:
         """{request length: (the largest need, whether any exchange of that length
-        needed more than its capacity)} over the `ExchangeStats` leaves of `stats`."""
+        needed more than its capacity, the rows they relayed)} over the
+        `ExchangeStats` leaves of `stats`."""
         out = {}
         for st in exchange_stats(stats):
             length, needed = int(st.length), int(st.needed)
             if length != 0:
-                most, over = out.get(length, (0, False))
-                out[length] = (max(most, needed), over or needed > int(st.capacity))
+                most, over, relayed = out.get(length, (0, False, 0))
+                out[length] = (max(most, needed), over or needed > int(st.capacity),
+                               relayed + int(st.relayed))
         return out
 
     def capacity(self, transfer: Transfer, one_round: bool = False) -> int:
@@ -327,20 +351,26 @@ class Exchange:
         return first + transfer.wire(cap, fwd, ans) * (rounds - 1).astype(jnp.float32)
 
     def _stats(self, plan, caps, wire, overflow, out_of_range, needs=(),
-               rounds=()) -> ExchangeStats:
-        """Sum this device's counters over devices."""
+               rounds=(), relayed=()) -> ExchangeStats:
+        """Sum this device's counters over devices (in one reduction and one all-reduce
+        each for the sums and the maxima: each is a compiled kernel)."""
         axis = self.axis
-        count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), axis)
+        masks = jnp.stack([plan.valid, plan.remote | plan.cached, plan.cached,
+                           out_of_range.reshape(plan.valid.shape)])
+        requested, non_local, cached, out_of_range = lax.psum(
+            jnp.sum(masks, axis=1, dtype=jnp.int32), axis)
         wire, overflow = lax.psum(wire, axis), lax.psum(overflow, axis)
-        most = lambda xs: (lax.pmax(jnp.max(jnp.stack([jnp.asarray(x, jnp.int32)
-                                                       for x in xs])), axis)
-                           if xs else count(jnp.zeros((), bool)))
-        needs, rounds = list(needs), list(rounds)
+        relayed = lax.psum(sum(relayed, jnp.int32(0)), axis)
+        largest = lambda xs: jnp.max(jnp.stack([jnp.asarray(x, jnp.int32) for x in xs])
+                                     ) if xs else jnp.int32(0)
+        capacity, needed, rounds = lax.pmax(
+            jnp.stack([largest(list(caps)), largest(list(needs)), largest(list(rounds))]),
+            axis)
         return ExchangeStats(
-            requested=count(plan.valid), non_local=count(plan.remote | plan.cached),
-            cached=count(plan.cached), capacity=most(caps), wire_bytes=wire,
-            overflow=overflow, out_of_range=count(out_of_range),
-            length=most([]) + plan.size, needed=most(needs), rounds=most(rounds))
+            requested=requested, non_local=non_local, cached=cached, capacity=capacity,
+            wire_bytes=wire, overflow=overflow, out_of_range=out_of_range,
+            length=jnp.zeros_like(requested) + plan.size, needed=needed, rounds=rounds,
+            relayed=relayed)
 
     # -- the remote answers of a gather ----------------------------------------------------
 
@@ -508,10 +538,11 @@ class Exchange:
         cache_ids, cache_values = cache if cache is not None else (None, None)
         if self.num_parts == 1 and distinct:
             return self._only_device(ids, valid, owner_fn, out_of_range)
-        if once and self.relays:       # straight, sized as the scatters are (scatter_key)
+        if self.relays and (once or self._straight(ids.shape[0])):
+            # straight, sized as the scatters are (scatter_key)
             answers, stats = self._scatters().gather(ids, valid, owner_fn, cache=cache,
                                                      contains=contains, distinct=distinct,
-                                                     once=True)
+                                                     once=once)
             return answers, stats._replace(length=self.scatter_key(stats.length))
         plan = make_plan(ids, valid, self.offsets, self.axis, cache_ids, distinct)
         transfers = self._transfers(plan, gather=True)
@@ -529,8 +560,9 @@ class Exchange:
                              answers)
         answers = select(plan.remote, take(remote_answers, plan.slot, plan.remote), answers)
         answers = take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
+        relayed = [t.relayed for t in transfers if isinstance(t, Relay)]
         return answers, self._stats(plan, caps, wire, jnp.int32(0), out_of_range, needs,
-                                    rounds)
+                                    rounds, relayed)
 
     def scatter_add(self, ids, valid, values, *, contains=None
                     ) -> tuple[tuple[jnp.ndarray, PyTree, jnp.ndarray], ExchangeStats]:
@@ -661,7 +693,7 @@ class Exchange:
         return answers, ExchangeStats(
             requested=count(valid), non_local=zero, cached=zero, capacity=zero,
             wire_bytes=zero.astype(jnp.float32), overflow=zero, out_of_range=count(out_of_range),
-            length=zero + ids.shape[0], needed=zero, rounds=zero)
+            length=zero + ids.shape[0], needed=zero, rounds=zero, relayed=zero)
 
     def _screen(self, ids, valid, contains):
         """Drop ids outside the graph (or outside `contains`), counting them."""

@@ -23,7 +23,11 @@ def owner_of(offsets: np.ndarray, ids: jnp.ndarray) -> jnp.ndarray:
     `offsets[p] <= id < offsets[p + 1]`."""
     num_parts = offsets.size - 1
     bounds = jnp.asarray(offsets, jnp.int32)
-    return jnp.clip(jnp.searchsorted(bounds, ids, side="right") - 1, 0, num_parts - 1)
+    # Up to COUNT_BY_OWNER devices, one comparison with every bound (one fused loop);
+    # beyond, a binary search (a loop of log2(P) steps, each a pass over the ids).
+    method = "compare_all" if num_parts <= COUNT_BY_OWNER else "scan"
+    return jnp.clip(jnp.searchsorted(bounds, ids, side="right", method=method) - 1, 0,
+                    num_parts - 1)
 
 
 class Plan(NamedTuple):

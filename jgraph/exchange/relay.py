@@ -17,11 +17,17 @@ pair's rows go through each intermediate, balancing the busiest pair of each hop
 
 Each hop's buffers hold `cap` rows per device pair, rounded up to whole chunks
 (calibrated like any capacity: the busiest hop's load on the first batches, plus
-headroom), but they move in chunks, as many as this batch's busiest pair of the hop
-fills (answers in chunks of about `cap / CHUNKS` rows, ids in coarser ones), so the
-bytes on the wire follow each batch's load, not the capacity. A batch whose
-routing needs more than `cap` moves straight to the owners instead, in rounds of `cap`
-(nothing is dropped; training grows the capacity when it sees one).
+headroom), but they move in chunks of about `cap / CHUNKS` rows, ids and answers
+alike, as many as this batch's busiest pair of the hop fills, so the bytes on the wire
+follow each batch's load, not the capacity. Both hops of the ids move in one loop of
+chunks, and both hops of the answers in another (`_hops`): one all_to_all each to
+compile, as a straight gather has. A batch whose routing needs more than `cap` moves
+straight to the owners instead, in rounds of `cap` (nothing is dropped; training grows
+the capacity when it sees one).
+
+Where relaying would save little (RELAY_GAIN) a batch's routing sends every row
+straight; where a gather's calibration batches relayed nothing, training records it as
+straight and the relay is not compiled for it (`Exchange.fitted`).
 """
 from __future__ import annotations
 
@@ -30,8 +36,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jgraph.exchange.plan import Plan
-from jgraph.exchange.rows import PyTree, select
-from jgraph.exchange.transport import Delivery, Transfer
+from jgraph.exchange.rows import PyTree
+from jgraph.exchange.transport import Delivery, Transfer, put_back
 
 ROUTE_MAX = 16
 """The most devices a gather relays over: every device holds the routing, [P, P, P]
@@ -43,19 +49,20 @@ that `jgraph bench exchange` draws, 80 reach 1.40-1.46x the rows that must move 
 above the lower bound of 1.33-1.40x; the optimum of two hops, a linear program, is
 1.38-1.44x); 30 reach 1.42-1.48x."""
 
+RELAY_GAIN = 0.75
+"""A batch relays only where its two hops' busiest pairs move at most this fraction of
+one straight hop's busiest pair: a second hop costs a second collective and the
+routing's work, not worth a few percent. facebook_musae's METIS batches relay at
+about 0.5; the 200k-node bench graph's frontiers (nearly every node, from every
+device) would at 0.95 and above, and go straight."""
+
 DIRECT_WEIGHT = 16.0
 """How much more of a pair's rows `routing` starts on each direct route than on each
 relayed one: balancing then relays only what the busiest pairs cannot move directly."""
 
 CHUNKS = 32
-"""A hop pads each pair's answers by less than 1 / CHUNKS of the capacity: they move in
-coarse chunks of STRIDE fine ones while a whole one is needed, then in fine ones. Ids
-(4 bytes a row) move in coarse chunks only, padded by less than STRIDE / CHUNKS."""
-
-STRIDE = 8
-"""Fine chunks per coarse chunk: a hop takes at most CHUNKS / STRIDE coarse collectives
-and STRIDE - 1 fine ones."""
-
+"""A hop pads each pair's rows by less than 1 / CHUNKS of the capacity (a chunk), at the
+price of up to CHUNKS collectives a hop."""
 
 def routing(pairs: jnp.ndarray, iterations: int = ROUTE_ITERATIONS) -> jnp.ndarray:
     """int32[j, i, k]: of the rows owner j answers requester i (`pairs[j, i]`, int32[P,
@@ -92,11 +99,6 @@ def routing(pairs: jnp.ndarray, iterations: int = ROUTE_ITERATIONS) -> jnp.ndarr
     return jnp.diff(ends, axis=2, prepend=jnp.zeros_like(ends[..., :1]))
 
 
-def _coarse(trips):
-    """Fine chunks rounded up to whole coarse ones."""
-    return -(-trips // STRIDE) * STRIDE
-
-
 def hop_loads(route: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(hop A's [k, i] rows intermediate k holds for requester i, hop B's [j, k] rows
     owner j answers intermediate k), zero where a device would send to itself."""
@@ -124,12 +126,13 @@ class Relay(Transfer):
         self.me = lax.axis_index(axis)
         asked = lax.all_gather(plan.counts, axis)                  # [requester, owner]
         self.pairs = jnp.where(jnp.eye(P, dtype=bool), 0, asked.T)  # [owner, requester]
-        # Relayed where its two hops move less than one straight hop (else the routing
-        # that sends every row straight to its owner in hop B).
+        # Relayed where its two hops move clearly less than one straight hop
+        # (RELAY_GAIN; else the routing that sends every row straight to its owner in
+        # hop B).
         relayed, straight = routing(self.pairs), self.pairs[..., None] * jnp.eye(
             P, dtype=jnp.int32)[None]
         self.route = jnp.where(sum(jnp.max(load) for load in hop_loads(relayed))
-                               < jnp.max(self.pairs), relayed, straight)
+                               <= RELAY_GAIN * jnp.max(self.pairs), relayed, straight)
         # Every device must route alike: a checksum agrees (its largest and smallest
         # over the devices, in one all-reduce), and every row is routed.
         check = jnp.sum(self.route * jnp.arange(1, P ** 3 + 1, dtype=jnp.int32
@@ -141,6 +144,11 @@ class Relay(Transfer):
         self.loads = tuple(jnp.max(load) for load in hop_loads(self.route))   # hops A, B
         self.relayed_need = jnp.maximum(*self.loads)
         self.need = jnp.where(self.routable, self.relayed_need, self.busiest)
+        # This device's rows that its routing sends through a third device.
+        j, k = jnp.arange(P)[:, None], jnp.arange(P)[None, :]
+        third = (k != self.me) & (k != j)
+        self.relayed = jnp.where(self.routable, jnp.sum(
+            jnp.where(third, self.route[:, self.me, :], 0)), 0)
         self.top = self.n
 
     @classmethod
@@ -172,7 +180,7 @@ class Relay(Transfer):
         return jnp.where(relayed, self.route, straight), jnp.where(relayed, 0, offset)
 
     def _trips(self, cap: int, offset) -> tuple[jnp.ndarray, jnp.ndarray]:
-        """Fine chunks of `chunk(cap)` rows that hops A and B move in the round from
+        """Chunks of `chunk(cap)` rows that hops A and B move in the round from
         `offset` (the same on every device): their busiest pair's rows, rounded up."""
         q, relayed = self.chunk(cap), self._relayed(cap)
         straight = jnp.clip(self.busiest - offset, 0, cap)
@@ -182,14 +190,11 @@ class Relay(Transfer):
     def wire(self, cap, fwd_bytes, ans_bytes):
         q, P = self.chunk(cap), self.num_parts
         trips_a, trips_b = self._trips(cap, 0)
-        # Straight rounds: every round but the last moves a whole capacity.
+        # Relayed: each hop's busiest pair, in chunks; straight: a whole capacity every
+        # round but the last. Ids and answers move in the same chunks.
         whole, rest = self.busiest // cap, -(-(self.busiest % cap) // q)
-        full = -(-cap // q)
-        ids = jnp.where(self._relayed(cap), _coarse(trips_a) + _coarse(trips_b),
-                        whole * _coarse(full) + _coarse(rest))
-        rows = jnp.where(self._relayed(cap), trips_a + trips_b, whole * full + rest)
-        slots = lambda trips: float((P - 1) * q) * trips.astype(jnp.float32)
-        return fwd_bytes * slots(ids) + ans_bytes * slots(rows)
+        trips = jnp.where(self._relayed(cap), trips_a + trips_b, whole * -(-cap // q) + rest)
+        return float((P - 1) * q * (fwd_bytes + ans_bytes)) * trips.astype(jnp.float32)
 
     def received_length(self, cap):
         return 2 * self.num_parts * self.chunk(cap) * CHUNKS
@@ -201,124 +206,114 @@ class Relay(Transfer):
 
     # -- moving ----------------------------------------------------------------------------
 
-    def _hop(self, x: PyTree, trips, q: int, fill=0, fine: bool = True) -> PyTree:
-        """Rows [P, L, ...] for each device -> rows [P, L, ...] from each device: the
-        first `trips` fine chunks of `q` rows of every pair, one all_to_all per chunk,
-        STRIDE fine chunks at a time while that many remain. fine=False: in coarse
-        chunks only (ids, whose padding costs little: one collective fewer to compile)."""
-        def mover(size, first):
-            def chunk(t, out):
-                def one(a, o):
-                    part = lax.dynamic_slice_in_dim(a, first + t * size, size, axis=1)
-                    got = lax.all_to_all(part, self.axis, 0, 0, tiled=True)
-                    return lax.dynamic_update_slice_in_dim(o, got, first + t * size, axis=1)
-                return jax.tree.map(one, x, out)
-            return chunk
-        coarse = trips // STRIDE
-        out = jax.tree.map(lambda a: jnp.full_like(a, fill), x)
-        if not fine:
-            return lax.fori_loop(0, -(-trips // STRIDE), mover(q * STRIDE, 0), out)
-        out = lax.fori_loop(0, coarse, mover(q * STRIDE, 0), out)
-        return lax.fori_loop(0, trips - coarse * STRIDE, mover(q, coarse * STRIDE * q), out)
+    def _slots(self, cap: int, offset) -> dict[str, jnp.ndarray]:
+        """Where every slot of the round's [P, length] buffers comes from and goes to,
+        on this device ("entry": a place in the plan's compact order, n: none; "source":
+        a row of the flattened [2P, length] buffer of the hops, or entry e as
+        2P * length + e; -1: an empty slot):
 
-    def _requests(self, route, base):
-        """Where each of this device's compact entries goes in the round: (in the round,
-        its intermediate k, its place in the hop A buffer for k, its place in the hop B
-        buffer for its owner j, j)."""
-        plan, me = self.plan, self.me
-        e = jnp.arange(self.n, dtype=jnp.int32)
-        j = jnp.minimum(_count_below(jnp.cumsum(plan.counts), e), self.num_parts - 1)
+        to_a: [k, p] the source this device sends intermediate k in hop A (an entry);
+        to_b: [j, p] the source it sends owner j in hop B: a slot [i, p'] of the hop A
+            buffer it received (i * length + p'), or one of its own entries (direct);
+        answer: [i, p] for the hop A slot received from requester i, the answer to send
+            back: a slot of hop B's answers, j * length + p', or of the answers to the
+            rows this device owns itself, (P + i) * length + p;
+        held: [i, p] whether that hop A slot is owned here (answered without hop B);
+        back: [2P * length] the entry of each answer that comes back, hop B's then hop
+            A's (n where none)."""
+        plan, P, me, n = self.plan, self.num_parts, self.me, self.n
+        length = self.chunk(cap) * CHUNKS
+        size = 2 * P * length
+        route, base = self._layout(cap, offset)
         mine = route[:, me, :]                                        # [j, k]
-        rank = e - plan.start[j] - base
-        ok = (plan.compact >= 0) & (rank >= 0) & (rank < jnp.sum(mine, 1)[j])
-        cum = jnp.cumsum(mine, 1)                                     # [j, k]
-        k = jnp.minimum(_count_below(cum[j], rank), self.num_parts - 1)
-        t = rank - (cum[j, k] - mine[j, k])
-        before_a = (jnp.cumsum(route, 0) - route)[j, me, k]          # earlier owners' rows
-        before_b = (jnp.cumsum(route, 1) - route)[j, me, k]          # earlier requesters'
-        return ok, k, before_a + t, before_b + t, j
-
-    def _groups(self, counts, length):
-        """For a [P, length] buffer whose row r holds `counts[r, g]` rows of each group
-        g in turn: each slot's (group, rank in its group, whether it holds a row); this
-        device's own row holds none."""
-        P = self.num_parts
-        cum = jnp.cumsum(counts, 1)
+        first = plan.start[:, None] + base + jnp.cumsum(mine, 1) - mine   # [j, k]: entry
+        through = route[:, :, me]                                     # [j, i]
+        cols = jnp.arange(P, dtype=jnp.int32)
+        # Three buffers, each of whose rows r holds counts[r, g] rows of each group g in
+        # turn, the t-th of them from source starts[r, g] + t: this device's hop A
+        # buffer (row k: its rows through k, owner by owner), its hop B buffer (row j:
+        # the rows through it for owner j, requester by requester, its own among them)
+        # and the hop A buffer it receives (row i: requester i's, owner by owner).
+        counts = jnp.stack([mine.T, through, through.T])
+        starts = jnp.stack([
+            size + first.T,
+            jnp.where(cols == me, size + first[:, me][:, None],
+                      cols * length + jnp.cumsum(through, 0) - through),
+            jnp.where(cols == me, (P + cols[:, None]) * length,
+                      cols * length + (jnp.cumsum(through, 1) - through).T)
+            + (jnp.cumsum(through.T, 1) - through.T) * (cols == me)])
+        cum = jnp.cumsum(counts, 2)                                   # [3, r, g]
         p = jnp.arange(length, dtype=jnp.int32)
-        g = jnp.minimum(_count_below(cum[:, None, :], jnp.broadcast_to(p, (P, length))),
-                        P - 1)
-        r = jnp.arange(P, dtype=jnp.int32)[:, None]
-        return g, p - (cum[r, g] - counts[r, g]), (p < cum[:, -1:]) & (r != self.me)
+        group = jnp.minimum(_count_below(cum[:, :, None, :], jnp.broadcast_to(
+            p, (3, P, length))), P - 1)                               # [3, r, p]
+        b, r = jnp.arange(3)[:, None, None], cols[None, :, None]
+        source = starts[b, r, group] + p - (cum - counts)[b, r, group]
+        ok = (p < cum[:, :, -1:]) & (r != me)
+        source = jnp.where(ok, source, -1)
+        to_a, to_b, answer = source
+        own = ok[1] & (group[1] == me)
+        back = jnp.concatenate([jnp.where(own, to_b - size, n).reshape(-1),
+                                jnp.where(ok[0], to_a - size, n).reshape(-1)])
+        return dict(to_a=to_a, to_b=to_b, held=ok[2] & (group[2] == me),
+                    answer=jnp.clip(answer, 0, size - 1), back=back)
 
-    def _held(self, route, length):
-        """For the hop A buffer this device receives, slot [i, p]: (the owner j of the
-        row, its place in the hop B buffer for j, whether it holds a row)."""
-        through = route[:, :, self.me]                                # [j, i]
-        j, t, ok = self._groups(through.T, length)
-        i = jnp.arange(self.num_parts, dtype=jnp.int32)[:, None]
-        return j, (jnp.cumsum(through, 1) - through)[j, i] + t, ok
+    def _hops(self, buf: PyTree, q: int, legs, extra=None, fill=None) -> PyTree:
+        """Two hops in one loop of chunks: `buf` ([2P, L, ...] rows) after each leg
+        `(trips, source [P, L], row)` in turn moved its first `trips` chunks of `q` slots
+        of every pair, one all_to_all each: slot [d, p] sent to device d is row
+        `source[d, p]` of the flattened `buf` (or of `extra` from 2P * L on; `fill`
+        where negative), and what device d sends this one lands in `buf[row + d, p]`.
+        The rest of `buf` keeps what it held."""
+        (trips_1, source_1, row_1), (trips_2, source_2, row_2) = legs
 
-    def _forwarded(self, route, length):
-        """For the hop B buffer this device sends, slot [j, p]: (the requester i of the
-        row, its place in the hop A buffer received from i, whether it holds a row)."""
-        through = route[:, :, self.me]                                # [j, i]
-        i, t, ok = self._groups(through, length)
-        j = jnp.arange(self.num_parts, dtype=jnp.int32)[:, None]
-        return i, (jnp.cumsum(through, 0) - through)[j, i] + t, ok
+        def chunk(c, buf):
+            second = c >= trips_1
+            col = jnp.where(second, c - trips_1, c) * q
+            at = jnp.where(second, lax.dynamic_slice_in_dim(source_2, col, q, axis=1),
+                           lax.dynamic_slice_in_dim(source_1, col, q, axis=1))     # [P, q]
+
+            def one(b):
+                flat = b.reshape((-1,) + b.shape[2:])
+                size = flat.shape[0]
+                got = flat[jnp.clip(at, 0, size - 1)]
+                if extra is not None:
+                    got = jnp.where(at >= size, extra[jnp.clip(at - size, 0, extra.shape[0] - 1)],
+                                    got)
+                if fill is not None:
+                    got = jnp.where(at < 0, fill, got)
+                got = lax.all_to_all(got, self.axis, 0, 0, tiled=True)
+                return lax.dynamic_update_slice(
+                    b, got, (jnp.where(second, row_2, row_1), col) + (0,) * (b.ndim - 2))
+            return jax.tree.map(one, buf)
+        return lax.fori_loop(0, trips_1 + trips_2, chunk, buf)
 
     def send(self, cap, payload=None, received=None, offset=0) -> Delivery:
         if payload is not None:
             raise NotImplementedError("the relay moves gathers only; scatters go "
                                       "straight (all_to_all)")
         plan, P, q = self.plan, self.num_parts, self.chunk(cap)
-        length = q * CHUNKS
-        route, base = self._layout(cap, offset)
         overflow = jnp.where(self._relayed(cap), 0, jnp.sum(
             jnp.maximum(plan.counts - offset - cap, 0)))
         if received is None:
-            trips_a, trips_b = self._trips(cap, offset)
-            ok, k, at_a, at_b, j = self._requests(route, base)
-            hop_a = (ok & (k != self.me))
-            ids_a = jnp.full((P, length), -1, jnp.int32).at[
-                jnp.where(hop_a, k, P), at_a].set(plan.compact, mode="drop")
-            got_a = self._hop(ids_a, trips_a, q, fill=-1, fine=False)             # [i, p] from i
-            i, place, fwd = self._forwarded(route, length)
-            own = jnp.full((P, length), -1, jnp.int32).at[
-                jnp.where(ok & (k == self.me), j, P), at_b].set(plan.compact, mode="drop")
-            ids_b = jnp.where(fwd, jnp.where(i == self.me, own, got_a[i, place]), -1)
-            got_b = self._hop(ids_b, trips_b, q, fill=-1, fine=False)              # [k, p] from k
-            owner, _, held = self._held(route, length)
-            held_ids = jnp.where(held & (owner == self.me), got_a, -1)
-            received = jnp.concatenate([got_b.reshape(-1), held_ids.reshape(-1)])
+            s, (trips_a, trips_b) = self._slots(cap, offset), self._trips(cap, offset)
+            ids = jnp.concatenate([jnp.full_like(s["to_b"], -1)] * 2)
+            # Hop A into rows [0, P) (from each requester), hop B into [P, 2P) (from
+            # each intermediate).
+            ids = self._hops(ids, q, ((trips_a, s["to_a"], 0), (trips_b, s["to_b"], P)),
+                             extra=plan.compact, fill=-1)
+            received = jnp.concatenate([ids[P:].reshape(-1),
+                                        jnp.where(s["held"], ids[:P], -1).reshape(-1)])
         return Delivery(cap, received, received >= 0, None, overflow)
 
     def back(self, sent, answers, into=None, offset=0):
-        cap, P = sent.cap, self.num_parts
+        cap, P, n = sent.cap, self.num_parts, self.n
         q = self.chunk(cap)
         length = q * CHUNKS
-        route, base = self._layout(cap, offset)
-        trips_a, trips_b = self._trips(cap, offset)
-        split = lambda a, s: a[s * P * length:(s + 1) * P * length].reshape(
-            (P, length) + a.shape[1:])
-        got_b = self._hop(jax.tree.map(lambda a: split(a, 0), answers), trips_b, q)
-        owner, place, held = self._held(route, length)
-        mine = held & (owner == self.me)
-        flat = lambda a: a.reshape((P * length,) + a.shape[2:])
-        ans_a = jax.tree.map(
-            lambda b, h: jnp.where(
-                mine.reshape(mine.shape + (1,) * (h.ndim - 2)), h,
-                flat(b)[jnp.clip(owner * length + place, 0, P * length - 1)]),
-            got_b, jax.tree.map(lambda a: split(a, 1), answers))
-        got_a = self._hop(ans_a, trips_a, q)                          # [k, p] from k
-        ok, k, at_a, at_b, j = self._requests(route, base)
-        direct = k == self.me
-        at = jnp.where(direct, j * length + at_b, k * length + at_a)
-        rows = jax.tree.map(
-            lambda a, b: jnp.where(direct.reshape((-1,) + (1,) * (a.ndim - 2)),
-                                   flat(b)[jnp.clip(at, 0, P * length - 1)],
-                                   flat(a)[jnp.clip(at, 0, P * length - 1)]),
-            got_a, got_b)
-        # Rows are already in compact order: a select, not a scatter.
-        base, filled = into if into is not None else (
-            jax.tree.map(jnp.zeros_like, rows), jnp.zeros_like(ok))
-        return select(ok, rows, base), filled | ok
+        s, (trips_a, trips_b) = self._slots(cap, offset), self._trips(cap, offset)
+        # One buffer of answers: to hop B's ids, then to the rows owned here. Hop B's
+        # come back into the first half (in place), then hop A's into the second.
+        buf = jax.tree.map(lambda a: a.reshape((2 * P, length) + a.shape[1:]), answers)
+        own = jnp.arange(P * length, dtype=jnp.int32).reshape(P, length)
+        buf = self._hops(buf, q, ((trips_b, own, 0), (trips_a, s["answer"], P)))
+        flat = jax.tree.map(lambda a: a.reshape((2 * P * length,) + a.shape[2:]), buf)
+        return put_back(n, flat, s["back"], s["back"] < n, into)

@@ -20,6 +20,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from jgraph.exchange.plan import owner_of
 from jgraph.partition.book import IdRangeError, PartitionBook
 
 
@@ -111,8 +112,7 @@ class RowLayout:
 
     def contains(self, ids: jnp.ndarray) -> jnp.ndarray:
         """bool[...]: which global ids are nodes this layout has a row for."""
-        offsets = jnp.asarray(self.offsets, jnp.int32)
-        owner = jnp.clip(jnp.searchsorted(offsets, ids, side="right") - 1, 0, self.num_parts - 1)
+        owner = owner_of(self.offsets, ids)
         local = ids - jnp.asarray(self.starts, jnp.int32)[owner]
-        return (ids >= 0) & (ids < offsets[-1]) & (local >= 0) & (
+        return (ids >= 0) & (ids < int(self.offsets[-1])) & (local >= 0) & (
             local < jnp.asarray(self.counts, jnp.int32)[owner])

@@ -18,7 +18,7 @@ from jax import lax
 
 import jgraph.exchange.ragged as ragged_module
 from jgraph.exchange.exchange import with_headroom
-from jgraph.exchange.relay import STRIDE, Relay
+from jgraph.exchange.relay import RELAY_GAIN, Relay
 from jgraph.exchange.scheduled import CHUNKS_PER_PAIR, build_schedule
 from jgraph.sharded import (
     AXIS,
@@ -326,8 +326,7 @@ def check_relayed(counts, st):
     wire, q = float(st.wire_bytes), Relay.chunk(int(st.capacity))
     if int(st.rounds) == 1 and need < busiest:        # relayed, in one round
         assert P * (P - 1) * need * (4 + ROW_BYTES) <= wire
-        coarse = -(-need // (q * STRIDE)) * q * STRIDE
-        assert wire <= P * (P - 1) * 2 * (coarse * 4 + -(-need // q) * q * ROW_BYTES)
+        assert wire <= P * (P - 1) * 2 * -(-need // q) * q * (4 + ROW_BYTES)
 
 
 def scatter_strategy(config):
@@ -373,17 +372,60 @@ def check_scatter_add(config, case, out):
 # -- gather and scatter_add, every strategy ------------------------------------------------
 
 
-def test_a_skewed_batch_is_relayed_through_third_devices_in_one_round():
-    """Pair loads from 0 to n (case_skewed): the relay's busiest hop pair carries fewer
-    rows than the busiest pair would straight, in one round, every answer numpy's."""
-    config, case = CONFIGS["all_to_all-relay"], make_case("skewed")
+def case_one_pair(rng):
+    """One busy device pair, the rest nearly idle: device 0 asks 30 distinct ids of
+    partition 4, every other device 2 ids anywhere (the rest of each batch is padding)."""
+    ids = rng.integers(0, N, (P, n))
+    valid = np.zeros((P, n), bool)
+    valid[:, :2] = True
+    ids[0, :30] = rng.choice(np.arange(OFFSETS[4], OFFSETS[5]), 30, replace=False)
+    valid[0, :30] = True
+    return _finish(rng, ids, valid)
+
+
+def test_a_batch_with_one_busy_pair_is_relayed_through_third_devices_in_one_round():
+    """The busy pair's rows spread over the other devices: the relay's busiest hop pair
+    carries under RELAY_GAIN / 2 of the busiest pair's rows, in one round, every answer
+    numpy's; the stats count the rows relayed through a third device. A batch whose
+    traffic comes from one busy owner (case_skewed: relaying would save under a
+    quarter) goes straight, relaying nothing."""
+    config = CONFIGS["all_to_all-relay"]
+    case = case_one_pair(np.random.default_rng(30))
     out = run(config, case)
     check_gather(config, case, out)
     ids, valid, allowed, _ = case
     _, counts = request_counts(ids, valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)])
     st = out["gstats"]
-    assert int(st.rounds) == 1 and int(st.needed) < counts.max()
-    assert int(st.length) == n
+    assert int(st.rounds) == 1 and int(st.needed) <= RELAY_GAIN / 2 * counts.max()
+    assert 0 < int(st.relayed) <= counts[0, 4] and int(st.length) == n
+    ids, valid, allowed, _ = skewed = make_case("skewed")
+    _, counts = request_counts(ids, valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)])
+    st = run(config, skewed)["gstats"]
+    assert int(st.relayed) == 0 and int(st.needed) == counts.max()
+
+
+def test_calibration_keeps_the_relay_only_for_gathers_whose_batches_relayed():
+    """`fitted` records a gather length whose batches relayed nothing under minus the
+    length: that gather then moves straight (the plain all_to_all, its stats keyed
+    -n, no rows relayed), every answer numpy's. One batch that relayed keeps it
+    relayed under n."""
+    config = CONFIGS["all_to_all-relay"]
+    headroom = config.headroom
+    pair, skewed = case_one_pair(np.random.default_rng(30)), make_case("skewed")
+    relayed, straight = run(config, pair)["gstats"], run(config, skewed)["gstats"]
+    ex = Exchange(OFFSETS, config)
+    assert ex.fitted([relayed]).capacities == {n: with_headroom(int(relayed.needed),
+                                                                 headroom)}
+    assert set(ex.fitted([straight, relayed]).capacities) == {n}
+    fitted = ex.fitted([straight])
+    assert fitted.capacities == {-n: with_headroom(int(straight.needed), headroom)}
+    out = run(config, skewed, capacities=fitted.capacities)
+    check_gather(config, skewed, out)
+    st = out["gstats"]
+    assert int(st.length) == -n and int(st.relayed) == 0
+    assert int(st.capacity) == min(fitted.capacities[-n], n)     # at most the top, n
+    # Measured again on a batch that relays, it relays (n is measured again).
+    assert fitted.fitted([relayed]).capacities[n] == ex.fitted([relayed]).capacities[n]
 
 
 def test_a_gather_run_once_goes_straight_where_gathers_relay_keyed_as_scatters():
