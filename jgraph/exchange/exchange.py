@@ -184,7 +184,8 @@ class Exchange:
         is a device pair's load, while a gather's of the same length is a chunk) and
         where gathers relay (a scatter goes straight: its capacity is the busiest
         pair's, a relayed gather's the busiest hop pair's). There its key is minus the
-        length, and so is a gather's that goes straight (`once`, where gathers relay)."""
+        length, and so is a gather's that goes straight where gathers relay (`once`, or
+        calibrated straight: `fitted`)."""
         apart = self.config.strategy is Strategy.SCHEDULED or self.relays
         return -length if apart else length
 

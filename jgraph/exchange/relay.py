@@ -239,9 +239,7 @@ class Relay(Transfer):
             size + first.T,
             jnp.where(cols == me, size + first[:, me][:, None],
                       cols * length + jnp.cumsum(through, 0) - through),
-            jnp.where(cols == me, (P + cols[:, None]) * length,
-                      cols * length + (jnp.cumsum(through, 1) - through).T)
-            + (jnp.cumsum(through.T, 1) - through.T) * (cols == me)])
+            cols * length + (jnp.cumsum(through, 1) - through).T])   # held: below
         cum = jnp.cumsum(counts, 2)                                   # [3, r, g]
         p = jnp.arange(length, dtype=jnp.int32)
         group = jnp.minimum(_count_below(cum[:, :, None, :], jnp.broadcast_to(
@@ -251,10 +249,13 @@ class Relay(Transfer):
         ok = (p < cum[:, :, -1:]) & (r != me)
         source = jnp.where(ok, source, -1)
         to_a, to_b, answer = source
-        own = ok[1] & (group[1] == me)
+        own, held = ok[1] & (group[1] == me), ok[2] & (group[2] == me)
+        # A held row's answer is the owner's own, in the slot's place of the second half.
+        slot = jnp.arange(P * length, dtype=jnp.int32).reshape(P, length)
+        answer = jnp.where(held, P * length + slot, answer)
         back = jnp.concatenate([jnp.where(own, to_b - size, n).reshape(-1),
                                 jnp.where(ok[0], to_a - size, n).reshape(-1)])
-        return dict(to_a=to_a, to_b=to_b, held=ok[2] & (group[2] == me),
+        return dict(to_a=to_a, to_b=to_b, held=held,
                     answer=jnp.clip(answer, 0, size - 1), back=back)
 
     def _hops(self, buf: PyTree, q: int, legs, extra=None, fill=None) -> PyTree:
