@@ -9,7 +9,8 @@ transport) with one module per transport (`all_to_all`, `all_gather`, `ring`,
 (row helpers), `exchange` (gather and scatter_add over them)."""
 from jgraph.exchange.config import ExchangeConfig, Sizing, Strategy
 from jgraph.exchange.exchange import Exchange, ExchangeOverflowError, ExchangeStats
-from jgraph.exchange.rows import OwnerFn, answer_filled, row_bytes, running_count
+from jgraph.exchange.rows import OwnerFn, answer_filled, exclusive_sum, row_bytes, running_count
 
 __all__ = ["Exchange", "ExchangeConfig", "ExchangeOverflowError", "ExchangeStats", "OwnerFn",
-           "Sizing", "Strategy", "answer_filled", "row_bytes", "running_count"]
+           "Sizing", "Strategy", "answer_filled", "exclusive_sum", "row_bytes",
+           "running_count"]

@@ -28,7 +28,7 @@ class AllToAll(Transfer):
         return out.reshape((-1,) + x.shape[2:])
 
     def send(self, cap, payload=None, received=None, offset=0) -> Delivery:
-        ids, idx, ok = self.plan.group_ids(jnp.arange(self.num_parts), cap, offset)
+        ids, idx, ok = self.plan.group_ids(None, cap, offset)
         if received is None:
             received = self._all_to_all(ids)                            # [P * cap]
         rows = None if payload is None else jax.tree.map(self._all_to_all,
@@ -40,7 +40,7 @@ class AllToAll(Transfer):
         cap, P = sent.cap, self.num_parts
         answers = jax.tree.map(
             lambda x: self._all_to_all(x.reshape((P, cap) + x.shape[1:])), answers)
-        idx, ok = self.plan.group(jnp.arange(P), cap, offset)
+        idx, ok = self.plan.group(None, cap, offset)
         return put_back(self.n, answers, idx.reshape(-1), ok.reshape(-1), into)
 
     def wire(self, cap, fwd_bytes, ans_bytes):

@@ -49,7 +49,16 @@ from jgraph.exchange.plan import EMPTY, Plan, make_plan, owner_of
 from jgraph.exchange.ragged import Ragged
 from jgraph.exchange.relay import ROUTE_MAX, Relay
 from jgraph.exchange.ring import RingShift
-from jgraph.exchange.rows import OwnerFn, PyTree, answer_filled, put, row_bytes, select, take
+from jgraph.exchange.rows import (
+    OwnerFn,
+    PyTree,
+    answer_filled,
+    answer_shapes,
+    put,
+    row_bytes,
+    select,
+    take,
+)
 from jgraph.exchange.scheduled import Scheduled, build_schedule
 from jgraph.exchange.transport import Transfer
 from jgraph.mesh import AXIS
@@ -483,10 +492,11 @@ class Exchange:
         caps = [self.capacity(t) for t in transfers]
         own = jnp.where(plan.local, plan.uniq, -1)
         rounds = jnp.max(jnp.stack([t.rounds(c) for t, c in zip(transfers, caps)]))
-        shapes = jax.eval_shape(owner_fn, own, plan.local)
+        asked = n + sum(t.received_length(c) for t, c in zip(transfers, caps))
+        shapes = answer_shapes(owner_fn, asked, own)     # the trace answer_filled reuses
         zero = own[0] * 0        # typed like the ids (mesh-varying), as a loop carry must be
-        local = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype) + zero.astype(x.dtype),
-                             shapes)
+        local = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype)
+                             + zero.astype(x.dtype), shapes)
         remote, filled = jax.tree.map(jnp.zeros_like, local), jnp.zeros(n, bool) | (zero > 0)
 
         def one_round(r, carry):
@@ -560,7 +570,10 @@ class Exchange:
             answers = select(plan.cached, take(cache_values, plan.cache_pos, plan.cached),
                              answers)
         answers = select(plan.remote, take(remote_answers, plan.slot, plan.remote), answers)
-        answers = take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
+        if distinct:                # uniq is the request itself (inverse: the identity)
+            answers = select(plan.valid, answers, jax.tree.map(jnp.zeros_like, answers))
+        else:
+            answers = take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
         relayed = [t.relayed for t in transfers if isinstance(t, Relay)]
         return answers, self._stats(plan, caps, wire, jnp.int32(0), out_of_range, needs,
                                     rounds, relayed)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jgraph.exchange.rows import running_count
+from jgraph.exchange.rows import exclusive_sum, running_count
 
 EMPTY = jnp.iinfo(jnp.int32).max   # pads the deduplicated ids: sorts after every real id
 # Up to this many devices, a distinct request's ids are grouped by owner with an [n, P]
@@ -61,13 +61,17 @@ class Plan(NamedTuple):
     def num_parts(self) -> int:
         return self.counts.shape[0]
 
-    def group(self, p: jnp.ndarray, cap: int, offset=0) -> tuple[jnp.ndarray, jnp.ndarray]:
+    def group(self, p: jnp.ndarray | None, cap: int, offset=0
+              ) -> tuple[jnp.ndarray, jnp.ndarray]:
         """(positions in compact of the `cap` ids owned by p from the `offset`-th on,
-        which of them exist): int32/bool[..., cap] for p of any shape."""
+        which of them exist): int32/bool[..., cap] for p of any shape; p None: every
+        owner in order ([P, cap], without indexing by an arange)."""
         j = jnp.arange(cap, dtype=jnp.int32) + offset
-        return self.start[p][..., None] + j, j < self.counts[p][..., None]
+        start, counts = (self.start, self.counts) if p is None else (self.start[p],
+                                                                    self.counts[p])
+        return start[..., None] + j, j < counts[..., None]
 
-    def group_ids(self, p: jnp.ndarray, cap: int, offset=0
+    def group_ids(self, p: jnp.ndarray | None, cap: int, offset=0
                   ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
         """(ids, positions, exists) of `group(p, cap, offset)`: ids -1 where they do not."""
         idx, ok = self.group(p, cap, offset)
@@ -99,11 +103,11 @@ def make_plan(ids: jnp.ndarray, valid: jnp.ndarray, offsets: np.ndarray, axis: s
         pos, cached = jnp.zeros(n, jnp.int32), jnp.zeros(n, bool)
     remote = uvalid & ~local & ~cached
     counts = jax.ops.segment_sum(remote.astype(jnp.int32), owner, num_segments=num_parts)
-    start = jnp.cumsum(counts) - counts
+    start = exclusive_sum(counts, n)
     if distinct and num_parts <= COUNT_BY_OWNER:
         # Unsorted: place each id after the earlier ones of its owner, counted per owner.
-        mine = (owner[:, None] == jnp.arange(num_parts)) & remote[:, None]     # [n, P]
-        rank = jnp.take_along_axis(running_count(mine), owner[:, None], axis=1)[:, 0] - 1
+        mine = (jnp.arange(num_parts)[:, None] == owner) & remote              # [P, n]
+        rank = jnp.take_along_axis(running_count(mine, axis=1), owner[None], axis=0)[0] - 1
         slot = jnp.where(remote, start[owner] + rank, -1)
     elif distinct:
         # The same places from a stable sort by owner (remote ids first, by owner, each

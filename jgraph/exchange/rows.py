@@ -55,33 +55,102 @@ def psum_scatter_any(x: jnp.ndarray, axis: str) -> jnp.ndarray:
 _COUNT_BLOCK = 64
 
 
-def running_count(flags: jnp.ndarray) -> jnp.ndarray:
-    """int32 inclusive running count of the True entries of bool `flags` along axis 0.
+def running_count(flags: jnp.ndarray, axis: int = 0) -> jnp.ndarray:
+    """int32 inclusive running count of the True entries of bool `flags` along `axis`.
 
-    Programs lowered for CPU count in blocks of 64 (one small matmul with a triangle of
-    ones, exact: a block holds at most 64) and carry the blocks' totals with cumsum:
-    XLA:CPU lowers a whole cumsum to a slow reduce-window, and a parallel-prefix scan
-    compiles into about 2 log2(n) kernels (about 1 s of compile each, measured; this
-    takes 0.2 s and runs within 2x of the scan). Other platforms keep cumsum. Chosen by
-    the lowering platform, not the host's backend.
+    Programs lowered for CPU count with float32 matmuls (`_blocked_count`, exact: no
+    count passes 2^24): XLA:CPU lowers a cumsum to a reduce-window that its rewriter
+    splits into a tree of kernels (about nine for a request's length, each compiled
+    apart), and a parallel-prefix scan compiles into about 2 log2(n) kernels, while a
+    float32 matmul is a library call with nothing to compile. Other platforms, and
+    lengths past 2^24, keep cumsum. Chosen by the lowering platform, not the host's
+    backend.
     """
     if flags.dtype != jnp.bool_:
         raise TypeError(f"running_count counts bool flags, got {flags.dtype}")
-    return lax.platform_dependent(flags, cpu=_blocked_count,
-                                  default=lambda x: jnp.cumsum(x, axis=0, dtype=jnp.int32))
+    return _prefix(flags, axis, flags.shape[axis], inclusive=True)
 
 
-def _blocked_count(flags: jnp.ndarray) -> jnp.ndarray:
-    """int32[n, ...]: `running_count` of bool[n, ...] in blocks of `_COUNT_BLOCK` rows."""
-    n, rest, b = flags.shape[0], flags.shape[1:], _COUNT_BLOCK
-    blocks = -(-n // b)
-    x = jnp.pad(flags.astype(jnp.float32), [(0, blocks * b - n)] + [(0, 0)] * len(rest))
-    x = x.reshape((blocks, b) + rest)
-    upper = (jnp.arange(b)[:, None] <= jnp.arange(b)[None, :]).astype(jnp.float32)
-    within = jnp.einsum("bi...,ij->bj...", x, upper).astype(jnp.int32)
-    totals = within[:, -1]
-    before = jnp.cumsum(totals, axis=0, dtype=jnp.int32) - totals
-    return (within + before[:, None]).reshape((blocks * b,) + rest)[:n]
+def exclusive_sum(counts: jnp.ndarray, most: int, axis: int = 0) -> jnp.ndarray:
+    """int32 exclusive running sum of int `counts` (>= 0) along `axis`: where each
+    group starts when groups of these sizes are laid end to end. most: a static bound
+    on their total (a request's length, say); on CPU, with matmuls as `running_count`
+    where it is below 2^24."""
+    return _prefix(counts.astype(jnp.int32), axis, most, inclusive=False)
+
+
+def _prefix(x: jnp.ndarray, axis: int, most: int, inclusive: bool) -> jnp.ndarray:
+    def cumsum(x):
+        total = jnp.cumsum(x, axis=axis, dtype=jnp.int32)
+        return total if inclusive else total - x
+
+    def blocked(x):
+        fn = _blocked_count if inclusive else _exclusive_sum
+        out = fn(jnp.moveaxis(x.astype(jnp.float32), axis, -1)).astype(jnp.int32)
+        return jnp.moveaxis(out, -1, axis)
+    if most >= _EXACT:
+        return cumsum(x)
+    return lax.platform_dependent(x, cpu=blocked, default=cumsum)
+
+
+_EXACT = 1 << 24    # float32 holds every integer below this exactly
+
+
+def _blocks_of(x: jnp.ndarray) -> jnp.ndarray:
+    """[..., m] -> [..., ceil(m / 64), 64], zero-padded."""
+    m, b = x.shape[-1], _COUNT_BLOCK
+    blocks = -(-m // b)
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, blocks * b - m)])
+    return x.reshape(x.shape[:-1] + (blocks, b))
+
+
+def _unblock(x: jnp.ndarray, m: int) -> jnp.ndarray:
+    """Inverse of `_blocks_of`: [..., B, 64] -> [..., m]."""
+    return x.reshape(x.shape[:-2] + (-1,))[..., :m]
+
+
+def _triangle(b: int, strict: bool) -> np.ndarray:
+    """[b, b] float32 ones where row <= column (< if strict): x @ it is x's running
+    sum (a numpy constant, embedded in the program: nothing to compute)."""
+    return np.triu(np.ones((b, b), np.float32), 1 if strict else 0)
+
+
+def _blocked_count(x: jnp.ndarray) -> jnp.ndarray:
+    """float32[..., n]: inclusive running sum of float32 x (0 or 1) along its last axis:
+    a matmul with a triangle of ones within blocks of `_COUNT_BLOCK`, plus where each
+    block starts (`_exclusive_sum` of the blocks' totals)."""
+    within = _blocks_of(x) @ _triangle(_COUNT_BLOCK, False)
+    return _unblock(within + _exclusive_sum(within[..., -1])[..., None], x.shape[-1])
+
+
+def _exclusive_sum(x: jnp.ndarray) -> jnp.ndarray:
+    """float32[..., m] exclusive running sum along the last axis of float32 x: blocks of
+    `_COUNT_BLOCK` as `_blocked_count`, down to one block, summed with a strict
+    triangle (log64(m) levels, each a matmul XLA:CPU hands to its library: a
+    one-row product would be a kernel to compile, so a single row gets a zero row)."""
+    m, b = x.shape[-1], _COUNT_BLOCK
+    if m > b:
+        blocks = _blocks_of(x)
+        within = blocks @ _triangle(b, False)
+        return _unblock(within - blocks + _exclusive_sum(within[..., -1])[..., None], m)
+    if x.ndim > 1 and x.size // m > 1:
+        return x @ _triangle(m, True)
+    rows = jnp.stack([x.reshape(m), jnp.zeros(m, x.dtype)])
+    return (rows @ _triangle(m, True))[0].reshape(x.shape)
+
+
+def _chunk(length: int, chunks: int) -> int:
+    """Rows per chunk of `answer_filled` over `length` ids."""
+    return max(-(-length // chunks) // 8 * 8 + 8, 8)
+
+
+def answer_shapes(owner_fn: OwnerFn, length: int, like: jnp.ndarray,
+                  chunks: int = 8) -> PyTree:
+    """Shapes of the answers `answer_filled(owner_fn, ids, chunks)` gives a chunk of
+    ids (int32[L] typed like `like`, mesh-varying inside shard_map), from the trace it
+    reuses: `owner_fn` traced once for both."""
+    ids = jnp.zeros(_chunk(length, chunks), jnp.int32) + like.reshape(-1)[0] * 0
+    return jax.jit(owner_fn).eval_shape(jnp.maximum(ids, 0), ids >= 0)
 
 
 def answer_filled(owner_fn: OwnerFn, ids: jnp.ndarray, chunks: int = 8) -> PyTree:
@@ -90,16 +159,17 @@ def answer_filled(owner_fn: OwnerFn, ids: jnp.ndarray, chunks: int = 8) -> PyTre
 
     The ids are packed to the front and answered `ceil(L / chunks)` at a time in a loop
     that runs only over the chunks holding any (a trip count computed in the step):
-    `owner_fn` is traced once, and a buffer whose tail is empty costs nothing to answer.
+    `owner_fn` is traced once (as a jitted function, whose trace `answer_shapes` and
+    the loop share), and a buffer whose tail is empty costs nothing to answer.
     """
     length = ids.shape[0]
     present = ids >= 0
     slot = running_count(present) - 1
-    size = max(-(-length // chunks) // 8 * 8 + 8, 8)
+    size = _chunk(length, chunks)
     total = -(-length // size) * size
     packed = jnp.full(total, -1, jnp.int32).at[jnp.where(present, slot, total)].set(
         ids, mode="drop")
-    shapes = jax.eval_shape(owner_fn, packed[:size], packed[:size] >= 0)
+    shapes = answer_shapes(owner_fn, length, packed, chunks)
     # Zeros typed like the ids (mesh-varying inside shard_map), as the loop carry must be.
     zero = packed[0] * 0
     buffers = jax.tree.map(lambda s: jnp.zeros((total,) + s.shape[1:], s.dtype)
@@ -107,9 +177,11 @@ def answer_filled(owner_fn: OwnerFn, ids: jnp.ndarray, chunks: int = 8) -> PyTre
 
     def answer(i, buffers):
         chunk = lax.dynamic_slice_in_dim(packed, i * size, size)
-        got = owner_fn(jnp.maximum(chunk, 0), chunk >= 0)
+        got = jax.jit(owner_fn)(jnp.maximum(chunk, 0), chunk >= 0)
         return jax.tree.map(lambda b, x: lax.dynamic_update_slice_in_dim(b, x, i * size, 0),
                             buffers, got)
-    filled = -(-jnp.sum(present, dtype=jnp.int32) // size)
+    # Chunks holding ids: from the running count's last entry (no separate sum to
+    # compile); lax.div truncates, as a ceiling division of counts >= 0 needs.
+    filled = lax.div(slot[-1] + size, jnp.int32(size))
     buffers = lax.fori_loop(0, filled, answer, buffers)
     return take(buffers, slot, present)

@@ -85,8 +85,9 @@ class Transfer(abc.ABC):
 
     def rounds(self, cap: int) -> jnp.ndarray:
         """int32 rounds of `cap` that the devices' largest need asks for (at least 1)."""
-        need = lax.pmax(self.need, self.axis)
-        return jnp.maximum((need + cap - 1) // cap, 1).astype(jnp.int32)
+        need = jnp.maximum(lax.pmax(self.need, self.axis).astype(jnp.int32), 1)
+        # lax.div truncates: a ceiling for need >= 1, in one op (`//` floors, in three).
+        return lax.div(need + (cap - 1), jnp.int32(cap))
 
     laddered = True
     """False: the transfer's first round has one capacity, never a ladder of rungs (it

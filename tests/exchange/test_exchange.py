@@ -490,6 +490,26 @@ def test_answer_filled_answers_every_present_id_and_zeros_the_rest():
                                                             np.stack([ids, ids + 1], 1), 0))
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_running_count_and_exclusive_sum_equal_numpy_cumsum_at_every_level(exact):
+    """The counts with matmuls that programs for CPU use (one level of blocks of 64,
+    two, three; totals below 2^24), and cumsum (a bound past it), against numpy,
+    along either axis of [n], [n, 3] and [3, n]."""
+    from jgraph.exchange import exclusive_sum, running_count
+    rng = np.random.default_rng(5)
+    for n in (1, 3, 63, 64, 65, 4097, 300_001):
+        for shape, axis in (((n,), 0), ((n, 3), 0), ((3, n), 1)):
+            flags = rng.random(shape) < 0.3
+            np.testing.assert_array_equal(
+                jax.jit(running_count, static_argnums=1)(flags, axis),
+                np.cumsum(flags, axis=axis))
+            sizes = rng.integers(0, 50, shape).astype(np.int32)
+            most = 50 * n if exact else 1 << 24
+            np.testing.assert_array_equal(
+                jax.jit(exclusive_sum, static_argnums=(1, 2))(jnp.asarray(sizes), most, axis),
+                np.cumsum(sizes, axis=axis) - sizes)
+
+
 def test_all_to_all_capacity_climbs_the_ladder_to_the_smallest_sufficient_rung():
     """Requests whose largest per-(device, peer) count is 0, lowest rung + 1 and n pick
     the lowest, the second and the top rung."""
