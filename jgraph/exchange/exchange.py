@@ -360,17 +360,16 @@ class Exchange:
             return transfer.wire(cap, fwd, ans)
         return first + transfer.wire(cap, fwd, ans) * (rounds - 1).astype(jnp.float32)
 
-    def _stats(self, plan, caps, wire, overflow, out_of_range, needs=(),
-               rounds=(), relayed=()) -> ExchangeStats:
-        """Sum this device's counters over devices (in one reduction and one all-reduce
-        each for the sums and the maxima: each is a compiled kernel)."""
+    def _stats(self, plan, caps, wire, overflow, needs=(), rounds=(), relayed=()
+               ) -> ExchangeStats:
+        """Sum this device's counters over devices: the plan's tally, the overflow and
+        the relayed rows in one all-reduce, the wire bytes in another, the maxima in a
+        third (every stack and slice around them is a kernel to compile)."""
         axis = self.axis
-        masks = jnp.stack([plan.valid, plan.remote | plan.cached, plan.cached,
-                           out_of_range.reshape(plan.valid.shape)])
-        requested, non_local, cached, out_of_range = lax.psum(
-            jnp.sum(masks, axis=1, dtype=jnp.int32), axis)
-        wire, overflow = lax.psum(wire, axis), lax.psum(overflow, axis)
-        relayed = lax.psum(sum(relayed, jnp.int32(0)), axis)
+        requested, non_local, cached, out_of_range, overflow, relayed = lax.psum(
+            jnp.concatenate([plan.tally, jnp.stack([jnp.asarray(overflow, jnp.int32),
+                                                    sum(relayed, jnp.int32(0))])]), axis)
+        wire = lax.psum(wire, axis)
         largest = lambda xs: jnp.max(jnp.stack([jnp.asarray(x, jnp.int32) for x in xs])
                                      ) if xs else jnp.int32(0)
         capacity, needed, rounds = lax.pmax(
@@ -555,7 +554,8 @@ class Exchange:
                                                      contains=contains, distinct=distinct,
                                                      once=once)
             return answers, stats._replace(length=self.scatter_key(stats.length))
-        plan = make_plan(ids, valid, self.offsets, self.axis, cache_ids, distinct)
+        plan = make_plan(ids, valid, self.offsets, self.axis, cache_ids, distinct,
+                         out_of_range)
         transfers = self._transfers(plan, gather=True)
         measured = all(len(self.ladder(t, self.capacity(t))) == 1 for t in transfers)
         if once and transfers:
@@ -575,8 +575,7 @@ class Exchange:
         else:
             answers = take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
         relayed = [t.relayed for t in transfers if isinstance(t, Relay)]
-        return answers, self._stats(plan, caps, wire, jnp.int32(0), out_of_range, needs,
-                                    rounds, relayed)
+        return answers, self._stats(plan, caps, wire, jnp.int32(0), needs, rounds, relayed)
 
     def scatter_add(self, ids, valid, values, *, contains=None
                     ) -> tuple[tuple[jnp.ndarray, PyTree, jnp.ndarray], ExchangeStats]:
@@ -595,7 +594,7 @@ class Exchange:
             return out, stats._replace(length=self.scatter_key(stats.length))
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
-        plan = make_plan(ids, valid, self.offsets, self.axis)
+        plan = make_plan(ids, valid, self.offsets, self.axis, out_of_range=out_of_range)
         n = ids.shape[0]
         values = jax.tree.map(lambda x: jnp.where(
             valid.reshape((n,) + (1,) * (x.ndim - 1)), x, jnp.zeros((), x.dtype)), values)
@@ -634,7 +633,7 @@ class Exchange:
         mask = owned != EMPTY
         one = [jnp.int32(1)] if caps else []
         return (jnp.where(mask, owned, -1), sums, mask), self._stats(
-            plan, caps, wire, overflow, out_of_range, needs=needs, rounds=one)
+            plan, caps, wire, overflow, needs=needs, rounds=one)
 
     def scatter_rows(self, ids, valid, values, rows: int, *, contains=None
                      ) -> tuple[PyTree, ExchangeStats]:
@@ -653,7 +652,7 @@ class Exchange:
             return tables, stats._replace(length=self.scatter_key(stats.length))
         ids = ids.astype(jnp.int32)
         valid, out_of_range = self._screen(ids, valid, contains)
-        plan = make_plan(ids, valid, self.offsets, self.axis)
+        plan = make_plan(ids, valid, self.offsets, self.axis, out_of_range=out_of_range)
         n = ids.shape[0]
         base = jnp.asarray(self.offsets, jnp.int32)[lax.axis_index(self.axis)]
         values = jax.tree.map(lambda x: jnp.where(
@@ -683,8 +682,8 @@ class Exchange:
             rounds.append(n_rounds)
             wire = wire + self._round_wire(transfer, transfer.wire(cap, 4 + pay_bytes, 0),
                                            cap, n_rounds, 4 + pay_bytes, 0)
-        return tables, self._stats(plan, caps, wire, jnp.int32(0), out_of_range,
-                                   needs=needs, rounds=rounds)
+        return tables, self._stats(plan, caps, wire, jnp.int32(0), needs=needs,
+                                   rounds=rounds)
 
     def gather_local(self, ids, valid, owner_fn: OwnerFn, *, contains=None
                      ) -> tuple[PyTree, ExchangeStats]:

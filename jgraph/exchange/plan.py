@@ -20,13 +20,16 @@ COUNT_BY_OWNER = 16
 
 def owner_of(offsets: np.ndarray, ids: jnp.ndarray) -> jnp.ndarray:
     """int32 partition owning each id; partitions own the contiguous ranges
-    `offsets[p] <= id < offsets[p + 1]`."""
+    `offsets[p] <= id < offsets[p + 1]` (ids below the first go to 0, past the last to
+    P - 1)."""
     num_parts = offsets.size - 1
+    if num_parts <= COUNT_BY_OWNER:
+        # The interior bounds at or below each id, in one fused pass (no clip to fuse).
+        inner = jnp.asarray(offsets[1:-1], jnp.int32)
+        return jnp.sum(ids[..., None] >= inner, axis=-1, dtype=jnp.int32)
+    # Beyond, a binary search (a loop of log2(P) steps, each a pass over the ids).
     bounds = jnp.asarray(offsets, jnp.int32)
-    # Up to COUNT_BY_OWNER devices, one comparison with every bound (one fused loop);
-    # beyond, a binary search (a loop of log2(P) steps, each a pass over the ids).
-    method = "compare_all" if num_parts <= COUNT_BY_OWNER else "scan"
-    return jnp.clip(jnp.searchsorted(bounds, ids, side="right", method=method) - 1, 0,
+    return jnp.clip(jnp.searchsorted(bounds, ids, side="right", method="scan") - 1, 0,
                     num_parts - 1)
 
 
@@ -38,7 +41,9 @@ class Plan(NamedTuple):
     valid, local, cached, remote: bool[n] over uniq; cache_pos: int32[n] each cached
     entry's row in the cache;
     compact: int32[n] the remote ids, grouped by owner, -1-padded; slot: int32[n] each
-    remote uniq entry's place in compact; start, counts: int32[P] owner groups of compact.
+    remote uniq entry's place in compact; start, counts: int32[P] owner groups of compact;
+    tally: int32[4] this device's (requested, non_local, cached, out_of_range) counts
+    (`ExchangeStats`), from the one scatter-add that counts the owner groups.
     """
 
     uniq: jnp.ndarray
@@ -52,6 +57,7 @@ class Plan(NamedTuple):
     slot: jnp.ndarray
     start: jnp.ndarray
     counts: jnp.ndarray
+    tally: jnp.ndarray
 
     @property
     def size(self) -> int:
@@ -79,11 +85,13 @@ class Plan(NamedTuple):
 
 
 def make_plan(ids: jnp.ndarray, valid: jnp.ndarray, offsets: np.ndarray, axis: str,
-              cache_ids: jnp.ndarray | None = None, distinct: bool = False) -> Plan:
+              cache_ids: jnp.ndarray | None = None, distinct: bool = False,
+              out_of_range: jnp.ndarray | None = None) -> Plan:
     """The plan of this device's request `ids` (int32[n]) where `valid`.
 
     cache_ids: int32[C] sorted ids answered by the replicated hot-node cache. distinct:
     the caller promises no valid id repeats (a sampler's frontier): the sort is skipped.
+    out_of_range: bool[n] the request's entries screened out (counted in the tally).
     """
     n, num_parts = ids.shape[0], offsets.size - 1
     me = lax.axis_index(axis)
@@ -102,13 +110,26 @@ def make_plan(ids: jnp.ndarray, valid: jnp.ndarray, offsets: np.ndarray, axis: s
     else:
         pos, cached = jnp.zeros(n, jnp.int32), jnp.zeros(n, bool)
     remote = uvalid & ~local & ~cached
-    counts = jax.ops.segment_sum(remote.astype(jnp.int32), owner, num_segments=num_parts)
+    # One scatter-add counts the remote ids by owner and, past them, the local, cached
+    # and (where positions are the request's own) screened-out entries.
+    kind = jnp.where(remote, owner, jnp.where(local, num_parts, jnp.where(
+        cached, num_parts + 1, num_parts + 3)))
+    screened = out_of_range is not None
+    if screened and distinct:
+        kind = jnp.where(out_of_range, num_parts + 2, kind)
+    seg = jax.ops.segment_sum(jnp.ones(n, jnp.int32), kind, num_segments=num_parts + 3)
+    counts = seg[:num_parts]
+    non_local = jnp.sum(counts) + seg[num_parts + 1]
+    tally = jnp.stack([non_local + seg[num_parts], non_local, seg[num_parts + 1],
+                       seg[num_parts + 2] if distinct or not screened
+                       else jnp.sum(out_of_range, dtype=jnp.int32)])
     start = exclusive_sum(counts, n)
     if distinct and num_parts <= COUNT_BY_OWNER:
-        # Unsorted: place each id after the earlier ones of its owner, counted per owner.
+        # Unsorted: place each id after the earlier ones of its owner, counted per owner
+        # (the one-hot [P, n] picks its owner's running count and start in one sum).
         mine = (jnp.arange(num_parts)[:, None] == owner) & remote              # [P, n]
-        rank = jnp.take_along_axis(running_count(mine, axis=1), owner[None], axis=0)[0] - 1
-        slot = jnp.where(remote, start[owner] + rank, -1)
+        place = running_count(mine, axis=1) - 1 + start[:, None]
+        slot = jnp.where(remote, jnp.sum(jnp.where(mine, place, 0), axis=0), -1)
     elif distinct:
         # The same places from a stable sort by owner (remote ids first, by owner, each
         # owner's in request order): n entries whatever the device count.
@@ -119,4 +140,4 @@ def make_plan(ids: jnp.ndarray, valid: jnp.ndarray, offsets: np.ndarray, axis: s
         slot = running_count(remote) - 1
     compact = jnp.full(n, -1, jnp.int32).at[jnp.where(remote, slot, n)].set(uniq, mode="drop")
     return Plan(uniq, inverse, uvalid, local, cached, pos.astype(jnp.int32), remote,
-                compact, slot, start.astype(jnp.int32), counts)
+                compact, slot, start.astype(jnp.int32), counts, tally)
