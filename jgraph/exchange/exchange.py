@@ -491,8 +491,8 @@ class Exchange:
         caps = [self.capacity(t) for t in transfers]
         own = jnp.where(plan.local, plan.uniq, -1)
         rounds = jnp.max(jnp.stack([t.rounds(c) for t, c in zip(transfers, caps)]))
-        asked = n + sum(t.received_length(c) for t, c in zip(transfers, caps))
-        shapes = answer_shapes(owner_fn, asked, own)     # the trace answer_filled reuses
+        length = n + sum(t.received_length(c) for t, c in zip(transfers, caps))
+        shapes = answer_shapes(owner_fn, length, own)    # the trace answer_filled reuses
         zero = own[0] * 0        # typed like the ids (mesh-varying), as a loop carry must be
         local = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype)
                              + zero.astype(x.dtype), shapes)

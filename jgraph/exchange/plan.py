@@ -43,7 +43,8 @@ class Plan(NamedTuple):
     compact: int32[n] the remote ids, grouped by owner, -1-padded; slot: int32[n] each
     remote uniq entry's place in compact; start, counts: int32[P] owner groups of compact;
     tally: int32[4] this device's (requested, non_local, cached, out_of_range) counts
-    (`ExchangeStats`), from the one scatter-add that counts the owner groups.
+    (`ExchangeStats`), from the scatter-add that counts the owner groups (the screened
+    entries of a deduplicated request, which are not its uniq's, summed apart).
     """
 
     uniq: jnp.ndarray
@@ -110,18 +111,20 @@ def make_plan(ids: jnp.ndarray, valid: jnp.ndarray, offsets: np.ndarray, axis: s
     else:
         pos, cached = jnp.zeros(n, jnp.int32), jnp.zeros(n, bool)
     remote = uvalid & ~local & ~cached
-    # One scatter-add counts the remote ids by owner and, past them, the local, cached
-    # and (where positions are the request's own) screened-out entries.
-    kind = jnp.where(remote, owner, jnp.where(local, num_parts, jnp.where(
-        cached, num_parts + 1, num_parts + 3)))
+    # One scatter-add counts the remote ids by owner (segments 0..P-1) and, past them,
+    # the local and cached ones, and the screened-out entries where uniq is the request
+    # itself (distinct); the rest go to a segment past the end, which it drops.
+    is_local, is_cached, is_screened, dropped = range(num_parts, num_parts + 4)
+    kind = jnp.where(remote, owner, jnp.where(local, is_local, jnp.where(
+        cached, is_cached, dropped)))
     screened = out_of_range is not None
     if screened and distinct:
-        kind = jnp.where(out_of_range, num_parts + 2, kind)
-    seg = jax.ops.segment_sum(jnp.ones(n, jnp.int32), kind, num_segments=num_parts + 3)
+        kind = jnp.where(out_of_range, is_screened, kind)
+    seg = jax.ops.segment_sum(jnp.ones(n, jnp.int32), kind, num_segments=dropped)
     counts = seg[:num_parts]
-    non_local = jnp.sum(counts) + seg[num_parts + 1]
-    tally = jnp.stack([non_local + seg[num_parts], non_local, seg[num_parts + 1],
-                       seg[num_parts + 2] if distinct or not screened
+    non_local = jnp.sum(counts) + seg[is_cached]
+    tally = jnp.stack([non_local + seg[is_local], non_local, seg[is_cached],
+                       seg[is_screened] if distinct or not screened
                        else jnp.sum(out_of_range, dtype=jnp.int32)])
     start = exclusive_sum(counts, n)
     if distinct and num_parts <= COUNT_BY_OWNER:

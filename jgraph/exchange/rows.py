@@ -2,6 +2,7 @@
 the running count that places ids in packed buffers. Traced inside `shard_map`."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,9 @@ OwnerFn = Callable[[jnp.ndarray, jnp.ndarray], PyTree]
 """`owner_fn(ids, mask)`: answers for global ids this device owns, one row per id.
 
 `ids: int32[m]`, `mask: bool[m]` (rows where mask is False may hold anything; they are
-discarded). Returns a pytree of arrays with leading dimension m.
+discarded). Returns a pytree of arrays with leading dimension m. Hashable, as Python
+functions are: `answer_filled` traces it through `jax.jit`, once for its shapes and its
+loop together.
 """
 
 
@@ -53,18 +56,19 @@ def psum_scatter_any(x: jnp.ndarray, axis: str) -> jnp.ndarray:
 
 
 _COUNT_BLOCK = 64
+_EXACT = 1 << 24    # float32 holds every integer below this exactly
 
 
 def running_count(flags: jnp.ndarray, axis: int = 0) -> jnp.ndarray:
     """int32 inclusive running count of the True entries of bool `flags` along `axis`.
 
-    Programs lowered for CPU count with float32 matmuls (`_blocked_count`, exact: no
-    count passes 2^24): XLA:CPU lowers a cumsum to a reduce-window that its rewriter
+    Programs lowered for CPU count with float32 matmuls (`_inclusive_last`, exact while
+    no count passes 2^24): XLA:CPU lowers a cumsum to a reduce-window that its rewriter
     splits into a tree of kernels (about nine for a request's length, each compiled
     apart), and a parallel-prefix scan compiles into about 2 log2(n) kernels, while a
-    float32 matmul is a library call with nothing to compile. Other platforms, and
-    lengths past 2^24, keep cumsum. Chosen by the lowering platform, not the host's
-    backend.
+    float32 matmul is a library call with nothing to compile. Longer arrays carry the
+    blocks' totals with an int32 cumsum. Other platforms keep cumsum. Chosen by the
+    lowering platform, not the host's backend.
     """
     if flags.dtype != jnp.bool_:
         raise TypeError(f"running_count counts bool flags, got {flags.dtype}")
@@ -80,24 +84,29 @@ def exclusive_sum(counts: jnp.ndarray, most: int, axis: int = 0) -> jnp.ndarray:
 
 
 def _prefix(x: jnp.ndarray, axis: int, most: int, inclusive: bool) -> jnp.ndarray:
+    """int32 running sum of x (>= 0, totals at most `most`) along `axis`, inclusive or
+    exclusive: float32 matmuls along the last axis on CPU (exact below 2^24; past it,
+    running counts take only their first level from a matmul), cumsum elsewhere."""
     def cumsum(x):
         total = jnp.cumsum(x, axis=axis, dtype=jnp.int32)
         return total if inclusive else total - x
 
-    def blocked(x):
-        fn = _blocked_count if inclusive else _exclusive_sum
-        out = fn(jnp.moveaxis(x.astype(jnp.float32), axis, -1)).astype(jnp.int32)
+    def last(x):
+        x = jnp.moveaxis(x.astype(jnp.float32), axis, -1)
+        if most < _EXACT:
+            out = (_inclusive_last if inclusive else _exclusive_last)(x).astype(jnp.int32)
+        else:
+            out = _long_count(x)
         return jnp.moveaxis(out, -1, axis)
-    if most >= _EXACT:
+    if x.size == 0:
+        return jnp.zeros(x.shape, jnp.int32)
+    if most >= _EXACT and not inclusive:
         return cumsum(x)
-    return lax.platform_dependent(x, cpu=blocked, default=cumsum)
-
-
-_EXACT = 1 << 24    # float32 holds every integer below this exactly
+    return lax.platform_dependent(x, cpu=last, default=cumsum)
 
 
 def _blocks_of(x: jnp.ndarray) -> jnp.ndarray:
-    """[..., m] -> [..., ceil(m / 64), 64], zero-padded."""
+    """[..., m] -> [..., ceil(m / b), b] for b = `_COUNT_BLOCK`, zero-padded."""
     m, b = x.shape[-1], _COUNT_BLOCK
     blocks = -(-m // b)
     x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, blocks * b - m)])
@@ -105,38 +114,51 @@ def _blocks_of(x: jnp.ndarray) -> jnp.ndarray:
 
 
 def _unblock(x: jnp.ndarray, m: int) -> jnp.ndarray:
-    """Inverse of `_blocks_of`: [..., B, 64] -> [..., m]."""
+    """Inverse of `_blocks_of`: [..., B, b] -> [..., m]."""
     return x.reshape(x.shape[:-2] + (-1,))[..., :m]
 
 
-def _triangle(b: int, strict: bool) -> np.ndarray:
-    """[b, b] float32 ones where row <= column (< if strict): x @ it is x's running
-    sum (a numpy constant, embedded in the program: nothing to compute)."""
-    return np.triu(np.ones((b, b), np.float32), 1 if strict else 0)
-
-
-def _blocked_count(x: jnp.ndarray) -> jnp.ndarray:
-    """float32[..., n]: inclusive running sum of float32 x (0 or 1) along its last axis:
-    a matmul with a triangle of ones within blocks of `_COUNT_BLOCK`, plus where each
-    block starts (`_exclusive_sum` of the blocks' totals)."""
-    within = _blocks_of(x) @ _triangle(_COUNT_BLOCK, False)
-    return _unblock(within + _exclusive_sum(within[..., -1])[..., None], x.shape[-1])
-
-
-def _exclusive_sum(x: jnp.ndarray) -> jnp.ndarray:
-    """float32[..., m] exclusive running sum along the last axis of float32 x: blocks of
-    `_COUNT_BLOCK` as `_blocked_count`, down to one block, summed with a strict
-    triangle (log64(m) levels, each a matmul XLA:CPU hands to its library: a
-    one-row product would be a kernel to compile, so a single row gets a zero row)."""
-    m, b = x.shape[-1], _COUNT_BLOCK
-    if m > b:
-        blocks = _blocks_of(x)
-        within = blocks @ _triangle(b, False)
-        return _unblock(within - blocks + _exclusive_sum(within[..., -1])[..., None], m)
-    if x.ndim > 1 and x.size // m > 1:
-        return x @ _triangle(m, True)
+def _running(x: jnp.ndarray, strict: bool = False) -> jnp.ndarray:
+    """x @ a [m, m] triangle of ones (row <= column, < if strict) for float32[..., m]:
+    x's running sum along its last axis, in a matmul XLA:CPU hands to its library (the
+    triangle a numpy constant; a single row gets a zero row: a one-row product would
+    be a kernel to compile; HIGHEST precision: the sums stay exact whatever the
+    default)."""
+    m = x.shape[-1]
+    triangle = np.triu(np.ones((m, m), np.float32), 1 if strict else 0)
+    if math.prod(x.shape[:-1]) > 1:
+        return jnp.matmul(x, triangle, precision=lax.Precision.HIGHEST)
     rows = jnp.stack([x.reshape(m), jnp.zeros(m, x.dtype)])
-    return (rows @ _triangle(m, True))[0].reshape(x.shape)
+    return jnp.matmul(rows, triangle, precision=lax.Precision.HIGHEST)[0].reshape(x.shape)
+
+
+def _inclusive_last(x: jnp.ndarray) -> jnp.ndarray:
+    """float32[..., n] inclusive running sum of float32 x (0 or 1) along its last axis:
+    a triangle of ones within blocks of `_COUNT_BLOCK`, plus where each block starts
+    (`_exclusive_last` of the blocks' totals)."""
+    within = _running(_blocks_of(x))
+    return _unblock(within + _exclusive_last(within[..., -1])[..., None], x.shape[-1])
+
+
+def _exclusive_last(x: jnp.ndarray) -> jnp.ndarray:
+    """float32[..., m] exclusive running sum along the last axis of float32 x: blocks of
+    `_COUNT_BLOCK` as `_inclusive_last`, down to one block, summed with a strict
+    triangle (log64(m) levels)."""
+    m = x.shape[-1]
+    if m <= _COUNT_BLOCK:
+        return _running(x, strict=True)
+    blocks = _blocks_of(x)
+    within = _running(blocks)
+    return _unblock(within - blocks + _exclusive_last(within[..., -1])[..., None], m)
+
+
+def _long_count(x: jnp.ndarray) -> jnp.ndarray:
+    """int32[..., n] inclusive running count of float32 x (0 or 1) past 2^24 entries:
+    a triangle within blocks (exact: at most 64), the blocks' starts by int32 cumsum."""
+    within = _running(_blocks_of(x)).astype(jnp.int32)
+    totals = within[..., -1]
+    before = jnp.cumsum(totals, axis=-1, dtype=jnp.int32) - totals
+    return _unblock(within + before[..., None], x.shape[-1])
 
 
 def _chunk(length: int, chunks: int) -> int:
@@ -146,9 +168,9 @@ def _chunk(length: int, chunks: int) -> int:
 
 def answer_shapes(owner_fn: OwnerFn, length: int, like: jnp.ndarray,
                   chunks: int = 8) -> PyTree:
-    """Shapes of the answers `answer_filled(owner_fn, ids, chunks)` gives a chunk of
-    ids (int32[L] typed like `like`, mesh-varying inside shard_map), from the trace it
-    reuses: `owner_fn` traced once for both."""
+    """Shapes of `owner_fn`'s answers to one chunk of `answer_filled(owner_fn, ids,
+    chunks)` for ids of `length` (the chunk typed like `like`: mesh-varying inside
+    shard_map), from the trace the loop reuses: `owner_fn` traced once for both."""
     ids = jnp.zeros(_chunk(length, chunks), jnp.int32) + like.reshape(-1)[0] * 0
     return jax.jit(owner_fn).eval_shape(jnp.maximum(ids, 0), ids >= 0)
 

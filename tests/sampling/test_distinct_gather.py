@@ -87,7 +87,16 @@ def case_one_peer(rng):
     return ids, valid
 
 
-CASES = {"spread": case_spread, "padded": case_padded, "one_peer": case_one_peer}
+def case_out_of_range(rng):
+    """Valid entries outside the graph (below 0, past the last id) among distinct ids:
+    answered zero and counted in out_of_range by both gathers."""
+    ids, valid = case_spread(rng)
+    ids[:, 3], ids[:, 7] = -1 - np.arange(P), N + np.arange(P)
+    return ids, valid
+
+
+CASES = {"spread": case_spread, "padded": case_padded, "one_peer": case_one_peer,
+         "out_of_range": case_out_of_range}
 
 
 @pytest.mark.slow      # every strategy
@@ -99,18 +108,20 @@ def test_distinct_gather_answers_and_counts_as_the_deduplicating_gather(strategy
         assert np.unique(ids[k][valid[k]]).size == valid[k].sum()      # distinct per device
     plain, fast, plain_stats, fast_stats = both_gathers(strategy)(
         sharded_table(), ids.reshape(-1).astype(np.int32), valid.reshape(-1))
-    ok = valid.reshape(-1)
+    ok = (valid & (ids >= 0) & (ids < N)).reshape(-1)
     safe = np.where(ok, ids.reshape(-1), 0)
     np.testing.assert_array_equal(fast["row"], np.where(ok[:, None], TABLE[safe], 0))
     np.testing.assert_array_equal(fast["twice"], np.where(ok, safe * 2, 0))
     np.testing.assert_array_equal(fast["row"], plain["row"])
     np.testing.assert_array_equal(fast["twice"], plain["twice"])
-    remote = sum(int(np.sum(np.searchsorted(OFFSETS, ids[k][valid[k]], side="right") - 1 != k))
-                 for k in range(P))
+    inside = valid & (ids >= 0) & (ids < N)
+    remote = sum(int(np.sum(np.searchsorted(OFFSETS, ids[k][inside[k]], side="right") - 1
+                            != k)) for k in range(P))
     for name in plain_stats._fields:
         a, b = np.asarray(getattr(plain_stats, name)), np.asarray(getattr(fast_stats, name))
         assert np.all(a == a[0]) and np.all(b == b[0]), f"{name} differs between devices"
         assert a[0] == b[0], f"{name}: {a[0]} with the sort, {b[0]} without"
-    assert int(fast_stats.requested[0]) == valid.sum()
+    assert int(fast_stats.requested[0]) == inside.sum()
+    assert int(fast_stats.out_of_range[0]) == (valid & ~inside).sum()
     assert int(fast_stats.non_local[0]) == remote
     assert int(fast_stats.overflow[0]) == 0
