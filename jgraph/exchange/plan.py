@@ -23,14 +23,23 @@ def owner_of(offsets: np.ndarray, ids: jnp.ndarray) -> jnp.ndarray:
     `offsets[p] <= id < offsets[p + 1]` (ids below the first go to 0, past the last to
     P - 1)."""
     num_parts = offsets.size - 1
-    if num_parts <= COUNT_BY_OWNER:
-        # The interior bounds at or below each id, in one fused pass (no clip to fuse).
+    bounds = jnp.asarray(offsets, jnp.int32)
+
+    def search(ids):
+        # A binary search: a loop of log2(P) steps, each a pass over the ids (n entries
+        # of memory whatever the device count).
+        return jnp.clip(jnp.searchsorted(bounds, ids, side="right", method="scan") - 1, 0,
+                        num_parts - 1)
+
+    def count(ids):
+        # The interior bounds at or below each id, in one fused pass on XLA:CPU (no
+        # loop, no clip: kernels to compile); elsewhere its [n, P] comparison may be a
+        # buffer that grows with the device count.
         inner = jnp.asarray(offsets[1:-1], jnp.int32)
         return jnp.sum(ids[..., None] >= inner, axis=-1, dtype=jnp.int32)
-    # Beyond, a binary search (a loop of log2(P) steps, each a pass over the ids).
-    bounds = jnp.asarray(offsets, jnp.int32)
-    return jnp.clip(jnp.searchsorted(bounds, ids, side="right", method="scan") - 1, 0,
-                    num_parts - 1)
+    if num_parts > COUNT_BY_OWNER:
+        return search(ids)
+    return lax.platform_dependent(ids, cpu=count, default=search)
 
 
 class Plan(NamedTuple):
