@@ -3,7 +3,8 @@
 The Python API, in the order of a run (each name is documented where it lives):
 
   graphs         Graph, Relation, load_dataset, load_npz, save_npz, symmetrize,
-                 add_reverse_relations, SparseRows, split_edges       (jgraph.data)
+                 add_reverse_relations, SparseRows, split_edges,
+                 ChunkedWriter, open_chunked (graphs larger than memory) (jgraph.data)
   partitioning   partition_graph, open_partitions, PartitionBook     (jgraph.partition)
   devices        use_devices (simulate N CPU devices / join a multi-process job),
                  make_mesh, DistGraph, DistTensor, DistEmbedding, HotCache,
@@ -22,12 +23,14 @@ Importing jgraph has no side effects: nothing configures JAX or starts
 import importlib
 
 from jgraph.data import (
+    ChunkedWriter,
     Graph,
     Relation,
     SparseRows,
     add_reverse_relations,
     load_dataset,
     load_npz,
+    open_chunked,
     save_npz,
     split_edges,
     symmetrize,
@@ -67,7 +70,7 @@ def __dir__():
 
 __all__ = [  # noqa: RUF022  (in the docstring's order)
     "Graph", "Relation", "load_dataset", "load_npz", "save_npz", "symmetrize",
-    "add_reverse_relations", "SparseRows", "split_edges",
+    "add_reverse_relations", "SparseRows", "split_edges", "ChunkedWriter", "open_chunked",
     "partition_graph", "open_partitions", "PartitionBook",
     "use_devices", "make_mesh", "DistGraph", "DistTensor", "DistEmbedding", "HotCache",
     "SparseAdam", "SparseAdagrad", "ExchangeConfig",

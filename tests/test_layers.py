@@ -9,7 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A unit may import units of lower layers only; units of one layer are
 # independent of each other.
 LAYERS = [
-    {"jgraph.progress", "jgraph.config", "jgraph.hashing", "jgraph.mesh", "jgraph.cost"},
+    {"jgraph.progress", "jgraph.config", "jgraph.hashing", "jgraph.mesh", "jgraph.cost",
+     "jgraph.atomic"},
     {"jgraph.data"},
     {"jgraph.partition"},
     {"jgraph.exchange", "jgraph.target", "jgraph.kernels"},

@@ -1,4 +1,12 @@
 """Graph data on the host: the `Graph` container, loaders, generators and transforms."""
+from jgraph.data.chunked import (
+    ChunkedGraph,
+    ChunkedWriter,
+    is_chunked_dir,
+    load_chunked,
+    open_chunked,
+    save_chunked,
+)
 from jgraph.data.datasets import BUILTIN, load_dataset
 from jgraph.data.graph import DEFAULT_NTYPE, DEFAULT_REL, Graph, GraphError, Relation
 from jgraph.data.links import EDGE_SPLITS, EdgeSet, LinkSplit, is_symmetric, split_edges
@@ -20,6 +28,8 @@ __all__ = [
     "DEFAULT_NTYPE",
     "DEFAULT_REL",
     "EDGE_SPLITS",
+    "ChunkedGraph",
+    "ChunkedWriter",
     "DatasetError",
     "EdgeSet",
     "Graph",
@@ -33,13 +43,17 @@ __all__ = [
     "add_self_loops",
     "deduplicate",
     "generate",
+    "is_chunked_dir",
     "is_symmetric",
+    "load_chunked",
     "load_dataset",
     "load_npz",
     "load_ogb",
     "normalize_features",
+    "open_chunked",
     "parse_spec",
     "remove_self_loops",
+    "save_chunked",
     "save_npz",
     "split_edges",
     "symmetrize",

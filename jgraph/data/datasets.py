@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.resources
 import os
 
+from jgraph.data.chunked import is_chunked_dir, load_chunked
 from jgraph.data.graph import Graph
 from jgraph.data.npz import DatasetError, load_npz
 from jgraph.data.ogb import is_ogb_dir, load_ogb
@@ -21,7 +22,8 @@ def load_dataset(spec: str | os.PathLike) -> Graph:
     """Load a graph named by `spec`.
 
     `spec` is one of: a built-in name (`cora`); a `.npz` file in one of jgraph's
-    layouts; an OGB node-property dataset directory; or a synthetic spec
+    layouts; a chunked graph directory (`jgraph.data.chunked`, read whole); an OGB
+    node-property dataset directory; or a synthetic spec
     (`synthetic:nodes=...,edges=...`, see `jgraph.data.synthetic`).
     """
     spec = os.fspath(spec)
@@ -30,13 +32,16 @@ def load_dataset(spec: str | os.PathLike) -> Graph:
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return generate(spec)
     if os.path.isdir(spec):
+        if is_chunked_dir(spec):
+            return load_chunked(spec)
         if os.path.exists(os.path.join(spec, "part-0")) or os.path.exists(
                 os.path.join(spec, "node_map.npy")):
             raise DatasetError(f"{spec}: a jgraph partition directory without meta.json "
                                f"(incomplete or damaged); partition the graph again")
         if not is_ogb_dir(spec):
-            raise DatasetError(f"{spec}: a directory, but not an OGB dataset directory "
-                               f"(no raw/edge.csv.gz, raw/data.npz or raw/num-node-dict.csv.gz)")
+            raise DatasetError(f"{spec}: a directory, but neither a chunked graph directory "
+                               f"(no metadata.json) nor an OGB dataset directory (no "
+                               f"raw/edge.csv.gz, raw/data.npz or raw/num-node-dict.csv.gz)")
         return load_ogb(spec)
     if spec.endswith(".npz") or os.path.exists(spec):
         return load_npz(spec)

@@ -7,15 +7,13 @@ half directory at `out`; the next write to `out` deletes what a killed one left.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import socket
 import time
 from collections.abc import Mapping
 
 import numpy as np
 
+from jgraph.atomic import atomic_dir
 from jgraph.data.graph import Graph
 from jgraph.data.links import EdgeSet
 from jgraph.data.sparse import SparseRows
@@ -42,10 +40,6 @@ from jgraph.partition.store import (
     write_meta,
 )
 from jgraph.progress import Progress
-
-# Sibling directories of `out` named `<out><marker><host>-<pid>`: a write in progress (or
-# killed), and the old directory that a write with overwrite is replacing.
-STAGING, REPLACED = ".partial-", ".replaced-"
 
 
 class OutputExistsError(PartitionError):
@@ -95,7 +89,8 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
                   for t, data in graph.node_data.items() if data}
     edge_specs = {name: _spec(f"edge data {name!r}", v) for name, v in edge_data.items()}
     # Renames act on the directory itself, not on a link to it.
-    with _atomic_dir(os.path.realpath(out_dir), overwrite) as staging:
+    real = os.path.realpath(out_dir)
+    with atomic_dir(real, lambda: check_out_dir(real, overwrite)) as staging:
         return _write(graph, num_parts, method, staging, seed=seed, tolerance=tolerance,
                       rebalance=rebalance, backend=backend, progress=progress,
                       edge_data=edge_data, node_specs=node_specs, edge_specs=edge_specs,
@@ -259,63 +254,3 @@ def _holds_partition(path: str) -> bool:
     return "meta.json" in names or all(
         name in ("meta.json.tmp", "node_map.npy", "node_map_inv.npy")
         or (name.startswith("part-") and name[5:].isdigit()) for name in names)
-
-
-def _writer() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def _writer_alive(writer: str) -> bool:
-    """Whether the process that named a directory `...-<host>-<pid>` still runs. One on
-    another host counts as gone: concurrent writes to one `out` are not supported."""
-    host, _, pid = writer.rpartition("-")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:         # alive, another user's
-        return True
-    return True
-
-
-@contextlib.contextmanager
-def _atomic_dir(out: str, overwrite: bool):
-    """Yields a new, empty sibling of `out` to write into; renames it to `out` if the
-    block completes, else deletes it. First deletes what killed writes to `out` left."""
-    staging = _staging_dir(out)
-    try:
-        yield staging
-        check_out_dir(out, overwrite)      # again: `out` may have changed meanwhile
-        _publish(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _staging_dir(out: str) -> str:
-    parent, name = os.path.split(out)
-    os.makedirs(parent, exist_ok=True)
-    for entry in os.listdir(parent):
-        for marker in (STAGING, REPLACED):
-            if entry.startswith(name + marker) and not _writer_alive(entry[len(name + marker):]):
-                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-    staging = out + STAGING + _writer()
-    shutil.rmtree(staging, ignore_errors=True)      # this process's own, from an earlier call
-    os.makedirs(staging)
-    return staging
-
-
-def _publish(staging: str, out: str) -> None:
-    """Rename the complete directory `staging` to `out`, replacing an empty directory
-    or (checked by `check_out_dir`) a partition directory there."""
-    if os.path.isdir(out) and not os.listdir(out):
-        os.rmdir(out)
-    if not os.path.exists(out):
-        os.rename(staging, out)
-        return
-    old = out + REPLACED + _writer()
-    os.rename(out, old)
-    os.rename(staging, out)
-    shutil.rmtree(old)

@@ -1,0 +1,89 @@
+"""Directories written whole or not at all: partition directories, chunked graphs.
+
+A directory is written as a sibling `<out>.partial-<host>-<pid>` and renamed to `out`
+once complete, so a killed write never leaves a half directory at `out`; the next write
+to `out` deletes what a killed one left (a sibling whose process no longer runs).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from collections.abc import Callable
+
+# Sibling directories of `out` named `<out><marker><host>-<pid>`: a write in progress (or
+# killed), and the old directory that a write with overwrite is replacing.
+STAGING, REPLACED = ".partial-", ".replaced-"
+
+
+def writer() -> str:
+    """This process, as `<host>-<pid>`."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def writer_alive(name: str) -> bool:
+    """Whether the process that named a directory `...-<host>-<pid>` still runs. One on
+    another host counts as gone: concurrent writes to one `out` are not supported."""
+    host, _, pid = name.rpartition("-")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:         # alive, another user's
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str, check: Callable[[], None] = lambda: None):
+    """Yields a new, empty sibling of `out` to write into; renames it to `out` if the
+    block completes, else deletes it. First deletes what killed writes to `out` left.
+    `check()` runs again just before the rename (`out` may have changed meanwhile) and
+    raises to refuse it; `out` itself is replaced only if it is an empty directory or
+    `check` let it through."""
+    staging = staging_dir(out)
+    try:
+        yield staging
+        check()
+        publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def clear_leftovers(out: str) -> None:
+    """Delete the siblings of `out` that killed writes left."""
+    parent, name = os.path.split(out)
+    if not os.path.isdir(parent or "."):
+        return
+    for entry in os.listdir(parent or "."):
+        for marker in (STAGING, REPLACED):
+            if entry.startswith(name + marker) and not writer_alive(entry[len(name + marker):]):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+
+
+def staging_dir(out: str) -> str:
+    parent = os.path.dirname(out)
+    os.makedirs(parent or ".", exist_ok=True)
+    clear_leftovers(out)
+    staging = out + STAGING + writer()
+    shutil.rmtree(staging, ignore_errors=True)      # this process's own, from an earlier call
+    os.makedirs(staging)
+    return staging
+
+
+def publish(staging: str, out: str) -> None:
+    """Rename the complete directory `staging` to `out`, replacing an empty directory
+    or (checked by the caller) an older directory there."""
+    if os.path.isdir(out) and not os.listdir(out):
+        os.rmdir(out)
+    if not os.path.exists(out):
+        os.rename(staging, out)
+        return
+    old = out + REPLACED + writer()
+    os.rename(out, old)
+    os.rename(staging, out)
+    shutil.rmtree(old)

@@ -1,0 +1,775 @@
+"""The chunked graph format: a graph larger than memory, as a directory of `.npy` chunks.
+
+A graph too large for one process (papers100M: 3.2B edges stored symmetric, 57 GB of
+features) cannot pass through a `Graph`. Its edges and rows live in chunks that a
+process reads one at a time, memory-mapped; `jgraph partition` reads such a directory
+in passes (`jgraph.partition.chunked`) and never holds more than O(nodes) plus a chunk.
+DistDGL's chunked graph format is the model; the differences are `.npy` chunks only,
+and edges in homogeneous ids with an optional `etype` column.
+
+Layout (format version 1):
+
+    DIR/metadata.json                    see below; written last
+    DIR/edges/src-00000.npy ...          int32/int64[E_i] homogeneous source ids
+    DIR/edges/dst-00000.npy ...          int32/int64[E_i] homogeneous destination ids
+    DIR/edges/etype-00000.npy ...        int[E_i] relation index (absent: one relation)
+    DIR/edges/data/<name>-00000.npy ...  [E_i, ...] per-edge arrays, chunked as the edges
+    DIR/nodes/<type>/<name>-00000.npy .. [n_i, ...] per-node arrays in row chunks; sparse
+                                         rows (`SparseRows`) as <name>.indices-00000.npy
+                                         int32[n_i, K] and <name>.values-00000.npy [n_i, K]
+    DIR/splits/<type>/<name>-00000.npy   int[k_i] node ids (type-local) of a named split,
+                                         sorted and unique across the chunks
+
+Homogeneous ids number the node types one after another, in `num_nodes` order: type
+t's local id i is `sum(counts of the types before t) + i`. Edge k is the k-th edge of
+the chunks laid end to end (its edge id). `metadata.json`:
+
+    {"format": "jgraph-chunked", "version": 1, "graph_name": "rmat",
+     "num_nodes": {"_N": 67108864},                      # node types, in id order
+     "relations": [["_N", "_E", "_N"]],                  # (src type, name, dst type)
+     "edges": {"rows": [E_0, E_1, ...], "src": [files], "dst": [files],
+               "etype": [files] or null},
+     "edge_data": {"weight": {"dtype": "float32", "shape": [], "files": [...]}},
+     "node_data": {"_N": {"feat": {"dtype": "float32", "shape": [16],
+                                   "rows": [n_0, ...], "files": [...]},
+                          "bow": {"dtype": "float32", "shape": [4714], "sparse": 31,
+                                  "rows": [...], "files": [indices files],
+                                  "value_files": [values files]}}},
+     "splits": {"_N": {"train": {"rows": [k_0, ...], "files": [...]}}}}
+
+File names are relative to DIR, so chunks written by another tool (Spark, a SQL
+export) can be listed in a hand-written metadata.json. `ChunkedWriter` writes the
+directory a chunk at a time, atomically (as a sibling renamed when complete);
+`open_chunked` reads it, checking every file's header against the metadata, and
+`ChunkedGraph.edge_chunks` checks each chunk's ids as it is read.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from jgraph.atomic import atomic_dir
+from jgraph.data.graph import (
+    DEFAULT_NTYPE,
+    DEFAULT_REL,
+    Graph,
+    GraphError,
+    Relation,
+    _check_conventions,
+    _check_name,
+    _row_arrays,
+)
+from jgraph.data.npz import DatasetError
+from jgraph.data.sparse import SparseRows
+
+FORMAT, VERSION = "jgraph-chunked", 1
+METADATA = "metadata.json"
+_ID_KINDS = "iu"
+
+
+def is_chunked_dir(path: str | os.PathLike) -> bool:
+    """Whether `path` is a directory holding a chunked graph's metadata.json."""
+    meta = os.path.join(path, METADATA)
+    if not os.path.isfile(meta):
+        return False
+    try:
+        with open(meta) as f:
+            return json.load(f).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunks:
+    """One array stored as row chunks. files: paths relative to the directory; rows:
+    rows per chunk; dtype: numpy dtype name; shape: the row shape; sparse: for sparse
+    rows, the stored entries per row K (then `files` hold int32[n_i, K] indices,
+    `value_files` the values and `shape` is [width])."""
+
+    files: tuple[str, ...]
+    rows: tuple[int, ...]
+    dtype: str
+    shape: tuple[int, ...]
+    sparse: int | None = None
+    value_files: tuple[str, ...] = ()
+
+    @property
+    def starts(self) -> np.ndarray:
+        """int64[chunks + 1]: chunk i holds rows [starts[i], starts[i + 1])."""
+        return np.concatenate([[0], np.cumsum(self.rows, dtype=np.int64)])
+
+    @property
+    def num_rows(self) -> int:
+        return int(sum(self.rows))
+
+    def to_json(self, with_rows: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape)}
+        if with_rows:
+            out["rows"] = list(self.rows)
+        out["files"] = list(self.files)
+        if self.sparse is not None:
+            out["sparse"], out["value_files"] = self.sparse, list(self.value_files)
+        return out
+
+
+class EdgeChunk(NamedTuple):
+    """Edges [start, start + len(src)) of a chunked graph, homogeneous ids, checked.
+
+    src, dst: int64[e]; etype: int32[e] relation index (zeros for one relation)."""
+
+    start: int
+    src: np.ndarray
+    dst: np.ndarray
+    etype: np.ndarray
+
+
+def npy_header(path: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) that a .npy file's header names, or a DatasetError naming it:
+    missing, unreadable, or shorter than its header says (truncated)."""
+    if not os.path.isfile(path):
+        raise DatasetError(f"{path}: missing chunk file")
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read(f)
+            offset = f.tell()
+    except (OSError, ValueError, EOFError) as e:
+        raise DatasetError(f"{path}: not a readable .npy file ({e})") from None
+    if fortran and len(shape) > 1:
+        raise DatasetError(f"{path}: stored in Fortran order; write chunks in C order")
+    if dtype.hasobject:
+        raise DatasetError(f"{path}: holds Python objects; chunks hold numbers")
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = os.path.getsize(path)
+    if size < expected:
+        raise DatasetError(f"{path}: truncated: {size} bytes, its header "
+                           f"{dtype}{list(shape)} needs {expected}")
+    return tuple(int(s) for s in shape), dtype
+
+
+class ChunkedGraph:
+    """An opened chunked graph directory (`open_chunked`). Nothing is read but headers
+    until asked; arrays come back memory-mapped.
+
+    Fields: root; name; num_nodes {type: n} in id order; relations [Relation];
+    edges: {"src", "dst", "etype"?: Chunks}; edge_data {name: Chunks}; node_data
+    {type: {name: Chunks}}; splits {type: {name: Chunks}}.
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = os.fspath(root)
+        path = os.path.join(self.root, METADATA)
+        if not os.path.isdir(self.root):
+            raise DatasetError(f"{self.root}: no such directory")
+        if not os.path.isfile(path):
+            raise DatasetError(f"{path}: missing; not a chunked graph directory (or one whose "
+                               f"writing did not finish)")
+        try:
+            with open(path) as f:
+                raw = json.load(f)
+        except (OSError, ValueError) as e:
+            raise DatasetError(f"{path}: not readable JSON ({e})") from None
+        try:
+            self._parse(raw)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            if isinstance(e, DatasetError):
+                raise
+            raise DatasetError(f"{path}: a field is missing or has the wrong form "
+                               f"({type(e).__name__}: {e})") from None
+        self._check_headers()
+
+    # -- metadata ---------------------------------------------------------------------
+
+    def _where(self, field: str) -> str:
+        return f"{os.path.join(self.root, METADATA)}: {field}"
+
+    def _parse(self, raw: Mapping) -> None:
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise DatasetError(self._where(f"'format' is {raw.get('format')!r}, expected "
+                                           f"{FORMAT!r}"))
+        if raw.get("version") != VERSION:
+            raise DatasetError(self._where(f"version {raw.get('version')!r} is not supported "
+                                           f"(this jgraph reads version {VERSION})"))
+        self.name = str(raw.get("graph_name", os.path.basename(os.path.normpath(self.root))))
+        num_nodes = raw["num_nodes"]
+        if not isinstance(num_nodes, dict) or not num_nodes:
+            raise DatasetError(self._where("'num_nodes' must map node types to counts"))
+        for t, n in num_nodes.items():
+            try:
+                _check_name("node type", t)
+            except GraphError as e:
+                raise DatasetError(self._where(str(e))) from None
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise DatasetError(self._where(f"num_nodes[{t!r}] = {n!r} is not a count"))
+        self.num_nodes = dict(num_nodes)
+        self.relations = [Relation(*r) for r in raw["relations"]]
+        if not self.relations:
+            raise DatasetError(self._where("'relations' is empty"))
+        for r in self.relations:
+            for t in (r.src_type, r.dst_type):
+                if t not in self.num_nodes:
+                    raise DatasetError(self._where(f"relation {tuple(r)}: unknown node type "
+                                                   f"{t!r}"))
+        edges = raw["edges"]
+        rows = self._rows(edges["rows"], "edges.rows")
+        self.edges = {key: self._chunks(f"edges.{key}", {"files": edges[key], "rows": rows},
+                                        rows_given=True)
+                      for key in ("src", "dst")}
+        if edges.get("etype") is not None:
+            self.edges["etype"] = self._chunks("edges.etype",
+                                               {"files": edges["etype"], "rows": rows}, True)
+        elif len(self.relations) > 1:
+            raise DatasetError(self._where(f"{len(self.relations)} relations but no "
+                                           f"edges.etype files"))
+        self.edge_data = {name: self._chunks(f"edge_data.{name}", {**entry, "rows": rows},
+                                             rows_given=True)
+                          for name, entry in raw.get("edge_data", {}).items()}
+        self.node_data = {}
+        for t, named in raw.get("node_data", {}).items():
+            self._known_type(t, "node_data")
+            self.node_data[t] = {name: self._chunks(f"node_data.{t}.{name}", entry)
+                                 for name, entry in named.items()}
+            for name, c in self.node_data[t].items():
+                if c.num_rows != self.num_nodes[t]:
+                    raise DatasetError(self._where(
+                        f"node_data.{t}.{name}: chunks hold {c.num_rows} rows, type {t!r} "
+                        f"has {self.num_nodes[t]} nodes"))
+        self.splits = {}
+        for t, named in raw.get("splits", {}).items():
+            self._known_type(t, "splits")
+            self.splits[t] = {name: self._chunks(f"splits.{t}.{name}",
+                                                 {**entry, "dtype": "int64", "shape": []})
+                              for name, entry in named.items()}
+
+    def _known_type(self, t: str, field: str) -> None:
+        if t not in self.num_nodes:
+            raise DatasetError(self._where(f"{field}: unknown node type {t!r}; node types are "
+                                           f"{list(self.num_nodes)}"))
+
+    def _rows(self, rows, field: str) -> tuple[int, ...]:
+        if not isinstance(rows, list) or not all(
+                isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in rows):
+            raise DatasetError(self._where(f"{field} must be a list of row counts, got "
+                                           f"{str(rows)[:80]}"))
+        return tuple(rows)
+
+    def _chunks(self, field: str, entry: Mapping, rows_given: bool = False) -> Chunks:
+        name = field.rsplit(".", 1)[-1]
+        if field.startswith(("node_data", "edge_data", "splits")):
+            try:
+                _check_name(field.split(".")[0].replace("_", " "), name)
+            except GraphError as e:
+                raise DatasetError(self._where(str(e))) from None
+        rows = entry["rows"] if rows_given else self._rows(entry["rows"], f"{field}.rows")
+        files = entry["files"]
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise DatasetError(self._where(f"{field}.files must be a list of file names"))
+        if len(files) != len(rows):
+            raise DatasetError(self._where(f"{field}: {len(files)} files for {len(rows)} "
+                                           f"chunks"))
+        sparse = entry.get("sparse")
+        value_files = tuple(entry.get("value_files", ()))
+        if sparse is not None and len(value_files) != len(files):
+            raise DatasetError(self._where(f"{field}: sparse rows need one value file per "
+                                           f"indices file"))
+        dtype = entry.get("dtype", "int64")
+        try:
+            kind = np.dtype(dtype).kind
+        except TypeError:
+            kind = None
+        if kind is None or kind not in "biuf":
+            raise DatasetError(self._where(f"{field}: dtype {dtype!r} is not a number type"))
+        return Chunks(tuple(files), tuple(rows), np.dtype(dtype).name,
+                      tuple(int(s) for s in entry.get("shape", [])), sparse, value_files)
+
+    def _check_headers(self) -> None:
+        """Every file exists, is a whole .npy, and has the rows, row shape and dtype kind
+        the metadata gives: a stat and a header read per file."""
+        def check(field: str, c: Chunks, ids: bool = False):
+            for i, (f, rows) in enumerate(zip(c.files, c.rows)):
+                row_shape = (c.sparse,) if c.sparse is not None else c.shape
+                shape, dtype = npy_header(os.path.join(self.root, f))
+                expect = (rows, *row_shape)
+                if shape != expect:
+                    raise DatasetError(f"{os.path.join(self.root, f)}: {field} chunk {i} has "
+                                       f"shape {list(shape)}, metadata.json says "
+                                       f"{list(expect)}")
+                if ids and dtype.kind not in _ID_KINDS:
+                    raise DatasetError(f"{os.path.join(self.root, f)}: {field} holds "
+                                       f"{dtype}, expected integer ids")
+                if not ids and c.sparse is None and dtype != np.dtype(c.dtype):
+                    raise DatasetError(f"{os.path.join(self.root, f)}: {field} holds {dtype}, "
+                                       f"metadata.json says {c.dtype}")
+                if c.sparse is not None:
+                    vpath = os.path.join(self.root, c.value_files[i])
+                    vshape, vdtype = npy_header(vpath)
+                    if vshape != expect or vdtype != np.dtype(c.dtype):
+                        raise DatasetError(f"{vpath}: {field} values are "
+                                           f"{vdtype}{list(vshape)}, expected "
+                                           f"{c.dtype}{list(expect)}")
+        for key, c in self.edges.items():
+            check(f"edges.{key}", c, ids=True)
+        for name, c in self.edge_data.items():
+            check(f"edge_data.{name}", c)
+        for t, named in self.node_data.items():
+            for name, c in named.items():
+                check(f"node_data.{t}.{name}", c)
+        for t, named in self.splits.items():
+            for name, c in named.items():
+                check(f"splits.{t}.{name}", c, ids=True)
+
+    # -- views ------------------------------------------------------------------------
+
+    @property
+    def node_types(self) -> tuple[str, ...]:
+        return tuple(self.num_nodes)
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.num_nodes.values())
+
+    @property
+    def num_edges(self) -> int:
+        return self.edges["src"].num_rows
+
+    @property
+    def num_edge_chunks(self) -> int:
+        return len(self.edges["src"].rows)
+
+    def type_offsets(self) -> np.ndarray:
+        """int64[T+1]: node type t has homogeneous ids [offsets[t], offsets[t+1])."""
+        return np.concatenate([[0], np.cumsum(list(self.num_nodes.values()))]).astype(np.int64)
+
+    def path(self, relative: str) -> str:
+        return os.path.join(self.root, relative)
+
+    def load(self, relative: str) -> np.ndarray:
+        """One chunk file, memory-mapped (its header was checked on opening)."""
+        try:
+            return np.load(self.path(relative), mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DatasetError(f"{self.path(relative)}: cannot be read ({e})") from None
+
+    def edge_chunk(self, i: int, check: bool = True) -> EdgeChunk:
+        """Edge chunk i, its ids as int64 (etype int32) and, with `check`, in range: src
+        and dst below the node count, etype a relation whose node types hold them."""
+        c = self.edges["src"]
+        start = int(c.starts[i])
+        src = np.asarray(self.load(c.files[i]), dtype=np.int64)
+        dst = np.asarray(self.load(self.edges["dst"].files[i]), dtype=np.int64)
+        if "etype" in self.edges:
+            etype = np.asarray(self.load(self.edges["etype"].files[i]), dtype=np.int32)
+        else:
+            etype = np.zeros(src.size, np.int32)
+        if check:
+            self._check_edges(i, start, src, dst, etype)
+        return EdgeChunk(start, src, dst, etype)
+
+    def edge_chunks(self, check: bool = True, chunks: Sequence[int] | None = None
+                    ) -> Iterator[EdgeChunk]:
+        """The edge chunks (all, or those listed) in order, one at a time."""
+        for i in range(self.num_edge_chunks) if chunks is None else chunks:
+            yield self.edge_chunk(i, check)
+
+    def _check_edges(self, i: int, start: int, src, dst, etype) -> None:
+        n, r = self.total_nodes, len(self.relations)
+        for key, ids, limit in (("src", src, n), ("dst", dst, n), ("etype", etype, r)):
+            if ids.size and (ids.min() < 0 or ids.max() >= limit):
+                at = int(np.flatnonzero((ids < 0) | (ids >= limit))[0])
+                raise DatasetError(f"{self.path(self.edges[key].files[i])}: {key} "
+                                   f"{int(ids[at])} at edge {start + at} is out of range "
+                                   f"[0, {limit})")
+        if r == 1 and len(self.num_nodes) == 1:
+            return
+        offsets = self.type_offsets()
+        types = {t: k for k, t in enumerate(self.node_types)}
+        src_type = np.array([types[rel.src_type] for rel in self.relations])[etype]
+        dst_type = np.array([types[rel.dst_type] for rel in self.relations])[etype]
+        for key, ids, want in (("src", src, src_type), ("dst", dst, dst_type)):
+            wrong = (ids < offsets[want]) | (ids >= offsets[want + 1])
+            if wrong.any():
+                at = int(np.flatnonzero(wrong)[0])
+                rel = self.relations[int(etype[at])]
+                raise DatasetError(
+                    f"{self.path(self.edges[key].files[i])}: {key} {int(ids[at])} at edge "
+                    f"{start + at} is not a node of type "
+                    f"{rel.src_type if key == 'src' else rel.dst_type!r}, which relation "
+                    f"{tuple(rel)} (etype {int(etype[at])}) needs")
+
+    def node_rows(self, ntype: str, name: str, ids: np.ndarray | None = None):
+        """Rows of node array `name` of type `ntype` (type-local ids), whole or at the
+        sorted `ids`, read chunk by chunk: an array, or `SparseRows` for sparse rows."""
+        c = self.node_data[ntype][name]
+        starts = c.starts
+        ids = np.arange(c.num_rows) if ids is None else np.asarray(ids, np.int64)
+        pieces, values = [], []
+        bounds = np.searchsorted(ids, starts)
+        for i in range(len(c.files)):
+            local = ids[bounds[i]:bounds[i + 1]] - starts[i]
+            if not local.size:
+                continue
+            pieces.append(np.asarray(self.load(c.files[i])[local]))
+            if c.sparse is not None:
+                values.append(np.asarray(self.load(c.value_files[i])[local]))
+        if c.sparse is not None:
+            empty = lambda dt: np.zeros((0, c.sparse), dt)
+            idx = np.concatenate(pieces) if pieces else empty(np.int32)
+            val = np.concatenate(values) if values else empty(c.dtype)
+            return SparseRows(idx.astype(np.int32, copy=False), val, c.shape[0])
+        return (np.concatenate(pieces) if pieces
+                else np.zeros((0, *c.shape), c.dtype))
+
+    def split(self, ntype: str, name: str) -> np.ndarray:
+        """int64[k]: the split's node ids (type-local), checked sorted, unique, in range."""
+        c = self.splits[ntype][name]
+        ids = (np.concatenate([np.asarray(self.load(f), np.int64) for f in c.files])
+               if c.files else np.zeros(0, np.int64))
+        where = f"{self.root}: splits.{ntype}.{name}"
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes[ntype]):
+            bad = ids[(ids < 0) | (ids >= self.num_nodes[ntype])][0]
+            raise DatasetError(f"{where}: node {int(bad)} is out of range "
+                               f"[0, {self.num_nodes[ntype]})")
+        if ids.size > 1 and not (np.diff(ids) > 0).all():
+            at = int(np.flatnonzero(np.diff(ids) <= 0)[0])
+            raise DatasetError(f"{where}: ids must be sorted and unique across the chunks; "
+                               f"{int(ids[at])} is followed by {int(ids[at + 1])}")
+        return ids
+
+    def to_graph(self) -> Graph:
+        """The whole graph in memory (for graphs that fit: `--method metis`)."""
+        chunks = list(self.edge_chunks())
+        cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)
+        src, dst = cat([c.src for c in chunks], np.int64), cat([c.dst for c in chunks], np.int64)
+        etype = cat([c.etype for c in chunks], np.int32)
+        del chunks
+        offsets = dict(zip(self.node_types, self.type_offsets()))
+        # Relations are grouped in relation order (stable), so the in-memory edge ids
+        # equal the stored ones wherever the chunks store relations one after another.
+        order = np.argsort(etype, kind="stable")
+        bounds = np.searchsorted(etype[order], np.arange(len(self.relations) + 1))
+        edges, edge_data = {}, {}
+        data = {name: cat([np.asarray(self.load(f)) for f in c.files],
+                          c.dtype).reshape(-1, *c.shape)
+                for name, c in self.edge_data.items()}
+        for k, rel in enumerate(self.relations):
+            sel = order[bounds[k]:bounds[k + 1]]
+            edges[rel] = np.stack([src[sel] - offsets[rel.src_type],
+                                   dst[sel] - offsets[rel.dst_type]])
+            if data:
+                edge_data[rel] = {name: values[sel] for name, values in data.items()}
+        return Graph(
+            name=self.name, num_nodes=self.num_nodes, edges=edges,
+            node_data={t: {name: self.node_rows(t, name) for name in named}
+                       for t, named in self.node_data.items()},
+            edge_data=edge_data,
+            splits={t: {name: self.split(t, name) for name in named}
+                    for t, named in self.splits.items()})
+
+
+def open_chunked(root: str | os.PathLike) -> ChunkedGraph:
+    """Open a chunked graph directory, checking metadata.json and every file's header."""
+    return ChunkedGraph(root)
+
+
+def load_chunked(root: str | os.PathLike) -> Graph:
+    """A chunked graph directory read whole into a `Graph`."""
+    return open_chunked(root).to_graph()
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+class ChunkedWriter:
+    """Writes a chunked graph directory a chunk at a time; use it as a context manager.
+
+        with ChunkedWriter("data/mygraph", num_nodes=n) as w:
+            for src, dst in my_edge_batches():          # homogeneous ids
+                w.add_edges(src, dst)
+            for rows in my_feature_batches():           # in row order
+                w.add_node_data("feat", rows)
+            w.add_node_data("label", labels)
+            w.add_split("train", train_ids)             # sorted, unique, in order
+
+    Each call writes one chunk. For several node types give `num_nodes` as
+    {type: count} (their order numbers the homogeneous ids) and `relations` as
+    (src_type, name, dst_type) triples; `add_edges(..., relation=r)` then takes ids
+    local to r's types, or `etype=` with homogeneous ids. The directory appears at
+    `out` only when the block ends without an error, with metadata.json written last.
+    """
+
+    def __init__(self, out: str | os.PathLike, num_nodes: int | Mapping[str, int], *,
+                 name: str = "graph", relations: Sequence[Sequence[str]] | None = None,
+                 overwrite: bool = False):
+        self.out = os.path.realpath(os.fspath(out))
+        if isinstance(num_nodes, Mapping):
+            self.num_nodes = {t: int(n) for t, n in num_nodes.items()}
+        else:
+            self.num_nodes = {DEFAULT_NTYPE: int(num_nodes)}
+        for t, n in self.num_nodes.items():
+            _check_name("node type", t)
+            if n < 0:
+                raise GraphError(f"num_nodes[{t!r}] = {n} is negative")
+        if relations is None:
+            if len(self.num_nodes) != 1:
+                raise GraphError("several node types need their relations: "
+                                 "relations=[(src_type, name, dst_type), ...]")
+            (t,) = self.num_nodes
+            relations = [(t, DEFAULT_REL, t)]
+        self.relations = [Relation(*r) for r in relations]
+        for r in self.relations:
+            for t in (r.src_type, r.dst_type):
+                if t not in self.num_nodes:
+                    raise GraphError(f"relation {tuple(r)}: unknown node type {t!r}")
+        if len({r.name for r in self.relations}) != len(self.relations):
+            raise GraphError(f"relation names must be unique, got "
+                             f"{[r.name for r in self.relations]}")
+        self.name = name
+        self.overwrite = overwrite
+        self._offsets = dict(zip(self.num_nodes, np.concatenate(
+            [[0], np.cumsum(list(self.num_nodes.values()))])))
+        self._total = sum(self.num_nodes.values())
+        self._edges: dict[str, list] = {"rows": [], "src": [], "dst": [], "etype": []}
+        self._edge_data: dict[str, dict] = {}
+        self._node_data: dict[str, dict[str, dict]] = {}
+        self._splits: dict[str, dict[str, dict]] = {}
+        self._split_last: dict[tuple[str, str], int] = {}
+        self._stack = contextlib.ExitStack()
+        self._dir: str | None = None
+
+    def __enter__(self) -> ChunkedWriter:
+        check_chunked_out(self.out, self.overwrite)
+        self._dir = self._stack.enter_context(
+            atomic_dir(self.out, lambda: check_chunked_out(self.out, self.overwrite)))
+        return self
+
+    def __exit__(self, kind, value, traceback) -> bool:
+        if kind is None:
+            try:
+                self._finish()
+            except BaseException:
+                self._stack.__exit__(*sys.exc_info())
+                raise
+        return self._stack.__exit__(kind, value, traceback)
+
+    def _save(self, relative: str, array: np.ndarray) -> str:
+        if self._dir is None:
+            raise RuntimeError("use ChunkedWriter as a context manager: with ChunkedWriter(...)")
+        path = os.path.join(self._dir, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        np.save(path, np.ascontiguousarray(array))
+        return relative
+
+    @staticmethod
+    def _id_dtype(limit: int):
+        return np.int32 if limit < 2**31 else np.int64
+
+    def add_edges(self, src, dst, *, etype=None, relation: Sequence[str] | None = None,
+                  data: Mapping[str, np.ndarray] | None = None) -> None:
+        """One chunk of edges src -> dst, with per-edge `data` arrays (the same names in
+        every call). Ids are homogeneous, or local to `relation`'s node types."""
+        src, dst = np.asarray(src), np.asarray(dst)
+        k = len(self._edges["rows"])
+        what = f"edge chunk {k}"
+        if src.ndim != 1 or src.shape != dst.shape:
+            raise GraphError(f"{what}: src and dst must be 1-D and of one length, got "
+                             f"{list(src.shape)} and {list(dst.shape)}")
+        for key, a in (("src", src), ("dst", dst)):
+            if a.dtype.kind not in _ID_KINDS and a.size:
+                raise GraphError(f"{what}: {key} must be integers, got {a.dtype}")
+        if relation is not None and etype is not None:
+            raise GraphError(f"{what}: give relation= or etype=, not both")
+        if relation is not None:
+            r = Relation(*relation)
+            if r not in self.relations:
+                raise GraphError(f"{what}: relation {tuple(r)} is not one of "
+                                 f"{[tuple(x) for x in self.relations]}")
+            i = self.relations.index(r)
+            for key, a, t in (("src", src, r.src_type), ("dst", dst, r.dst_type)):
+                _check_range(a, self.num_nodes[t], f"{what}: {key} (type {t!r})")
+            src = src.astype(np.int64) + self._offsets[r.src_type]
+            dst = dst.astype(np.int64) + self._offsets[r.dst_type]
+            etype = np.full(src.size, i, np.int32)
+        else:
+            for key, a in (("src", src), ("dst", dst)):
+                _check_range(a, self._total, f"{what}: {key}")
+            if etype is None:
+                if len(self.relations) > 1:
+                    raise GraphError(f"{what}: the graph has {len(self.relations)} relations: "
+                                     f"give relation= or etype=")
+                etype = np.zeros(src.size, np.int32)
+            etype = np.asarray(etype)
+            if etype.shape != src.shape or (etype.dtype.kind not in _ID_KINDS and etype.size):
+                raise GraphError(f"{what}: etype must be integers of src's length, got "
+                                 f"{etype.dtype}{list(etype.shape)}")
+            _check_range(etype, len(self.relations), f"{what}: etype")
+        data = dict(data or {})
+        if k and set(data) != set(self._edge_data):
+            raise GraphError(f"{what}: edge data {sorted(data)}, but the first chunk had "
+                             f"{sorted(self._edge_data)}; every chunk carries the same")
+        checked = _row_arrays(data, src.size, "edge", what)
+        for name, values in checked.items():
+            entry = self._edge_data.setdefault(
+                name, {"dtype": values.dtype.name, "shape": list(values.shape[1:]),
+                       "files": []})
+            if values.dtype.name != entry["dtype"] or list(values.shape[1:]) != entry["shape"]:
+                raise GraphError(f"{what}: edge data {name!r} is {values.dtype}"
+                                 f"{list(values.shape[1:])}, earlier chunks "
+                                 f"{entry['dtype']}{entry['shape']}")
+            entry["files"].append(self._save(f"edges/data/{name}-{k:05d}.npy", values))
+        ids = self._id_dtype(self._total)
+        self._edges["rows"].append(int(src.size))
+        self._edges["src"].append(self._save(f"edges/src-{k:05d}.npy", src.astype(ids)))
+        self._edges["dst"].append(self._save(f"edges/dst-{k:05d}.npy", dst.astype(ids)))
+        if len(self.relations) > 1:
+            kind = np.int8 if len(self.relations) < 128 else np.int32
+            self._edges["etype"].append(self._save(f"edges/etype-{k:05d}.npy",
+                                                   etype.astype(kind)))
+
+    def add_node_data(self, name: str, rows, *, ntype: str | None = None) -> None:
+        """The next rows (in id order) of node array `name` of type `ntype`: an array,
+        or `SparseRows` for sparse rows."""
+        ntype = self._type(ntype)
+        entry = self._node_data.setdefault(ntype, {}).get(name)
+        start = sum(entry["rows"]) if entry else 0
+        what = f"type {ntype!r} rows {start}.."
+        try:
+            checked = _row_arrays({name: rows}, len(rows), "node", what)
+            _check_conventions(checked, what)
+        except GraphError as e:
+            raise GraphError(f"node data {name!r}: {e}") from None
+        values = checked[name]
+        sparse = isinstance(values, SparseRows)
+        spec = {"dtype": values.dtype.name,
+                "shape": [values.width] if sparse else list(values.shape[1:])}
+        if sparse:
+            spec["sparse"] = int(values.indices.shape[1])
+        if entry is None:
+            entry = self._node_data[ntype][name] = {**spec, "rows": [], "files": []}
+            if sparse:
+                entry["value_files"] = []
+        elif any(entry.get(key) != v for key, v in spec.items()):
+            raise GraphError(f"node data {name!r} of type {ntype!r}: rows from {start} are "
+                             f"{spec}, earlier rows {({k: entry.get(k) for k in spec})}")
+        if start + len(values) > self.num_nodes[ntype]:
+            raise GraphError(f"node data {name!r} of type {ntype!r}: {start + len(values)} "
+                             f"rows given, the type has {self.num_nodes[ntype]} nodes")
+        k = len(entry["rows"])
+        stem = f"nodes/{ntype}/{name}"
+        if sparse:
+            entry["files"].append(self._save(f"{stem}.indices-{k:05d}.npy", values.indices))
+            entry["value_files"].append(self._save(f"{stem}.values-{k:05d}.npy", values.values))
+        else:
+            entry["files"].append(self._save(f"{stem}-{k:05d}.npy", values))
+        entry["rows"].append(len(values))
+
+    def add_split(self, name: str, ids, *, ntype: str | None = None) -> None:
+        """The next ids (type-local, sorted, unique, above those given before) of the
+        named node set `name` (train, val, test, ...)."""
+        ntype = self._type(ntype)
+        _check_name("split", name)
+        ids = np.asarray(ids)
+        what = f"split {name!r} of type {ntype!r}"
+        if ids.ndim != 1 or (ids.dtype.kind not in _ID_KINDS and ids.size):
+            raise GraphError(f"{what}: ids must be a 1-D integer array, got "
+                             f"{ids.dtype}{list(ids.shape)}")
+        _check_range(ids, self.num_nodes[ntype], what)
+        last = self._split_last.get((ntype, name), -1)
+        ids = ids.astype(np.int64)
+        if ids.size and (ids[0] <= last or (np.diff(ids) <= 0).any()):
+            raise GraphError(f"{what}: ids must be sorted, unique and above those of earlier "
+                             f"chunks (last {last})")
+        entry = self._splits.setdefault(ntype, {}).setdefault(name, {"rows": [], "files": []})
+        k = len(entry["rows"])
+        entry["files"].append(self._save(f"splits/{ntype}/{name}-{k:05d}.npy",
+                                         ids.astype(self._id_dtype(self.num_nodes[ntype]))))
+        entry["rows"].append(int(ids.size))
+        if ids.size:
+            self._split_last[ntype, name] = int(ids[-1])
+
+    def _type(self, ntype: str | None) -> str:
+        if ntype is None:
+            if len(self.num_nodes) != 1:
+                raise GraphError(f"the graph has node types {list(self.num_nodes)}: name one "
+                                 f"with ntype=")
+            (ntype,) = self.num_nodes
+        if ntype not in self.num_nodes:
+            raise GraphError(f"unknown node type {ntype!r}; node types are "
+                             f"{list(self.num_nodes)}")
+        return ntype
+
+    def _finish(self) -> None:
+        for t, named in self._node_data.items():
+            for name, entry in named.items():
+                if sum(entry["rows"]) != self.num_nodes[t]:
+                    raise GraphError(f"node data {name!r} of type {t!r}: {sum(entry['rows'])} "
+                                     f"rows written, the type has {self.num_nodes[t]} nodes")
+        meta = {
+            "format": FORMAT, "version": VERSION, "graph_name": self.name,
+            "num_nodes": self.num_nodes,
+            "relations": [list(r) for r in self.relations],
+            "edges": {"rows": self._edges["rows"], "src": self._edges["src"],
+                      "dst": self._edges["dst"],
+                      "etype": self._edges["etype"] if len(self.relations) > 1 else None},
+            "edge_data": self._edge_data,
+            "node_data": self._node_data,
+            "splits": self._splits,
+        }
+        path = os.path.join(self._dir, METADATA)
+        with open(path + ".tmp", "w") as f:
+            json.dump(meta, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
+def _check_range(ids: np.ndarray, limit: int, what: str) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= limit):
+        at = int(np.flatnonzero((ids < 0) | (ids >= limit))[0])
+        raise GraphError(f"{what}: id {int(ids[at])} at position {at} is out of range "
+                         f"[0, {limit})")
+
+
+def check_chunked_out(out: str, overwrite: bool) -> None:
+    """Raise a DatasetError unless `out` may receive a chunked graph: absent, an empty
+    directory, or (with `overwrite`) a chunked graph directory."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise DatasetError(f"{out}: exists and is not a directory")
+    if not os.path.isdir(out) or not os.listdir(out):
+        return
+    if not is_chunked_dir(out):
+        raise DatasetError(f"{out}: is not empty and is not a chunked graph directory; "
+                           f"refusing to replace it")
+    if not overwrite:
+        raise DatasetError(f"{out}: holds a chunked graph; pass overwrite=True (--overwrite) "
+                           f"to replace it")
+
+
+def save_chunked(graph: Graph, out: str | os.PathLike, *, edges_per_chunk: int = 1 << 24,
+                 rows_per_chunk: int = 1 << 20, overwrite: bool = False) -> None:
+    """Write an in-memory `graph` as a chunked directory (relations in order, so the
+    edge ids are the graph's homogeneous edge ids)."""
+    with ChunkedWriter(out, graph.num_nodes, name=graph.name, relations=graph.relations,
+                       overwrite=overwrite) as w:
+        for rel, index in graph.edges.items():
+            data = graph.edge_data.get(rel, {})
+            for a in range(0, index.shape[1], edges_per_chunk):
+                sl = slice(a, a + edges_per_chunk)
+                w.add_edges(index[0, sl], index[1, sl], relation=rel,
+                            data={k: v[sl] for k, v in data.items()})
+        for t, named in graph.node_data.items():
+            for name, values in named.items():
+                for a in range(0, max(len(values), 1), rows_per_chunk):
+                    w.add_node_data(name, values[a:a + rows_per_chunk], ntype=t)
+        for t, named in graph.splits.items():
+            for name, ids in named.items():
+                w.add_split(name, ids, ntype=t)
