@@ -18,13 +18,20 @@ import numpy as np
 import scipy.sparse
 
 from jgraph.data.graph import Graph
+from jgraph.partition.adjacency import CSRAdjacency
 from jgraph.partition.metis import Backend, part_kway
+from jgraph.partition.multilevel import NodeWeights
+from jgraph.partition.multilevel import partition as multilevel
 
 BALANCED_SPLITS = ("train", "val", "test")
 
 
 class Method(enum.Enum):
     METIS = "metis"
+    # Label-propagation coarsening, METIS on the coarse graph, label-propagation
+    # refinement (`jgraph.partition.multilevel`): the chunked route's partitioner, in
+    # memory bounded by the nodes; in memory here.
+    MULTILEVEL = "multilevel"
     RANDOM = "random"
     GIVEN = "given"     # an assignment made elsewhere (ParMETIS, a file): `assign(given=)`
 
@@ -129,9 +136,16 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
     constraints = constraints or constraints_for(graph)
     if num_parts == 1:
         return np.zeros(n, np.int32)
-    if adjacency is None and (method is Method.METIS or rebalance):
+    if adjacency is None and (method in (Method.METIS, Method.MULTILEVEL) or rebalance):
         adjacency = undirected_adjacency(graph)
-    if method is Method.METIS:
+    if method is Method.MULTILEVEL:
+        w = constraints.weights
+        parts, _ = multilevel(CSRAdjacency(adjacency),
+                             NodeWeights(constraints.names,
+                                         tuple(w[:, c] for c in range(w.shape[1]))),
+                             num_parts, tolerance=tolerance, seed=seed, workdir=None)
+        parts = _fill_empty(parts, num_parts)
+    elif method is Method.METIS:
         parts = _fill_empty(part_kway(adjacency, constraints.weights, num_parts, seed=seed,
                                       imbalance=tolerance, backend=backend,
                                       spill_dir=spill_dir), num_parts)

@@ -106,7 +106,8 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
     with progress.phase("constraints and adjacency"):
         constraints = constraints_for(graph)
         adjacency = (undirected_adjacency(graph)
-                     if (method is Method.METIS or rebalance) and num_parts > 1 else None)
+                     if (method in (Method.METIS, Method.MULTILEVEL) or rebalance)
+                     and num_parts > 1 else None)
     with progress.phase(f"assigning nodes ({method.value})"):
         parts = assign(graph, num_parts, method, seed=seed, tolerance=tolerance,
                        rebalance=rebalance, constraints=constraints, adjacency=adjacency,

@@ -140,6 +140,8 @@ class PartitionMeta:
       seed, seconds, format_version.
       edge_splits: {split: {"negatives": K}} link prediction's positive edges (K = 0:
         none stored; see `jgraph.data.links`); empty for a graph without them.
+      build: how the directory was made, where the partitioner records it (the
+        chunked route: each phase's seconds and peak RSS, `jgraph.partition.chunked`).
     """
 
     format_version: int
@@ -165,6 +167,7 @@ class PartitionMeta:
     seed: int
     seconds: float
     edge_splits: dict = dataclasses.field(default_factory=dict)
+    build: dict = dataclasses.field(default_factory=dict)
 
     def book(self) -> PartitionBook:
         return PartitionBook(np.asarray(self.offsets), np.asarray(self.ntype_offsets),

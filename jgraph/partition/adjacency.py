@@ -1,0 +1,217 @@
+"""Symmetric adjacency read in node ranges: in memory, or on disk in files per range.
+
+The bounded-memory partitioner (`jgraph.partition.multilevel`) visits a graph's
+adjacency one node range at a time and keeps only per-node arrays between ranges, so
+the same code partitions a graph held in memory (`CSRAdjacency`, tests and small
+coarse graphs) and one whose adjacency is larger than memory (`DiskAdjacency`: one CSR
+per node range, built from a stream of edges through temporary bucket files, each
+range sized to a bounded number of entries).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse
+
+
+class Rows(NamedTuple):
+    """The adjacency of nodes [start, start + m): CSR over those rows.
+
+    indptr: int64[m + 1] offsets into indices; indices: int[e] neighbour ids (global);
+    weights: int64[e] or None (every entry weight 1; repeated entries count again).
+    """
+
+    start: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray | None
+
+    @property
+    def num_rows(self) -> int:
+        return self.indptr.size - 1
+
+    def local_rows(self) -> np.ndarray:
+        """int32[e]: each entry's row, 0-based within the range."""
+        return np.repeat(np.arange(self.num_rows, dtype=np.int32), np.diff(self.indptr))
+
+    def entry_weights(self) -> np.ndarray:
+        return (np.ones(self.indices.size, np.int64) if self.weights is None
+                else self.weights)
+
+    def split(self, max_entries: int, max_rows: int | None = None) -> Iterator[Rows]:
+        """The same rows in consecutive pieces of at most about `max_entries` entries
+        (a row with more stays whole) and at most `max_rows` rows."""
+        m = self.num_rows
+        a = 0
+        while a < m:
+            b = int(np.searchsorted(self.indptr, self.indptr[a] + max_entries, side="right")) - 1
+            b = min(max(b, a + 1), m, a + (max_rows or m))
+            lo, hi = int(self.indptr[a]), int(self.indptr[b])
+            yield Rows(self.start + a, self.indptr[a:b + 1] - lo, self.indices[lo:hi],
+                       None if self.weights is None else self.weights[lo:hi])
+            a = b
+
+
+class CSRAdjacency:
+    """An adjacency held in memory as one scipy CSR, visited in ranges of rows."""
+
+    def __init__(self, csr: scipy.sparse.csr_matrix, entries_per_range: int = 1 << 24):
+        self.csr = csr
+        self.num_nodes = csr.shape[0]
+        self.entries_per_range = entries_per_range
+        self.weighted = not (csr.data.size == 0 or (csr.data == 1).all())
+
+    @property
+    def num_entries(self) -> int:
+        return int(self.csr.nnz)
+
+    def ranges(self) -> Iterator[Rows]:
+        whole = Rows(0, self.csr.indptr.astype(np.int64), self.csr.indices,
+                     self.csr.data.astype(np.int64) if self.weighted else None)
+        yield from whole.split(self.entries_per_range)
+
+    def to_csr(self) -> scipy.sparse.csr_matrix:
+        return self.csr
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskAdjacency:
+    """An adjacency stored as one CSR per node range in `root`:
+    `range-K.indptr.npy` int64[m_K + 1], `range-K.indices.npy` int32 (int64 past 2^31
+    nodes) and, when weighted, `range-K.weights.npy` int64; `bounds` int64[R + 1]: range
+    K holds rows [bounds[K], bounds[K + 1]). `adjacency.json` records all of it, so a
+    finished build is found again (a resumed job skips it)."""
+
+    root: str
+    num_nodes: int
+    bounds: tuple[int, ...]
+    num_entries: int
+    weighted: bool
+
+    @classmethod
+    def open(cls, root: str) -> DiskAdjacency | None:
+        """The adjacency a finished `build_disk_adjacency` left in `root`, or None."""
+        try:
+            with open(os.path.join(root, "adjacency.json")) as f:
+                raw = json.load(f)
+            return cls(root, raw["num_nodes"], tuple(raw["bounds"]), raw["num_entries"],
+                       raw["weighted"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _file(self, k: int, name: str) -> str:
+        return os.path.join(self.root, f"range-{k:05d}.{name}.npy")
+
+    def ranges(self) -> Iterator[Rows]:
+        for k in range(len(self.bounds) - 1):
+            load = lambda name, k=k: np.asarray(np.load(self._file(k, name), mmap_mode="r"))
+            yield Rows(self.bounds[k], load("indptr"), load("indices"),
+                       load("weights") if self.weighted else None)
+
+    def to_csr(self) -> scipy.sparse.csr_matrix:
+        """The whole adjacency in memory (for a coarse graph small enough for METIS)."""
+        pieces = list(self.ranges())
+        indptr = np.concatenate([[0]] + [p.indptr[1:] + off for p, off in zip(
+            pieces, np.cumsum([0] + [p.indices.size for p in pieces[:-1]]))])
+        data = (np.concatenate([p.weights for p in pieces]) if self.weighted
+                else np.ones(self.num_entries, np.int64))
+        return scipy.sparse.csr_matrix(
+            (data, np.concatenate([p.indices for p in pieces]), indptr),
+            shape=(self.num_nodes, self.num_nodes))
+
+    def remove(self) -> None:
+        for k in range(len(self.bounds) - 1):
+            for name in ("indptr", "indices", "weights"):
+                if os.path.exists(self._file(k, name)):
+                    os.remove(self._file(k, name))
+        if os.path.exists(os.path.join(self.root, "adjacency.json")):
+            os.remove(os.path.join(self.root, "adjacency.json"))
+
+
+def range_bounds(row_entries: np.ndarray, max_entries: int) -> np.ndarray:
+    """int64[R + 1]: node ranges whose rows hold at most about `max_entries` entries
+    in all (`row_entries` [n]: each row's entry count, or an upper bound of it)."""
+    n = row_entries.size
+    cum = np.cumsum(row_entries, dtype=np.int64)
+    bounds = [0]
+    while bounds[-1] < n:
+        base = cum[bounds[-1] - 1] if bounds[-1] else 0
+        nxt = int(np.searchsorted(cum, base + max_entries, side="right"))
+        bounds.append(min(max(nxt, bounds[-1] + 1), n))
+    return np.asarray(bounds, np.int64)
+
+
+def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
+                         pairs: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+                         *, merge: bool, progress=None) -> DiskAdjacency:
+    """Write the adjacency whose entries `pairs` yields, as (rows, cols, weights or None)
+    blocks in any order, into `root`, one CSR per range of `bounds`.
+
+    The blocks go to temporary bucket files by row range (each entry's row stored 0-based
+    within its range), then each bucket is sorted by row, in turn: memory is one block
+    plus one range. `merge` sums repeated (row, col) entries into one weighted entry
+    (coarse graphs); without it entries are kept as they come, unweighted.
+    """
+    os.makedirs(root, exist_ok=True)
+    bounds = np.asarray(bounds, np.int64)
+    num_ranges = bounds.size - 1
+    ids = np.int32 if num_nodes < 2**31 else np.int64
+    weighted = merge
+    record = np.dtype([("row", np.int32), ("col", ids), ("w", np.int64)] if weighted
+                      else [("row", np.int32), ("col", ids)])
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(os.path.join(root, f"bucket-{k:05d}.bin"), "wb"))
+                 for k in range(num_ranges)]
+        for rows, cols, weights in pairs:
+            if not rows.size:
+                continue
+            which = np.searchsorted(bounds, rows, side="right") - 1
+            order = np.argsort(which, kind="stable")
+            which = which[order]
+            cuts = np.searchsorted(which, np.arange(num_ranges + 1))
+            block = np.empty(rows.size, record)
+            block["row"] = rows[order] - bounds[which]
+            block["col"] = cols[order]
+            if weighted:
+                block["w"] = 1 if weights is None else weights[order]
+            for k in np.flatnonzero(np.diff(cuts)):
+                block[cuts[k]:cuts[k + 1]].tofile(files[k])
+    total = 0
+    for k in range(num_ranges):
+        path = os.path.join(root, f"bucket-{k:05d}.bin")
+        block = np.fromfile(path, record)
+        m = int(bounds[k + 1] - bounds[k])
+        if merge:
+            csr = scipy.sparse.csr_matrix((block["w"], (block["row"], block["col"])),
+                                          shape=(m, num_nodes))
+            csr.sum_duplicates()
+            indptr, indices, weights = csr.indptr.astype(np.int64), csr.indices, csr.data
+        else:
+            order = np.argsort(block["row"], kind="stable")
+            indices = block["col"][order]
+            indptr = np.concatenate([[0], np.cumsum(np.bincount(block["row"], minlength=m),
+                                                    dtype=np.int64)])
+            weights = None
+        del block
+        stem = os.path.join(root, f"range-{k:05d}")
+        np.save(f"{stem}.indptr.npy", indptr)
+        np.save(f"{stem}.indices.npy", np.asarray(indices, ids))
+        if weights is not None:
+            np.save(f"{stem}.weights.npy", np.asarray(weights, np.int64))
+        total += int(indptr[-1])
+        os.remove(path)
+        if progress is not None:
+            progress.update(1)
+    adjacency = DiskAdjacency(root, int(num_nodes), tuple(int(b) for b in bounds), total,
+                              weighted)
+    with open(os.path.join(root, "adjacency.json.tmp"), "w") as f:
+        json.dump({"num_nodes": adjacency.num_nodes, "bounds": list(adjacency.bounds),
+                   "num_entries": total, "weighted": weighted}, f)
+    os.replace(os.path.join(root, "adjacency.json.tmp"), os.path.join(root, "adjacency.json"))
+    return adjacency

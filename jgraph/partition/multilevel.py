@@ -1,0 +1,395 @@
+"""Multilevel partitioning in bounded memory: ParHIP's scheme over an adjacency read in
+node ranges.
+
+METIS holds the whole graph and every level of its coarsening (some 25-60 bytes an
+adjacency entry); this partitioner holds per-node arrays only and reads the adjacency
+(`jgraph.partition.adjacency`: in memory, or one file per node range on disk) once per
+pass, as ParHIP (Meyerhenke, Sanders, Schulz 2017) does across machines:
+
+1. **Coarsen** by size-constrained label propagation: every node starts in a cluster
+   of its own and, pass after pass, joins the cluster most of its edge weight goes to,
+   if that cluster stays below a size limit (a fraction of a partition, in nodes and in
+   in-edges). Clusters are contracted into a weighted coarse graph, written to disk
+   range by range; coarsening repeats until the coarse graph fits `coarse_entries`.
+2. **Initial partition**: METIS (multi-constraint) on the coarse graph, whose node
+   weights are the clusters' sums of every balance constraint. If the clusters stop
+   shrinking first, the coarse graph keeps only its heaviest edges, to fit.
+3. **Refine** on the original graph by label propagation under the balance
+   constraints: a node moves to the partition most of its neighbours are in when that
+   cuts fewer edges and the partition has room in every constraint; then moves out of
+   any partition still over a limit, cheapest cut first.
+
+Memory: a few int32/int64 arrays over the nodes (the cluster and partition of each
+node, cluster sizes, the balance weights in compact dtypes) plus one range of the
+adjacency. Label propagation moves the nodes of a piece of a range at once, against
+the partitions and loads as they stand after the pieces before.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import scipy.sparse
+
+from jgraph.partition.adjacency import (
+    CSRAdjacency,
+    DiskAdjacency,
+    Rows,
+    build_disk_adjacency,
+    range_bounds,
+)
+from jgraph.partition.metis import part_kway
+
+# Label propagation moves the rows of one piece at once: at most this many adjacency
+# entries and rows (a piece's [rows, parts, constraints] feasibility test is the
+# largest array).
+PIECE_ENTRIES, PIECE_ROWS = 1 << 22, 1 << 17
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeWeights:
+    """The balance constraints' per-node weights, one compact column each.
+
+    names: C constraint names (`nodes` or `nodes:<type>`, `train`, `val`, `test`,
+    `edges`); columns: C arrays [n] (uint8 for membership, int32/int64 for counts).
+    At 5 constraints that is about 8 bytes a node, where a float64 [n, C] would be 40.
+    """
+
+    names: tuple[str, ...]
+    columns: tuple[np.ndarray, ...]
+
+    @property
+    def num_nodes(self) -> int:
+        return self.columns[0].size
+
+    def take(self, ids: np.ndarray) -> np.ndarray:
+        """float64[len(ids), C]."""
+        return np.stack([c[ids] for c in self.columns], axis=1).astype(np.float64)
+
+    def loads(self, parts: np.ndarray, num_parts: int) -> np.ndarray:
+        """float64[P, C]: each partition's total of each constraint."""
+        return np.stack([np.bincount(parts, weights=c, minlength=num_parts)
+                         for c in self.columns], axis=1)
+
+    def totals(self) -> np.ndarray:
+        return np.array([c.sum(dtype=np.float64) for c in self.columns])
+
+    def limits(self, num_parts: int, tolerance: float) -> np.ndarray:
+        """float64[C]: the most a partition may hold of each (as `Constraints.limits`)."""
+        mean = self.totals() / num_parts
+        return np.maximum((1.0 + tolerance) * mean, np.ceil(mean - 1e-9))
+
+    def coarsen(self, cluster: np.ndarray, num_clusters: int) -> NodeWeights:
+        """The clusters' weights: sums over their members."""
+        return NodeWeights(self.names, tuple(
+            np.bincount(cluster, weights=c, minlength=num_clusters).astype(np.int64)
+            for c in self.columns))
+
+    def size_columns(self) -> list[int]:
+        """The columns a cluster's size is measured in: node counts and edges."""
+        return [i for i, name in enumerate(self.names)
+                if name == "edges" or name == "nodes" or name.startswith("nodes:")]
+
+
+def _noise(ids: np.ndarray, other: np.ndarray, salt: int) -> np.ndarray:
+    """float64 in [0, 1): a hash of (id, other, salt), to break ties without bias."""
+    h = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+         ^ (other.astype(np.uint64) + np.uint64(salt & 0xFFFFFFFF)) * np.uint64(0xC2B2AE3D27D4EB4F))
+    h ^= h >> np.uint64(29)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(32)
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _pieces(adjacency) -> Iterator[Rows]:
+    for rows in adjacency.ranges():
+        yield from rows.split(PIECE_ENTRIES, PIECE_ROWS)
+
+
+def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
+           room: np.ndarray) -> np.ndarray:
+    """bool[m]: which of m requests to admit, best `key` first within each target, while
+    the running sum of `amounts` [m, C] for that target stays within `room[target]`."""
+    if not target.size:
+        return np.zeros(0, bool)
+    order = np.lexsort((-key, target))
+    t, a = target[order], amounts[order]
+    cum = np.cumsum(a, axis=0)
+    first = np.searchsorted(t, t, side="left")
+    before = np.where(first[:, None] > 0, cum[np.maximum(first - 1, 0)], 0.0)
+    within = ((cum - before) <= room[t] + 1e-9).all(axis=1)
+    out = np.zeros(target.size, bool)
+    out[order] = within
+    return out
+
+
+# -- coarsening ---------------------------------------------------------------------------
+
+
+def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int = 4,
+            seed: int = 0, on_pass: Callable[[int, int], None] | None = None
+            ) -> tuple[np.ndarray, int]:
+    """Size-constrained label propagation: (int32[n] cluster of each node, numbered
+    0..k-1, and k). `limit` [len(size_columns)]: the most a cluster may hold."""
+    n = adjacency.num_nodes
+    cols = weights.size_columns()
+    size_of = np.stack([weights.columns[c] for c in cols], axis=1).astype(np.int64)  # [n, S]
+    label = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    size = size_of.copy()                       # cluster id = its first node's id
+    for p in range(passes):
+        moved = 0
+        for piece in _pieces(adjacency):
+            moved += _cluster_piece(piece, label, size, size_of, limit, seed * 1009 + p)
+        if on_pass is not None:
+            on_pass(p, moved)
+        if moved < max(1, n // 200):
+            break
+    ids, label = np.unique(label, return_inverse=True)
+    return label.astype(np.int32 if ids.size < 2**31 else np.int64), int(ids.size)
+
+
+def _cluster_piece(piece: Rows, label, size, size_of, limit, salt: int) -> int:
+    m = piece.num_rows
+    nodes = piece.start + np.arange(m)
+    counts = scipy.sparse.csr_matrix(
+        (piece.entry_weights().astype(np.float64), (piece.local_rows(), label[piece.indices])),
+        shape=(m, label.size))
+    counts.sum_duplicates()
+    rows_len = np.diff(counts.indptr)
+    if not counts.nnz:
+        return 0
+    row = np.repeat(np.arange(m), rows_len)
+    cand, votes = counts.indices, counts.data
+    own = label[nodes]
+    is_own = cand == own[row]
+    fits = is_own | ((size[cand] + size_of[nodes[row]]) <= limit).all(axis=1)
+    score = np.where(fits, votes + 0.5 * is_own + 0.49 * _noise(nodes[row], cand, salt),
+                     -np.inf)
+    full = np.flatnonzero(rows_len)
+    starts = counts.indptr[full]
+    best = np.maximum.reduceat(score, starts)
+    pos = np.minimum.reduceat(np.where(score == np.repeat(best, rows_len[full]),
+                                       np.arange(score.size), score.size), starts)
+    target = cand[pos]
+    movers = np.flatnonzero((target != own[full]) & np.isfinite(best))
+    if not movers.size:
+        return 0
+    v, t = nodes[full[movers]], target[movers]
+    admit = _admit(t, best[movers], size_of[v].astype(np.float64),
+                   (limit - size).astype(np.float64))
+    v, t = v[admit], t[admit]
+    np.subtract.at(size, label[v], size_of[v])
+    np.add.at(size, t, size_of[v])
+    label[v] = t
+    return int(v.size)
+
+
+def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
+             entries_per_range: int = 1 << 25):
+    """The coarse graph of the clusters: an edge between two clusters weighs the sum of
+    the edges between their members; none inside a cluster. On disk in `root` (one
+    CSR per range of clusters), or in memory without `root`."""
+    def pairs():
+        for rows in adjacency.ranges():
+            a = label[rows.start + rows.local_rows()]
+            b = label[rows.indices]
+            keep = a != b
+            yield a[keep], b[keep], rows.entry_weights()[keep]
+    if root is None:
+        blocks = list(pairs())
+        cat = lambda i: np.concatenate([blk[i] for blk in blocks])
+        csr = scipy.sparse.csr_matrix((cat(2), (cat(0), cat(1))),
+                                      shape=(num_clusters, num_clusters))
+        csr.sum_duplicates()
+        return CSRAdjacency(csr, entries_per_range)
+    degree = np.zeros(num_clusters, np.int64)
+    for rows in adjacency.ranges():
+        degree += np.bincount(label[rows.start:rows.start + rows.num_rows],
+                              weights=np.diff(rows.indptr), minlength=num_clusters
+                              ).astype(np.int64)
+    return build_disk_adjacency(root, num_clusters, range_bounds(degree, entries_per_range),
+                                pairs(), merge=True)
+
+
+def _heaviest(adjacency, max_entries: int) -> scipy.sparse.csr_matrix:
+    """The adjacency in memory, keeping only its heaviest entries (a weight threshold,
+    so it stays symmetric) when it has more than `max_entries`."""
+    if adjacency.num_entries <= max_entries:
+        csr = adjacency.to_csr()
+    else:
+        hist = np.zeros(1 << 16, np.int64)
+        for rows in adjacency.ranges():
+            hist += np.bincount(np.minimum(rows.entry_weights(), hist.size - 1),
+                                minlength=hist.size)
+        above = np.cumsum(hist[::-1])[::-1]           # entries with weight >= w
+        threshold = int(np.searchsorted(-above, -max_entries))  # first w with above <= max
+        threshold = min(max(threshold, 2), hist.size - 1)
+        pieces = []
+        for rows in adjacency.ranges():
+            w = rows.entry_weights()
+            keep = w >= threshold
+            pieces.append((rows.start + rows.local_rows()[keep], rows.indices[keep], w[keep]))
+        cat = lambda i: np.concatenate([p[i] for p in pieces])
+        n = adjacency.num_nodes
+        csr = scipy.sparse.csr_matrix((cat(2), (cat(0), cat(1))), shape=(n, n))
+    csr = csr.tocsr()
+    csr.data = np.minimum(csr.data, 1 << 24).astype(np.int64)
+    return csr
+
+
+# -- refinement ---------------------------------------------------------------------------
+
+
+def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
+           tolerance: float, *, passes: int = 6, seed: int = 0,
+           on_pass: Callable[[str, int, int], None] | None = None) -> np.ndarray:
+    """Label propagation under the balance constraints, then moves out of partitions
+    over a limit. Updates and returns `parts` (int32[n])."""
+    limits = weights.limits(num_parts, tolerance)
+    loads = weights.loads(parts, num_parts)
+    for p in range(passes):
+        moved = sum(_refine_piece(piece, parts, weights, loads, limits, num_parts,
+                                  seed * 7919 + p, balance=False)
+                    for piece in _pieces(adjacency))
+        if on_pass is not None:
+            on_pass("refine", p, moved)
+        if moved < max(1, parts.size // 1000):
+            break
+    for p in range(4 * passes):
+        if (loads <= limits + 1e-9).all():
+            break
+        moved = sum(_refine_piece(piece, parts, weights, loads, limits, num_parts,
+                                  seed * 7919 + 100 + p, balance=True)
+                    for piece in _pieces(adjacency))
+        if on_pass is not None:
+            on_pass("balance", p, moved)
+        if not moved:
+            break
+    return parts
+
+
+def _refine_piece(piece: Rows, parts, weights: NodeWeights, loads, limits, num_parts: int,
+                  salt: int, balance: bool) -> int:
+    m = piece.num_rows
+    if not m:
+        return 0
+    nodes = piece.start + np.arange(m)
+    own = parts[nodes].astype(np.int64)
+    votes = np.bincount(piece.local_rows().astype(np.int64) * num_parts + parts[piece.indices],
+                        weights=piece.entry_weights(), minlength=m * num_parts
+                        ).reshape(m, num_parts)
+    gain = votes - votes[np.arange(m), own][:, None]            # cut weight saved
+    w = weights.take(nodes)                                      # [m, C]
+    room = limits - loads                                        # [P, C]
+    fits = (w[:, None, :] <= room[None] + 1e-9).all(axis=2)      # [m, P]
+    fits[np.arange(m), own] = False
+    if balance:
+        over = loads > limits + 1e-9                             # [P, C]
+        # A node may leave an overloaded partition if it carries what is over there.
+        helps = ((w > 0) & over[own]).any(axis=1)
+        fits &= helps[:, None]
+        score = np.where(fits, gain, -np.inf)
+    else:
+        score = np.where(fits & (gain > 0), gain, -np.inf)
+    score = score + 0.49 * _noise(nodes[:, None], np.arange(num_parts)[None], salt)
+    target = np.argmax(score, axis=1)
+    best = score[np.arange(m), target]
+    movers = np.flatnonzero(np.isfinite(best))
+    if not movers.size:
+        return 0
+    movers = movers[_admit(target[movers], best[movers], w[movers], room)]
+    if balance and movers.size:
+        # Leave no more than each source partition needs to get within its limits.
+        excess = np.maximum(loads - limits, 0.0)                 # [P, C]
+        order = np.lexsort((-best[movers], own[movers]))
+        src, amounts = own[movers][order], w[movers][order]
+        cum = np.cumsum(amounts, axis=0)
+        first = np.searchsorted(src, src, side="left")
+        # What the movers before this one, from the same source, take away.
+        before = cum - amounts - np.where(first[:, None] > 0, cum[np.maximum(first - 1, 0)],
+                                          0.0)
+        still = ((excess[src] - before > 1e-9) & (amounts > 0)).any(axis=1)
+        movers = movers[order][still]
+    if not movers.size:
+        return 0
+    v, q, src = nodes[movers], target[movers], own[movers]
+    np.subtract.at(loads, src, w[movers])
+    np.add.at(loads, q, w[movers])
+    parts[v] = q
+    return int(movers.size)
+
+
+# -- the whole scheme -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MultilevelStats:
+    """What `partition` did: the node count of each level (finest first), the coarse
+    graph's entries METIS saw (after keeping the heaviest, if it had to), and moves."""
+
+    level_nodes: tuple[int, ...]
+    coarse_entries: int
+    sparsified: bool
+
+
+def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: float = 0.05,
+              seed: int = 0, coarse_entries: int = 1 << 26, workdir: str | None = None,
+              cluster_fraction: float = 1 / 16, max_levels: int = 8,
+              log: Callable[[str], None] | None = None
+              ) -> tuple[np.ndarray, MultilevelStats]:
+    """int32[n]: the partition of each node of `adjacency` (symmetric, no self-loops).
+
+    coarse_entries: the largest coarse graph (adjacency entries) METIS partitions;
+    coarsening stops there. workdir: where coarse graphs go on disk (None: in memory).
+    cluster_fraction: a cluster holds at most this fraction of a partition's nodes
+    and in-edges.
+    """
+    log = log or (lambda message: None)
+    n = adjacency.num_nodes
+    if num_parts == 1:
+        return np.zeros(n, np.int32), MultilevelStats((n,), 0, False)
+    levels = []                                     # (label, adjacency) per coarsening
+    current, current_weights = adjacency, weights
+    limit = weights.totals()[weights.size_columns()] / num_parts * cluster_fraction
+    limit = np.maximum(limit, 1.0)
+    while current.num_entries > coarse_entries and len(levels) < max_levels:
+        label, k = cluster(current, current_weights, limit, seed=seed + len(levels),
+                           on_pass=lambda p, moved: log(f"  coarsening level "
+                                                        f"{len(levels) + 1} pass {p + 1}: "
+                                                        f"{moved:,} nodes joined a cluster"))
+        shrink = k / current.num_nodes
+        log(f"  level {len(levels) + 1}: {current.num_nodes:,} -> {k:,} nodes")
+        if k < num_parts * 4 or shrink > 0.9:
+            break
+        root = None if workdir is None else os.path.join(workdir, f"level-{len(levels) + 1}")
+        coarse = contract(current, label, k, root)
+        levels.append((label, current))
+        current, current_weights = coarse, current_weights.coarsen(label, k)
+        log(f"  level {len(levels)}: coarse graph {coarse.num_entries:,} entries")
+    csr = _heaviest(current, coarse_entries)
+    sparsified, coarse_seen = csr.nnz < current.num_entries, int(csr.nnz)
+    log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
+        + (" (heaviest kept)" if sparsified else ""))
+    dense = np.stack(current_weights.columns, axis=1).astype(np.float64)
+    parts = part_kway(csr, dense, num_parts, seed=seed, imbalance=tolerance,
+                      spill_dir=workdir).astype(np.int32)
+    del csr, dense
+    # Project down, refining at every level on the way (coarse levels are cheap).
+    level_nodes = [lvl[1].num_nodes for lvl in levels] + [current.num_nodes]
+    fine_weights = [weights]
+    for label, _ in levels[:-1]:
+        fine_weights.append(fine_weights[-1].coarsen(label, int(label.max()) + 1))
+    for i in range(len(levels) - 1, -1, -1):
+        label, finer = levels[i]
+        parts = parts[label]
+        if isinstance(current, DiskAdjacency):
+            current.remove()
+        current = finer
+        parts = refine(current, parts, fine_weights[i], num_parts, tolerance, seed=seed + i,
+                       on_pass=lambda kind, p, moved, i=i: log(
+                           f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved"))
+    if not levels:
+        parts = refine(current, parts, weights, num_parts, tolerance, seed=seed)
+    return parts, MultilevelStats(tuple(level_nodes), coarse_seen, sparsified)
