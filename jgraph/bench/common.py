@@ -12,7 +12,8 @@ import jax
 
 from jgraph.data import DatasetError, load_dataset, symmetrize
 from jgraph.mesh import first_devices
-from jgraph.partition import PartitionMeta, partition_graph
+from jgraph.partition import Method, PartitionMeta, open_partitions, partition_graph
+from jgraph.partition.chunked import METHOD, ChunkedOptions, bounded_route, partition_chunked
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph, make_mesh
 from jgraph.train.experiment import DataConfig
@@ -32,8 +33,38 @@ def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Prog
     it needs. held_out: graph -> (graph, edge splits), applied before symmetrizing
     (link prediction's `jgraph.train.run.held_out_edges`).
     """
-    spec, num_parts, method = data.path, data.num_parts, data.method.value
+    spec, num_parts, method = data.path, data.num_parts, (data.method or Method.METIS).value
     mesh = make_mesh(num_parts, first_devices(num_parts))
+    partitioned = os.path.isfile(os.path.join(spec, "meta.json"))
+    if partitioned or bounded_route(spec, data.method):
+        # Read as training reads it: a partition directory as it is, a chunked graph
+        # partitioned in bounded memory; never the whole graph in this process.
+        if held_out is not None or data.symmetrize:
+            raise DatasetError(f"{spec}: held-out edges and data.symmetrize need the graph "
+                               f"in memory; partition it with them first")
+        with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
+            root = spec
+            if not partitioned:
+                root = os.path.join(tmp, "parts")
+                with progress.phase(f"partitioning ({METHOD}, {num_parts} parts)"):
+                    partition_chunked(spec, root, ChunkedOptions(num_parts, seed=seed),
+                                      progress=progress)
+            meta = open_partitions(root).meta
+            if meta.num_parts != num_parts:
+                raise DatasetError(f"{spec}: holds {meta.num_parts} partitions, data.num_parts "
+                                   f"is {num_parts}; they must match")
+            have = meta.node_data.get(meta.node_types[0], {})
+            missing = [n for n in node_data if n not in have]
+            if len(meta.node_types) != 1 or missing:
+                raise DatasetError(f"{spec}: jgraph bench {bench} needs a homogeneous graph"
+                                   + (f"; missing node data {missing}" if missing else ""))
+            t = meta.node_types[0]
+            if splits and not all(sum(p.splits.get(t, {}).get(s, 0) for p in meta.parts)
+                                  for s in splits):
+                raise DatasetError(f"{spec}: jgraph bench {bench} needs a "
+                                   f"{'/'.join(splits)} split")
+            yield meta, DistGraph(root, mesh)
+        return
     with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
         with progress.phase("loading graph"):
             graph = load_dataset(spec)

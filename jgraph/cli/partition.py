@@ -15,6 +15,7 @@ from jgraph.data import (
     add_reverse_relations,
     add_self_loops,
     deduplicate,
+    is_chunked_dir,
     is_symmetric,
     load_dataset,
     remove_self_loops,
@@ -24,6 +25,7 @@ from jgraph.data import (
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
+from jgraph.partition.chunked import ChunkedOptions, partition_chunked
 from jgraph.progress import Progress
 
 # Applied in this order, each when its flag is given.
@@ -52,11 +54,20 @@ def add_commands(sub) -> None:
                     "directory (DIR/meta.json + DIR/part-K/*.npy) that each process can load "
                     "its own parts from.",
         formatter_class=DefaultsShown)
-    p.add_argument("dataset", help="a built-in name (cora), an .npz file, an OGB dataset "
-                                   "directory, or synthetic:nodes=N,edges=E,...")
+    p.add_argument("dataset", help="a built-in name (cora), an .npz file, a chunked graph "
+                                   "directory (jgraph convert), an OGB dataset directory, "
+                                   "or synthetic:nodes=N,edges=E,...")
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
     p.add_argument("--method", choices=[m.value for m in Method],
-                   help="node assignment method (default: metis; given with --assignment)")
+                   help="node assignment method (default: multilevel for a chunked graph "
+                        "directory, read in passes in memory bounded by its nodes; metis "
+                        "otherwise, which holds the whole graph; given with --assignment)")
+    p.add_argument("--range-entries", type=int, default=ChunkedOptions.range_entries,
+                   help="chunked graphs: adjacency entries (and in-edges) per node range "
+                        "on disk, the largest block a phase holds in memory")
+    p.add_argument("--coarse-entries", type=int, default=ChunkedOptions.coarse_entries,
+                   help="chunked graphs: the largest coarse graph (adjacency entries) that "
+                        "METIS partitions")
     p.add_argument("--assignment", metavar="FILE.npy",
                    help="each node's partition, made elsewhere (e.g. by ParMETIS across "
                         "hosts for a graph too large to partition on one machine): an "
@@ -114,9 +125,28 @@ def peak_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
+def out_of_core(args) -> bool:
+    """Whether the request goes to the chunked route (`partition_chunked`): a chunked
+    graph directory, the multilevel method, and nothing that needs the graph in memory
+    (transforms, link splits, a given assignment; refused where asked for by name)."""
+    if not is_chunked_dir(args.dataset) or args.method not in (None, Method.MULTILEVEL.value):
+        return False
+    asked = [f"--{name.replace('_', '-')}" for name, _, _ in TRANSFORMS if getattr(args, name)]
+    asked += [flag for flag, value in (("--link-split", args.link_split),
+                                       ("--assignment", args.assignment),
+                                       ("--no-rebalance", args.no_rebalance)) if value]
+    if asked:
+        raise PartitionError(f"{' '.join(asked)}: not available when partitioning a chunked "
+                             f"graph directory in bounded memory; give --method metis to "
+                             f"load it whole, or write the graph transformed")
+    return True
+
+
 def run_partition(args) -> int:
     start = time.perf_counter()
     progress = Progress(enabled=True)
+    if out_of_core(args):
+        return run_chunked(args, start, progress)
     args.method = args.method or ("given" if args.assignment else "metis")
     print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
           f"{args.method})", file=sys.stderr)
@@ -164,6 +194,32 @@ def run_partition(args) -> int:
     return 0
 
 
+def run_chunked(args, start: float, progress: Progress) -> int:
+    """`jgraph partition CHUNKED_DIR`: the bounded-memory route."""
+    args.method = Method.MULTILEVEL.value
+    print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
+          f"{args.method}, in bounded memory)", file=sys.stderr)
+    options = ChunkedOptions(args.num_parts, seed=args.seed, tolerance=args.balance_tolerance,
+                             range_entries=args.range_entries,
+                             coarse_entries=args.coarse_entries)
+    try:
+        meta = partition_chunked(args.dataset, args.out, options, overwrite=args.overwrite,
+                                 progress=progress, check_out=check_out_dir)
+    except OutputExistsError as e:
+        hint = "; pass --overwrite to replace it" if e.replaceable else ""
+        raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None
+    seconds = time.perf_counter() - start
+    if args.json:
+        print(json.dumps(result_row(meta, args.out, seconds)))
+    else:
+        print(summary(meta, args.out))
+        print("phases: " + ", ".join(
+            f"{name} {facts['seconds']:.1f}s ({facts['peak_rss_bytes'] / 2**30:.2f} GiB)"
+            for name, facts in meta.build["phases"].items()))
+        print(f"total {seconds:.1f}s, peak memory {peak_rss_bytes() / 2**30:.2f} GiB")
+    return 0
+
+
 def link_fractions(text: str | None) -> tuple[float, float] | None:
     """--link-split VAL,TEST as two fractions, or None."""
     if text is None:
@@ -196,6 +252,8 @@ def result_row(meta: PartitionMeta, out: str, seconds: float) -> dict:
         "part_halo": [p.num_halo for p in meta.parts],
         "edge_splits": {name: sum(p.edge_splits[name] for p in meta.parts)
                         for name in meta.edge_splits},
+        # The chunked route's phases: {name: {seconds, peak_rss_bytes, ...}}.
+        "phases": meta.build.get("phases", {}),
     }
 
 

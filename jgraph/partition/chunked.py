@@ -38,7 +38,7 @@ from collections.abc import Callable
 import numpy as np
 
 from jgraph.atomic import publish
-from jgraph.data.chunked import ChunkedGraph, open_chunked
+from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.partition.adjacency import DiskAdjacency, build_disk_adjacency, range_bounds
 from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError
 from jgraph.partition.multilevel import NodeWeights, partition
@@ -75,6 +75,19 @@ class ChunkedOptions:
     tolerance: float = 0.05
     range_entries: int = 1 << 25
     coarse_entries: int = 1 << 25
+
+
+def bounded_route(path, method) -> bool:
+    """Whether a dataset goes through `partition_chunked`: a chunked graph directory,
+    with the multilevel method or none named (`Method` or its value)."""
+    method = getattr(method, "value", method)
+    return is_chunked_dir(path) and method in (None, METHOD)
+
+
+def train_nodes(graph: ChunkedGraph) -> int:
+    """The largest train split of any node type, from the metadata alone."""
+    return max((named["train"].num_rows for named in graph.splits.values()
+                if "train" in named), default=0)
 
 
 def peak_rss_bytes() -> int:

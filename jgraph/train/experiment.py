@@ -119,7 +119,9 @@ class DataConfig:
       OGB directory, `synthetic:...`, or a partition directory from `jgraph partition`;
       a relative path in a config file is relative to that file.
     num_parts: partitions = devices of the mesh; 0 = every device JAX has.
-    method: partitioning (ignored for a partition directory).
+    method: partitioning (ignored for a partition directory); None: multilevel for a
+      chunked graph directory (read in passes, in memory bounded by its nodes), metis
+      otherwise.
     symmetrize: add each edge's reverse (homogeneous graphs stored one way round).
     reverse_relations: add an inverse relation per relation (R-GCN).
     self_loops: give every node one self-loop edge in same-type relations (GAT's
@@ -135,7 +137,7 @@ class DataConfig:
 
     path: str = "cora"
     num_parts: int = 0
-    method: Method = Method.METIS
+    method: Method | None = None
     symmetrize: bool = False
     reverse_relations: bool = False
     self_loops: bool = False

@@ -22,12 +22,19 @@ from jgraph.data import (
     split_edges,
     symmetrize,
 )
+from jgraph.data.chunked import open_chunked
 from jgraph.exchange import ExchangeStats, Sizing
 from jgraph.mesh import REPLICATED, ROWS, first_devices, host_sync
 from jgraph.models import InputEncoder, ModelSpec, NodeClassifier, one_hot_width
 from jgraph.models.link import LinkPredictor
 from jgraph.models.registry import build as build_model_named
-from jgraph.partition import partition_graph
+from jgraph.partition import Method, partition_graph
+from jgraph.partition.chunked import (
+    ChunkedOptions,
+    bounded_route,
+    partition_chunked,
+    train_nodes,
+)
 from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
@@ -82,6 +89,8 @@ def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
     root = os.path.join(workdir, PARTITION_DIR)
     if reuse and is_partition_dir(root):
         return DistGraph(root, mesh)
+    if bounded_route(data.path, data.method):
+        return open_chunked_graph(config, mesh, root, progress)
     if jax.process_index() == 0:
         if os.path.isdir(root) and not is_partition_dir(root):
             progress.note(f"removing {root}: an incomplete partition (a run was stopped "
@@ -104,8 +113,29 @@ def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
             train = [len(named["train"]) for named in graph.splits.values()
                      if "train" in named]
             check_mesh_fits(max(train, default=0), mesh.size, data.path)
-        partition_graph(graph, mesh.size, data.method, root, seed=config.train.seed,
-                        overwrite=True, progress=progress, edge_splits=edge_splits)
+        partition_graph(graph, mesh.size, data.method or Method.METIS, root,
+                        seed=config.train.seed, overwrite=True, progress=progress,
+                        edge_splits=edge_splits)
+    host_sync("jgraph partition written")
+    return DistGraph(root, mesh)
+
+
+def open_chunked_graph(config: Experiment, mesh, root: str, progress: Progress) -> DistGraph:
+    """A chunked graph directory partitioned on the way in, in bounded memory, into
+    `root` (by the first process; the others wait for it)."""
+    data = config.data
+    asked = [f"data.{key}" for key in ("symmetrize", "reverse_relations", "self_loops",
+                                       "normalize_features") if getattr(data, key)]
+    if config.task is Task.LINK:
+        asked.append("task: link (its held-out edges)")
+    if asked:
+        raise ConfigError(f"{', '.join(asked)}: not available for a chunked graph directory "
+                          f"partitioned in bounded memory ({data.path}); write the graph "
+                          f"transformed, or set data.method: metis to load it whole")
+    if jax.process_index() == 0:
+        check_mesh_fits(train_nodes(open_chunked(data.path)), mesh.size, data.path)
+        partition_chunked(data.path, root, ChunkedOptions(mesh.size, seed=config.train.seed),
+                          overwrite=True, progress=progress)
     host_sync("jgraph partition written")
     return DistGraph(root, mesh)
 
