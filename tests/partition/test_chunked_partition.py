@@ -1,0 +1,272 @@
+"""The bounded-memory route: a chunked graph directory partitioned in passes gives the
+partition directory that `partition_graph` writes for the same assignment (every edge,
+feature row, label and split entry once, by original ids), the multilevel partitioner
+keeps every balance constraint and cuts about as few edges as METIS, a killed job
+resumes after its last finished phase, and bad input is refused by name with nothing
+left at the output path."""
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jgraph.cli.main import main
+from jgraph.data import DatasetError, Graph, SparseRows, load_dataset, save_chunked, symmetrize
+from jgraph.partition import PartitionError, open_partitions, partition_graph
+from jgraph.partition import chunked as chunked_route
+from jgraph.partition.adjacency import CSRAdjacency, Rows
+from jgraph.partition.assignment import assign, balance, constraints_for, edge_cut_fraction
+from jgraph.partition.chunked import ChunkedOptions, partition_chunked
+
+# Small ranges and coarse graphs, so that every phase works in many pieces and the
+# partitioner coarsens several levels even on small graphs.
+SMALL = dict(range_entries=4000, coarse_entries=3000)
+
+
+def hetero_graph() -> Graph:
+    """Two node types, two relations, dense, integer and sparse node data, edge data,
+    duplicate edges and self-loops."""
+    rng = np.random.default_rng(1)
+    papers, authors = 300, 200
+    cites = rng.integers(0, papers, size=(2, 2500))
+    cites[:, :40] = cites[:, 40:80]                     # duplicates
+    cites[1, 80:90] = cites[0, 80:90]                   # self-loops
+    writes = np.stack([rng.integers(0, authors, 900), rng.integers(0, papers, 900)])
+    edges = {("paper", "cites", "paper"): cites, ("author", "writes", "paper"): writes}
+    return Graph(
+        name="hetero", num_nodes={"paper": papers, "author": authors}, edges=edges,
+        node_data={"paper": {"feat": rng.standard_normal((papers, 4)).astype(np.float32),
+                             "label": rng.integers(-1, 5, papers),
+                             "words": SparseRows.from_dense(
+                                 (rng.random((papers, 30)) < 0.1).astype(np.float32))},
+                   "author": {"feat": rng.standard_normal((authors, 4)).astype(np.float32)}},
+        edge_data={rel: {"weight": rng.random(e.shape[1]).astype(np.float32),
+                         "kind": rng.integers(0, 3, e.shape[1])} for rel, e in edges.items()},
+        splits={"paper": {"train": np.arange(0, papers, 3), "val": np.arange(1, papers, 7),
+                          "test": np.arange(2, papers, 5)}})
+
+
+def assignment_of(root: str) -> np.ndarray:
+    """int32[N]: each original node's partition, read back from a partition directory."""
+    pg = open_partitions(root)
+    node_map, offsets = np.asarray(pg.node_map()), np.asarray(pg.meta.offsets)
+    parts = np.empty(node_map.size, np.int32)
+    parts[node_map] = np.searchsorted(offsets, np.arange(node_map.size), side="right") - 1
+    return parts
+
+
+def assert_same_partitions(a: str, b: str) -> None:
+    """Two partition directories hold the same arrays, file by file."""
+    pa, pb = open_partitions(a), open_partitions(b)
+    assert pa.meta.num_parts == pb.meta.num_parts
+    for name in ("node_map", "node_map_inv"):
+        np.testing.assert_array_equal(getattr(pa, name)(), getattr(pb, name)())
+    for k in range(pa.meta.num_parts):
+        x, y = pa.part(k), pb.part(k)
+        for field in ("indptr", "indices", "etype", "edge_ids", "halo"):
+            np.testing.assert_array_equal(getattr(x, field), getattr(y, field), err_msg=field)
+        for name in x.edge_data:
+            np.testing.assert_array_equal(x.edge_data[name], y.edge_data[name])
+        for t, named in x.node_data.items():
+            for name, values in named.items():
+                other = y.node_data[t][name]
+                if isinstance(values, SparseRows):
+                    np.testing.assert_array_equal(values.indices, other.indices)
+                    values, other = values.values, other.values
+                np.testing.assert_array_equal(values, other, err_msg=f"{t}.{name}")
+        for t, named in x.splits.items():
+            for name, ids in named.items():
+                np.testing.assert_array_equal(ids, y.splits[t][name])
+    ma, mb = (json.loads((Path(d) / "meta.json").read_text()) for d in (a, b))
+    for key in ma.keys() - {"method", "seconds", "build"}:
+        assert ma[key] == mb[key], key
+
+
+@pytest.mark.parametrize("source", ["hetero", "aifb", "facebook"])
+def test_chunked_route_writes_what_partition_graph_writes(tmp_path, shared_data, source):
+    if source == "hetero":
+        graph = hetero_graph()
+    elif source == "aifb":
+        graph = load_dataset(shared_data("aifb.npz"))
+    else:
+        graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+    save_chunked(graph, tmp_path / "in", edges_per_chunk=1500, rows_per_chunk=700)
+    meta = partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(4, **SMALL))
+    assert meta.method == "multilevel"
+    open_partitions(tmp_path / "out").check()           # what `jgraph info --check` runs
+    reference = partition_graph(graph, 4, "given", tmp_path / "ref", rebalance=False,
+                                assignment=assignment_of(str(tmp_path / "out")))
+    assert_same_partitions(str(tmp_path / "out"), str(tmp_path / "ref"))
+    assert meta.edge_cut_fraction == pytest.approx(reference.edge_cut_fraction)
+    assert meta.balance == pytest.approx(reference.balance)
+    assert set(meta.build["phases"]) == set(chunked_route.PHASES)
+    assert all(p["peak_rss_bytes"] > 0 for p in meta.build["phases"].values())
+    assert not os.path.exists(str(tmp_path / "out") + chunked_route.WORK)
+
+
+def test_every_edge_row_and_split_entry_once_by_original_id(tmp_path):
+    graph = hetero_graph()
+    save_chunked(graph, tmp_path / "in", edges_per_chunk=700, rows_per_chunk=90)
+    partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(3, **SMALL))
+    pg = open_partitions(tmp_path / "out")
+    node_map = np.asarray(pg.node_map())
+    src, dst, etype = graph.homogeneous_edges()
+    seen = []
+    for k in range(3):
+        part = pg.part(k)
+        lo = pg.meta.offsets[k]
+        dst_new = lo + np.repeat(np.arange(part.indptr.size - 1), np.diff(part.indptr))
+        seen.append(np.stack([node_map[np.asarray(part.indices)], node_map[dst_new],
+                              np.asarray(part.etype), np.asarray(part.edge_ids)]))
+    seen = np.concatenate(seen, axis=1)
+    order = np.argsort(seen[3])
+    np.testing.assert_array_equal(seen[3][order], np.arange(src.size))   # each edge once
+    np.testing.assert_array_equal(seen[:3, order], np.stack([src, dst, etype]))
+    offsets = graph.type_offsets()
+    for t, ntype in enumerate(graph.node_types):
+        for name, values in graph.node_data[ntype].items():
+            rows = np.concatenate([
+                node_map[pg.meta.ntype_offsets[k][t]:pg.meta.ntype_offsets[k][t + 1]]
+                for k in range(3)]) - offsets[t]
+            got = [pg.part(k).node_data[ntype][name] for k in range(3)]
+            if isinstance(values, SparseRows):
+                got = np.concatenate([g.toarray() for g in got])
+                values = values.toarray()
+            else:
+                got = np.concatenate(got)
+            np.testing.assert_array_equal(got[np.argsort(rows)], values)
+        for name, ids in graph.splits.get(ntype, {}).items():
+            got = np.concatenate([node_map[pg.part(k).splits[ntype][name]] for k in range(3)])
+            np.testing.assert_array_equal(np.sort(got - offsets[t]), ids)
+
+
+@pytest.mark.parametrize("num_parts", [4, 8])
+def test_multilevel_keeps_balance_and_cuts_like_metis(shared_data, num_parts):
+    graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+    constraints = constraints_for(graph)
+    metis = assign(graph, num_parts, "metis", constraints=constraints)
+    ours = assign(graph, num_parts, "multilevel", constraints=constraints)
+    assert max(balance(ours, constraints, num_parts).values()) <= 1.05 + 1e-9
+    # The issue's bar: no more than 1.15x METIS's cut at the same balance.
+    assert edge_cut_fraction(graph, ours) <= 1.15 * edge_cut_fraction(graph, metis)
+
+
+def test_multilevel_coarsens_when_the_graph_is_larger_than_its_coarse_limit(shared_data):
+    from jgraph.partition.multilevel import NodeWeights, partition
+    graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+    constraints = constraints_for(graph)
+    from jgraph.partition.assignment import undirected_adjacency
+    adjacency = undirected_adjacency(graph)
+    w = constraints.weights
+    weights = NodeWeights(constraints.names, tuple(w[:, c] for c in range(w.shape[1])))
+    parts, stats = partition(CSRAdjacency(adjacency, 50_000), weights, 8,
+                             coarse_entries=20_000)
+    assert len(stats.level_nodes) >= 2 and stats.level_nodes[-1] < graph.total_nodes // 4
+    assert stats.coarse_entries <= 20_000
+    assert max(balance(parts, constraints, 8).values()) <= 1.05 + 1e-9
+    metis = assign(graph, 8, "metis", constraints=constraints, adjacency=adjacency)
+    assert edge_cut_fraction(graph, parts) <= 1.15 * edge_cut_fraction(graph, metis)
+
+
+def test_rows_split_into_pieces_covers_every_entry_once():
+    rng = np.random.default_rng(0)
+    degree = rng.integers(0, 30, 200)
+    indptr = np.concatenate([[0], np.cumsum(degree)])
+    rows = Rows(10, indptr, rng.integers(0, 500, indptr[-1]), None)
+    pieces = list(rows.split(97, 13))
+    assert [p.start for p in pieces] == sorted(p.start for p in pieces)
+    assert sum(p.num_rows for p in pieces) == 200
+    np.testing.assert_array_equal(np.concatenate([p.indices for p in pieces]), rows.indices)
+    assert all(p.num_rows <= 13 for p in pieces)
+
+
+def test_a_killed_job_resumes_after_its_last_finished_phase(tmp_path, monkeypatch):
+    graph = hetero_graph()
+    save_chunked(graph, tmp_path / "in", edges_per_chunk=900, rows_per_chunk=100)
+    options = ChunkedOptions(3, **SMALL)
+    partition_chunked(tmp_path / "in", tmp_path / "whole", options)
+
+    def killed(self):
+        raise KeyboardInterrupt("killed while copying node data")
+    with monkeypatch.context() as m:
+        m.setattr(chunked_route._Job, "node_data", killed)
+        with pytest.raises(KeyboardInterrupt):
+            partition_chunked(tmp_path / "in", tmp_path / "out", options)
+    assert not os.path.exists(tmp_path / "out")
+    work = str(tmp_path / "out") + chunked_route.WORK
+    done = json.loads((Path(work) / "job.json").read_text())["phases"]
+    assert list(done) == list(chunked_route.PHASES[:-1])
+
+    ran = []
+    for name in chunked_route.PHASES[:-1]:
+        method = name.replace(" ", "_")
+        monkeypatch.setattr(chunked_route._Job, method,
+                            lambda self, name=name: ran.append(name) or {})
+    meta = partition_chunked(tmp_path / "in", tmp_path / "out", options)
+    assert ran == []                                  # only the last phase ran again
+    assert meta.build["phases"].keys() == set(chunked_route.PHASES)
+    assert_same_partitions(str(tmp_path / "out"), str(tmp_path / "whole"))
+    assert not os.path.exists(work)
+
+
+def test_a_different_job_does_not_resume_another(tmp_path, monkeypatch):
+    save_chunked(hetero_graph(), tmp_path / "in", edges_per_chunk=900)
+
+    def killed(self):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as m:
+        m.setattr(chunked_route._Job, "bucketing", killed)
+        with pytest.raises(KeyboardInterrupt):
+            partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(3, **SMALL))
+    meta = partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(2, **SMALL))
+    assert meta.num_parts == 2
+    open_partitions(tmp_path / "out").check()
+
+
+def test_bad_input_is_refused_by_name_and_nothing_is_left(tmp_path, monkeypatch):
+    save_chunked(hetero_graph(), tmp_path / "in", edges_per_chunk=900)
+    with pytest.raises(PartitionError, match="num_parts=501"):
+        partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(501))
+    # Too little disk for the temporary files: refused before any phase starts.
+    monkeypatch.setattr(chunked_route.shutil, "disk_usage",
+                        lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1000))
+    with pytest.raises(PartitionError, match="GiB free.*needs about"):
+        partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(2))
+    monkeypatch.undo()
+    # A destination id out of range, found in the scan: named by its chunk file.
+    dst = tmp_path / "in" / "edges" / "dst-00001.npy"
+    values = np.load(dst)
+    values[5] = 10_000
+    np.save(dst, values)
+    with pytest.raises(DatasetError, match=r"dst-00001\.npy: dst 10000 at edge 905"):
+        partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(2))
+    # A truncated chunk, found on opening.
+    with open(dst, "r+b") as f:
+        f.truncate(os.path.getsize(dst) - 16)
+    with pytest.raises(DatasetError, match=r"dst-00001\.npy: truncated"):
+        partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(2))
+    assert not os.path.exists(tmp_path / "out")
+    assert [p for p in os.listdir(tmp_path) if p.startswith("out")] in ([], ["out.work"])
+
+
+def test_cli_partitions_a_chunked_directory_and_refuses_transforms(tmp_path, capsys):
+    save_chunked(load_dataset("cora"), tmp_path / "cora", edges_per_chunk=3000)
+    assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
+                 str(tmp_path / "parts"), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["method"] == "multilevel" and row["num_edges"] == 10556
+    assert set(row["phases"]) == set(chunked_route.PHASES)
+    assert main(["info", str(tmp_path / "parts"), "--check"]) == 0
+    capsys.readouterr()
+    assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
+                 str(tmp_path / "other"), "--symmetrize"]) == 2
+    assert "--symmetrize: not available" in capsys.readouterr().err
+    assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
+                 str(tmp_path / "parts")]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    # --method metis reads the directory whole, through the in-memory route.
+    assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
+                 str(tmp_path / "metis"), "--method", "metis", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["method"] == "metis"
