@@ -39,9 +39,9 @@ def load_dataset(spec: str | os.PathLike) -> Graph:
             raise DatasetError(f"{spec}: a jgraph partition directory without meta.json "
                                f"(incomplete or damaged); partition the graph again")
         if not is_ogb_dir(spec):
-            raise DatasetError(f"{spec}: a directory, but neither a chunked graph directory "
-                               f"(no metadata.json) nor an OGB dataset directory (no "
-                               f"raw/edge.csv.gz, raw/data.npz or raw/num-node-dict.csv.gz)")
+            raise DatasetError(f"{spec}: a directory, but not an OGB dataset directory (no "
+                               f"raw/edge.csv.gz, raw/data.npz or raw/num-node-dict.csv.gz) "
+                               f"nor a chunked graph directory (no metadata.json)")
         return load_ogb(spec)
     if spec.endswith(".npz") or os.path.exists(spec):
         return load_npz(spec)
