@@ -134,6 +134,14 @@ class DiskAdjacency:
             os.remove(os.path.join(self.root, "adjacency.json"))
 
 
+def bucket_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each id's range of `bounds` (ranges [bounds[k], bounds[k + 1])), as uint16 where
+    there are few enough ranges: numpy sorts 16-bit keys by radix, some 15x faster than
+    int64 keys, and every bucketing pass sorts its block by range."""
+    which = np.searchsorted(bounds, ids, side="right") - 1
+    return which.astype(np.uint16) if bounds.size <= 1 << 16 else which
+
+
 def range_bounds(row_entries: np.ndarray, max_entries: int) -> np.ndarray:
     """int64[R + 1]: node ranges whose rows hold at most about `max_entries` entries
     in all (`row_entries` [n]: each row's entry count, or an upper bound of it)."""
@@ -171,7 +179,7 @@ def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
         for rows, cols, weights in pairs:
             if not rows.size:
                 continue
-            which = np.searchsorted(bounds, rows, side="right") - 1
+            which = bucket_of(bounds, rows)
             order = np.argsort(which, kind="stable")
             which = which[order]
             cuts = np.searchsorted(which, np.arange(num_ranges + 1))
@@ -192,6 +200,14 @@ def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
                                           shape=(m, num_nodes))
             csr.sum_duplicates()
             indptr, indices, weights = csr.indptr.astype(np.int64), csr.indices, csr.data
+        elif ids is np.int32:
+            # One sort of (row, col) keys: no argsort's gather, and columns in order.
+            key = np.sort(block["row"].astype(np.int64) << 32 | block["col"].astype(np.int64))
+            indices = (key & 0xFFFFFFFF).astype(np.int32)
+            indptr = np.concatenate([[0], np.cumsum(np.bincount(key >> 32, minlength=m),
+                                                    dtype=np.int64)])
+            weights = None
+            del key
         else:
             order = np.argsort(block["row"], kind="stable")
             indices = block["col"][order]

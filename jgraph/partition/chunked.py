@@ -39,7 +39,12 @@ import numpy as np
 
 from jgraph.atomic import publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
-from jgraph.partition.adjacency import DiskAdjacency, build_disk_adjacency, range_bounds
+from jgraph.partition.adjacency import (
+    DiskAdjacency,
+    bucket_of,
+    build_disk_adjacency,
+    range_bounds,
+)
 from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError
 from jgraph.partition.multilevel import NodeWeights, partition
 from jgraph.partition.store import (
@@ -421,7 +426,7 @@ class _Job:
             for i, chunk in enumerate(self._edge_pass("bucketing (pass 3 of 3 over the edges)")):
                 cut += int((parts[chunk.src] != parts[chunk.dst]).sum())
                 new_dst = inverse[chunk.dst]
-                which = np.searchsorted(bounds, new_dst, side="right") - 1
+                which = bucket_of(bounds, new_dst)
                 order = np.argsort(which, kind="stable")
                 which = which[order]
                 block = np.empty(order.size, record)
@@ -474,7 +479,9 @@ class _Job:
             first, last = np.searchsorted(bounds, [lo, hi])
             for b in range(first, last):
                 block = np.fromfile(os.path.join(root, f"{b:05d}.edges.bin"), record)
-                order = np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
+                # The records came in edge-id order (chunks in order, each sorted by bucket
+                # stably), so a stable sort leaves equal edges in edge-id order.
+                order = np.lexsort((block["src"], block["etype"], block["dst"]))
                 block = block[order]
                 at = int(indptr[bounds[b] - lo])
                 sl = slice(at, at + block.size)

@@ -151,37 +151,41 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int =
 
 
 def _cluster_piece(piece: Rows, label, size, size_of, limit, salt: int) -> int:
+    """One piece of a label propagation pass: each node's best cluster by edge weight
+    (its own wins ties; other ties fall by hash), joined if that cluster has room."""
     m = piece.num_rows
     nodes = piece.start + np.arange(m)
     counts = scipy.sparse.csr_matrix(
         (piece.entry_weights().astype(np.float64), (piece.local_rows(), label[piece.indices])),
         shape=(m, label.size))
     counts.sum_duplicates()
-    rows_len = np.diff(counts.indptr)
     if not counts.nnz:
         return 0
+    rows_len = np.diff(counts.indptr)
     row = np.repeat(np.arange(m), rows_len)
-    cand, votes = counts.indices, counts.data
+    cand = counts.indices
     own = label[nodes]
-    is_own = cand == own[row]
-    fits = is_own | ((size[cand] + size_of[nodes[row]]) <= limit).all(axis=1)
-    score = np.where(fits, votes + 0.5 * is_own + 0.49 * _noise(nodes[row], cand, salt),
-                     -np.inf)
+    score = (counts.data + 0.5 * (cand == own[row])
+             + 0.49 * _noise(nodes[row], cand, salt))
     full = np.flatnonzero(rows_len)
     starts = counts.indptr[full]
     best = np.maximum.reduceat(score, starts)
     pos = np.minimum.reduceat(np.where(score == np.repeat(best, rows_len[full]),
                                        np.arange(score.size), score.size), starts)
     target = cand[pos]
-    movers = np.flatnonzero((target != own[full]) & np.isfinite(best))
+    movers = np.flatnonzero(target != own[full])
     if not movers.size:
         return 0
+    # Only the best cluster is tried (ParHIP's rule): a node whose best cluster is full
+    # stays where it is this pass.
     v, t = nodes[full[movers]], target[movers]
-    admit = _admit(t, best[movers], size_of[v].astype(np.float64),
-                   (limit - size).astype(np.float64))
-    v, t = v[admit], t[admit]
-    np.subtract.at(size, label[v], size_of[v])
-    np.add.at(size, t, size_of[v])
+    amounts = size_of[v]
+    fits = ((size[t] + amounts) <= limit).all(axis=1)
+    v, t, key, amounts = v[fits], t[fits], best[movers][fits], amounts[fits]
+    admit = _admit(t, key, amounts.astype(np.float64), (limit - size).astype(np.float64))
+    v, t, amounts = v[admit], t[admit], amounts[admit]
+    np.subtract.at(size, label[v], amounts)
+    np.add.at(size, t, amounts)
     label[v] = t
     return int(v.size)
 
