@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -18,6 +19,7 @@ from jgraph.data import (
     is_chunked_dir,
     is_symmetric,
     load_dataset,
+    open_chunked,
     remove_self_loops,
     split_edges,
     symmetrize,
@@ -26,6 +28,7 @@ from jgraph.partition import Method, PartitionError, PartitionMeta, open_partiti
 from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked
+from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
 from jgraph.progress import Progress
 
 # Applied in this order, each when its flag is given.
@@ -54,10 +57,20 @@ def add_commands(sub) -> None:
                     "directory (DIR/meta.json + DIR/part-K/*.npy) that each process can load "
                     "its own parts from.",
         formatter_class=DefaultsShown)
-    p.add_argument("dataset", help="a built-in name (cora), an .npz file, a chunked graph "
-                                   "directory (jgraph convert), an OGB dataset directory, "
-                                   "or synthetic:nodes=N,edges=E,...")
+    p.add_argument("dataset", nargs="?",
+                   help="a built-in name (cora), an .npz file, a chunked graph directory "
+                        "(jgraph convert), an OGB dataset directory, or "
+                        "synthetic:nodes=N,edges=E,... (with --plan, optional: give the "
+                        "sizes instead)")
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
+    p.add_argument("--plan", action="store_true",
+                   help="print what partitioning in bounded memory needs, phase by phase "
+                        "(memory, temporary disk, reads), and stop; for a chunked graph "
+                        "directory, or for --nodes/--edges/--feat")
+    p.add_argument("--nodes", help="with --plan and no dataset: node count (111M, 2.5e9)")
+    p.add_argument("--edges", help="with --plan and no dataset: directed edges as stored")
+    p.add_argument("--feat", type=int, default=0,
+                   help="with --plan and no dataset: float32 features per node")
     p.add_argument("--method", choices=[m.value for m in Method],
                    help="node assignment method (default: multilevel for a chunked graph "
                         "directory, read in passes in memory bounded by its nodes; metis "
@@ -73,7 +86,7 @@ def add_commands(sub) -> None:
                         "hosts for a graph too large to partition on one machine): an "
                         "integer .npy array over the graph's nodes (homogeneous ids, after "
                         "the transforms); implies --method given")
-    p.add_argument("--out", required=True, help="output partition directory")
+    p.add_argument("--out", help="output partition directory (required unless --plan)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--balance-tolerance", type=float, default=0.05,
                    help="allowed max/mean - 1 of every balance constraint")
@@ -142,9 +155,49 @@ def out_of_core(args) -> bool:
     return True
 
 
+def run_plan(args) -> int:
+    """`jgraph partition --plan`: the bounded-memory job's needs, before it runs."""
+    options = ChunkedOptions(args.num_parts, range_entries=args.range_entries,
+                             coarse_entries=args.coarse_entries)
+    if args.dataset is not None:
+        if not is_chunked_dir(args.dataset):
+            raise PartitionError(f"--plan {args.dataset}: not a chunked graph directory; plan "
+                                 f"the bounded-memory route for one (jgraph convert writes "
+                                 f"it), or give --nodes and --edges")
+        sizes = plan_sizes(open_chunked(args.dataset))
+    else:
+        if args.nodes is None or args.edges is None:
+            raise PartitionError("--plan needs a chunked graph directory, or --nodes and "
+                                 "--edges (and --feat)")
+        nodes, edges = (_count(flag, text) for flag, text in (("--nodes", args.nodes),
+                                                              ("--edges", args.edges)))
+        sizes = GraphSizes(nodes, edges, node_data_bytes=nodes * (4 * args.feat + 8))
+    if args.json:
+        print(json.dumps({"sizes": dataclasses.asdict(sizes), "processes": 1,
+                          "phases": [dataclasses.asdict(row) for row in plan(sizes, options)]}))
+    else:
+        print(render(sizes, options))
+    return 0
+
+
+def _count(flag: str, text: str) -> int:
+    scale = {"k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}
+    try:
+        if text[-1:].lower() in scale:
+            return int(float(text[:-1]) * scale[text[-1].lower()])
+        return int(float(text))
+    except ValueError:
+        raise PartitionError(f"{flag} {text!r}: give a count such as 111M, 3.2B or "
+                             f"1e9") from None
+
+
 def run_partition(args) -> int:
     start = time.perf_counter()
     progress = Progress(enabled=True)
+    if args.plan:
+        return run_plan(args)
+    if args.dataset is None or args.out is None:
+        raise PartitionError("give the DATASET to partition and --out DIR (or --plan)")
     if out_of_core(args):
         return run_chunked(args, start, progress)
     args.method = args.method or ("given" if args.assignment else "metis")

@@ -237,7 +237,7 @@ def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
             "peak": max(adjacency + coarse, buckets + output)}
 
 
-def _data_bytes(graph: ChunkedGraph) -> tuple[int, int]:
+def data_bytes(graph: ChunkedGraph) -> tuple[int, int]:
     """(bytes of all node data, bytes of edge data per edge)."""
     node = 0
     for named in graph.node_data.values():
@@ -251,7 +251,7 @@ def _data_bytes(graph: ChunkedGraph) -> tuple[int, int]:
 
 def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str) -> None:
     """Refuse to start when the disk at `where` has less room than the job's peak."""
-    node, edge = _data_bytes(graph)
+    node, edge = data_bytes(graph)
     need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts)
     free = shutil.disk_usage(where or ".").free
     if free < need["peak"]:

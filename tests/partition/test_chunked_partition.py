@@ -270,3 +270,26 @@ def test_cli_partitions_a_chunked_directory_and_refuses_transforms(tmp_path, cap
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
                  str(tmp_path / "metis"), "--method", "metis", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["method"] == "metis"
+
+
+def test_plan_names_every_phase_and_grows_with_the_graph(tmp_path, capsys):
+    from jgraph.partition.plan import GraphSizes, plan
+    small = plan(GraphSizes(10**6, 10**7, 10**8), ChunkedOptions(8))
+    large = plan(GraphSizes(10**8, 10**9, 10**10), ChunkedOptions(8))
+    assert [r.phase for r in small] == list(chunked_route.PHASES)
+    assert all(b.memory > a.memory and b.disk >= a.disk for a, b in zip(small, large))
+    assert main(["partition", "--plan", "--num-parts", "16", "--nodes", "111M", "--edges",
+                 "3.2B", "--feat", "128", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["sizes"]["num_nodes"] == 111_000_000 and row["sizes"]["num_edges"] == 3.2e9
+    assert [p["phase"] for p in row["phases"]] == list(chunked_route.PHASES)
+    save_chunked(load_dataset("cora"), tmp_path / "cora")
+    assert main(["partition", "--plan", str(tmp_path / "cora"), "--num-parts", "4"]) == 0
+    assert "2,708 nodes, 10,556 edges" in capsys.readouterr().out
+    assert main(["partition", "--plan", "--num-parts", "4", "--nodes", "1M"]) == 2
+    assert "--nodes and --edges" in capsys.readouterr().err
+    assert main(["partition", "--plan", "--num-parts", "4", "--nodes", "lots",
+                 "--edges", "1B"]) == 2
+    assert "--nodes 'lots'" in capsys.readouterr().err
+    assert main(["partition", "--num-parts", "4"]) == 2
+    assert "--out" in capsys.readouterr().err

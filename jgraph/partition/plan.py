@@ -1,0 +1,117 @@
+"""What a bounded-memory partitioning job will need, before it runs: each phase's
+memory, temporary disk and reads, from the graph's sizes alone (`jgraph partition
+--plan`).
+
+The figures follow the arrays each phase of `jgraph.partition.chunked` holds (named
+beside each term below) and are upper estimates: numpy's temporaries are counted at
+their largest. `meta.json`'s `build` records what a run measured, phase by phase, to
+set beside them.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from jgraph.partition.chunked import PHASES, ChunkedOptions, data_bytes, estimate_disk
+from jgraph.partition.multilevel import PIECE_ENTRIES
+
+# METIS's memory per adjacency entry of the coarse graph, with the finer levels of its
+# own coarsening on disk (`jgraph.partition.metis`), and per coarse node.
+METIS_ENTRY_BYTES, METIS_NODE_BYTES = 40, 200
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphSizes:
+    """The sizes a plan needs. node_data_bytes: all node arrays together;
+    edge_data_bytes: per edge; edges_per_chunk: the largest edge chunk; types,
+    splits: node types and balanced splits (train, val, test) present."""
+
+    num_nodes: int
+    num_edges: int
+    node_data_bytes: int = 0
+    edge_data_bytes: int = 0
+    edges_per_chunk: int = 1 << 24
+    types: int = 1
+    splits: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class PhasePlan:
+    """One phase: memory per process (bytes), temporary disk in use at its end (bytes,
+    the partition directory as written so far included), what it reads, and how."""
+
+    phase: str
+    memory: int
+    disk: int
+    reads: str
+
+
+def plan_sizes(graph) -> GraphSizes:
+    """The sizes of an opened chunked graph (`jgraph.data.ChunkedGraph`)."""
+    node, edge = data_bytes(graph)
+    return GraphSizes(graph.total_nodes, graph.num_edges, node, edge,
+                      max(graph.edges["src"].rows, default=0), len(graph.node_types),
+                      sum(any(s in named for named in graph.splits.values())
+                          for s in ("train", "val", "test")))
+
+
+def plan(sizes: GraphSizes, options: ChunkedOptions) -> list[PhasePlan]:
+    """The phases of `partition_chunked` on a graph of `sizes`, one process."""
+    n, e, chunk = sizes.num_nodes, sizes.num_edges, min(sizes.edges_per_chunk, sizes.num_edges)
+    ids = 4 if n < 2**31 else 8
+    r, p = min(options.range_entries, 2 * e), options.num_parts
+    disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p)
+    weights = (sizes.types + sizes.splits) * n + ids * n          # compact columns
+    edges_gb = e * 2 * ids                                        # src + dst chunks
+    adjacency_read = 2 * e * ids
+    piece = PIECE_ENTRIES * 64                                    # one piece's arrays
+    coarse = min(options.coarse_entries, 2 * e)
+    gib = lambda b: f"{b / 2**30:.1f} GiB"
+    rows = [
+        # in-degree and adjacency degree int64, one bincount's int64 [n]; a chunk as
+        # int64 ids, etype, the loop test and the kept copies.
+        PhasePlan("scan", 24 * n + 40 * chunk, 0, f"the edge chunks once ({gib(edges_gb)})"),
+        # degrees and their running sum; per chunk both directions as int64, the
+        # bucket records and their order; per range its records, keys and sorted keys.
+        PhasePlan("adjacency", max(16 * n + 80 * chunk, 28 * r), disk["adjacency"],
+                  f"the edge chunks once ({gib(edges_gb)})"),
+        # the balance weights; the finest level's cluster labels (int32), cluster sizes
+        # and node sizes in nodes and edges (int64 [n, 2] each), the relabelling's
+        # temporaries; one piece; then METIS on the coarse graph.
+        PhasePlan("assignment",
+                  max(weights + 4 * n + 32 * n + 12 * n + piece,
+                      weights + 4 * n + METIS_ENTRY_BYTES * coarse
+                      + METIS_NODE_BYTES * min(n, coarse)),
+                  disk["adjacency"] + disk["coarse"],
+                  f"the adjacency up to {4 + 1 + 6 + 1} times per level "
+                  f"({gib(adjacency_read)} each at the finest)"),
+        # parts, node_map, its inverse, argsort's and the type ids' temporaries.
+        PhasePlan("relabel", 36 * n, 16 * n, "nothing but the assignment"),
+        # parts and the inverse map; a chunk in new ids, its bucket records and order.
+        PhasePlan("bucketing", 12 * n + 60 * chunk, 16 * n + disk["buckets"],
+                  f"the edge chunks once ({gib(edges_gb)})"),
+        # the halo marks, one partition's degrees and CSC offsets, one range of edge
+        # records with its sort.
+        PhasePlan("partitions", n + 16 * n // p + 50 * r, disk["output"] - sizes.node_data_bytes,
+                  "the edge buckets once"),
+        # the inverse map (memory-mapped, as it is touched) and a chunk of rows, thrice.
+        PhasePlan("node data", 8 * n + 3 * max(sizes.node_data_bytes * (1 << 20)
+                                               // max(n, 1), 1),
+                  disk["output"], f"the node data once ({gib(sizes.node_data_bytes)})"),
+    ]
+    assert [row.phase for row in rows] == list(PHASES)
+    return rows
+
+
+def render(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> str:
+    """The plan as a table, with the peak over the phases."""
+    rows = plan(sizes, options)
+    gib = lambda b: f"{b / 2**30:.1f} GiB"
+    lines = [f"plan: {sizes.num_nodes:,} nodes, {sizes.num_edges:,} edges, node data "
+             f"{gib(sizes.node_data_bytes)}, {options.num_parts} parts, "
+             f"{processes} process{'es' if processes > 1 else ''}",
+             f"{'phase':<12} {'memory/process':>15} {'disk in use':>12}  reads"]
+    for row in rows:
+        lines.append(f"{row.phase:<12} {gib(row.memory):>15} {gib(row.disk):>12}  {row.reads}")
+    lines.append(f"{'peak':<12} {gib(max(r.memory for r in rows)):>15} "
+                 f"{gib(max(r.disk for r in rows)):>12}")
+    return "\n".join(lines)
