@@ -13,7 +13,7 @@ from jgraph.data.links import EDGE_SPLITS, EdgeSet, LinkSplit, is_symmetric, spl
 from jgraph.data.npz import DatasetError, load_npz, save_npz
 from jgraph.data.ogb import load_ogb
 from jgraph.data.sparse import SparseRows
-from jgraph.data.synthetic import Kind, SyntheticSpec, generate, parse_spec
+from jgraph.data.synthetic import Kind, SyntheticSpec, generate, generate_chunked, parse_spec
 from jgraph.data.transforms import (
     add_reverse_relations,
     add_self_loops,
@@ -43,6 +43,7 @@ __all__ = [
     "add_self_loops",
     "deduplicate",
     "generate",
+    "generate_chunked",
     "is_chunked_dir",
     "is_symmetric",
     "load_chunked",
