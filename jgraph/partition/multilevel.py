@@ -13,7 +13,8 @@ pass, as ParHIP (Meyerhenke, Sanders, Schulz 2017) does across machines:
    range by range; coarsening repeats until the coarse graph fits `coarse_entries`.
 2. **Initial partition**: METIS (multi-constraint) on the coarse graph, whose node
    weights are the clusters' sums of every balance constraint. If the clusters stop
-   shrinking first, the coarse graph keeps only its heaviest edges, to fit.
+   shrinking first, METIS sees a sample of the coarse graph's edges that fits and keeps
+   every cut's expected weight.
 3. **Refine** on the original graph by label propagation under the balance
    constraints: a node moves to the partition most of its neighbours are in when that
    cuts fewer edges and the partition has room in every constraint; then moves out of
@@ -217,24 +218,35 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
                                 pairs(), merge=True)
 
 
-def _heaviest(adjacency, max_entries: int) -> scipy.sparse.csr_matrix:
-    """The adjacency in memory, keeping only its heaviest entries (a weight threshold,
-    so it stays symmetric) when it has more than `max_entries`."""
+def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
+    """The adjacency in memory; when it has more than `max_entries` entries, a sample of
+    about that many that keeps every cut's expected weight: entry (u, v) of weight w is
+    kept with probability p = min(1, w * s) and then weighs w / p (importance sampling,
+    as in spectral sparsifiers), decided by a hash of the unordered pair so the sample
+    stays symmetric; s is set so that the expected entries kept are `max_entries`."""
     if adjacency.num_entries <= max_entries:
         csr = adjacency.to_csr()
     else:
-        hist = np.zeros(1 << 16, np.int64)
+        top = 1 << 16
+        hist = np.zeros(top, np.int64)
         for rows in adjacency.ranges():
-            hist += np.bincount(np.minimum(rows.entry_weights(), hist.size - 1),
-                                minlength=hist.size)
-        above = np.cumsum(hist[::-1])[::-1]           # entries with weight >= w
-        threshold = int(np.searchsorted(-above, -max_entries))  # first w with above <= max
-        threshold = min(max(threshold, 2), hist.size - 1)
+            hist += np.bincount(np.minimum(rows.entry_weights(), top - 1), minlength=top)
+        weight = np.arange(top, dtype=np.float64)
+        lo, hi = 0.0, 1.0
+        for _ in range(60):                  # expected kept entries rise with s
+            s = (lo + hi) / 2
+            if (hist * np.minimum(1.0, weight * s)).sum() > max_entries:
+                hi = s
+            else:
+                lo = s
         pieces = []
         for rows in adjacency.ranges():
-            w = rows.entry_weights()
-            keep = w >= threshold
-            pieces.append((rows.start + rows.local_rows()[keep], rows.indices[keep], w[keep]))
+            u = rows.start + rows.local_rows().astype(np.int64)
+            v = rows.indices.astype(np.int64)
+            w = rows.entry_weights().astype(np.float64)
+            p = np.minimum(1.0, w * lo)
+            keep = _noise(np.minimum(u, v), np.maximum(u, v), seed) < p
+            pieces.append((u[keep], v[keep], np.maximum(np.rint(w[keep] / p[keep]), 1)))
         cat = lambda i: np.concatenate([p[i] for p in pieces])
         n = adjacency.num_nodes
         csr = scipy.sparse.csr_matrix((cat(2), (cat(0), cat(1))), shape=(n, n))
@@ -331,7 +343,7 @@ def _refine_piece(piece: Rows, parts, weights: NodeWeights, loads, limits, num_p
 @dataclasses.dataclass(frozen=True)
 class MultilevelStats:
     """What `partition` did: the node count of each level (finest first), the coarse
-    graph's entries METIS saw (after keeping the heaviest, if it had to), and moves."""
+    graph's entries METIS saw (a sample of it where it had to be), and moves."""
 
     level_nodes: tuple[int, ...]
     coarse_entries: int
@@ -372,10 +384,10 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
         levels.append((label, current))
         current, current_weights = coarse, current_weights.coarsen(label, k)
         log(f"  level {len(levels)}: coarse graph {coarse.num_entries:,} entries")
-    csr = _heaviest(current, coarse_entries)
+    csr = _sampled(current, coarse_entries, seed)
     sparsified, coarse_seen = csr.nnz < current.num_entries, int(csr.nnz)
     log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
-        + (" (heaviest kept)" if sparsified else ""))
+        + (" (a sample keeping every cut's expected weight)" if sparsified else ""))
     dense = np.stack(current_weights.columns, axis=1).astype(np.float64)
     parts = part_kway(csr, dense, num_parts, seed=seed, imbalance=tolerance,
                       spill_dir=workdir).astype(np.int32)
