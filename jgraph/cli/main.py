@@ -7,6 +7,7 @@ import sys
 
 from jgraph.cli import bench as bench_cmd
 from jgraph.cli import compile as compile_cmd
+from jgraph.cli import convert as convert_cmd
 from jgraph.cli import partition as partition_cmd
 from jgraph.cli import train as train_cmd
 from jgraph.cli.devices import UsageError
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     partition_cmd.add_commands(sub)
+    convert_cmd.add_commands(sub)
     train_cmd.add_commands(sub)
     bench_cmd.add_commands(sub)
     compile_cmd.add_commands(sub)

@@ -1,0 +1,509 @@
+"""The chunked graph format (jgraph.data.chunked) and conversion to it (jgraph.data.convert):
+round trips of the shared datasets in many chunks, the writer's two ways of naming edges,
+every damaged directory refused naming its file and field, the streaming `.npz` member
+reader, and OGB directories converted a chunk at a time into the graph load_ogb reads."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jgraph.data.convert as convert_module
+from jgraph.data import (
+    DEFAULT_NTYPE,
+    ChunkedWriter,
+    DatasetError,
+    Graph,
+    GraphError,
+    SparseRows,
+    load_chunked,
+    load_dataset,
+    load_ogb,
+    open_chunked,
+    save_chunked,
+)
+from jgraph.data.convert import NpzMember, convert, npz_edge_index, npz_rows
+
+N = DEFAULT_NTYPE
+
+
+def assert_same_graph(a: Graph, b: Graph) -> None:
+    """Every array of two graphs equal, with the same keys, dtypes and shapes (sparse rows
+    compared by their stored indices and values)."""
+    assert a.name == b.name
+    assert list(a.num_nodes.items()) == list(b.num_nodes.items())
+    assert list(a.edges) == list(b.edges)
+    for rel in a.edges:
+        assert a.edges[rel].dtype == b.edges[rel].dtype, rel
+        np.testing.assert_array_equal(a.edges[rel], b.edges[rel], err_msg=str(rel))
+    filled = lambda tree: {k: v for k, v in tree.items() if v}
+    for what, x, y in (("node data", filled(a.node_data), filled(b.node_data)),
+                       ("edge data", filled(a.edge_data), filled(b.edge_data)),
+                       ("split", filled(a.splits), filled(b.splits))):
+        assert list(x) == list(y), what
+        for owner in x:
+            assert sorted(x[owner]) == sorted(y[owner]), (what, owner)
+            for name, u in x[owner].items():
+                v = y[owner][name]
+                assert isinstance(u, SparseRows) == isinstance(v, SparseRows), (owner, name)
+                pairs = ([(u.indices, v.indices), (u.values, v.values)]
+                         if isinstance(u, SparseRows) else [(u, v)])
+                assert u.shape == v.shape, (what, owner, name)
+                for p, q in pairs:
+                    assert p.dtype == q.dtype, (what, owner, name)
+                    np.testing.assert_array_equal(p, q, err_msg=f"{what} {owner}/{name}")
+
+
+def ring(n: int = 50, **node_data) -> Graph:
+    """A small homogeneous graph: a ring with chords, features, labels, splits and a
+    per-edge weight."""
+    src = np.concatenate([np.arange(n), np.arange(n)])
+    dst = np.concatenate([(np.arange(n) + 1) % n, (np.arange(n) * 7) % n])
+    rng = np.random.default_rng(0)
+    data = {"feat": rng.standard_normal((n, 4)).astype(np.float32),
+            "label": np.arange(n) % 3, **node_data}
+    return Graph.homogeneous(src, dst, n, name="ring", node_data=data,
+                             edge_data={"weight": rng.random(2 * n).astype(np.float32)},
+                             splits={"train": np.arange(0, n, 2), "test": np.arange(1, n, 2)})
+
+
+def written(tmp_path: Path, graph: Graph | None = None, **chunks) -> Path:
+    """`graph` (the ring) saved as a chunked directory in small chunks."""
+    out = tmp_path / "g"
+    save_chunked(graph or ring(), out, **{"edges_per_chunk": 30, "rows_per_chunk": 20, **chunks})
+    return out
+
+
+# -- round trips -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cora", "facebook_musae", "aifb", "heco_acm"])
+def test_save_then_load_gives_the_same_graph_in_many_chunks(name, tmp_path, shared_data):
+    graph = load_dataset(name if name == "cora" else shared_data(f"{name}.npz"))
+    out = tmp_path / name
+    save_chunked(graph, out, edges_per_chunk=2500, rows_per_chunk=1500)
+    chunked = open_chunked(out)
+    assert chunked.num_edge_chunks > 3
+    assert chunked.num_edges == graph.num_edges and chunked.total_nodes == graph.total_nodes
+    assert_same_graph(graph, load_chunked(out))
+    assert_same_graph(graph, load_dataset(out))        # load_dataset reads the directory
+
+
+def test_edge_data_node_data_of_every_kind_and_empty_splits_round_trip(tmp_path):
+    graph = ring(extra=np.arange(50 * 6).reshape(50, 2, 3).astype(np.int16),
+                 flag=np.arange(50) % 2 == 0)
+    graph = graph.replace(splits={N: {**graph.splits[N], "val": np.zeros(0, np.int64)}})
+    assert_same_graph(graph, load_chunked(written(tmp_path, graph)))
+
+
+def test_metadata_lists_the_chunks_and_edge_ids_are_positions_in_them(tmp_path):
+    out = written(tmp_path, edges_per_chunk=40)
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["format"] == "jgraph-chunked" and meta["num_nodes"] == {N: 50}
+    assert meta["edges"]["rows"] == [40, 40, 20] and meta["edges"]["etype"] is None
+    assert meta["node_data"][N]["feat"]["rows"] == [20, 20, 10]
+    chunk = open_chunked(out).edge_chunk(1)
+    assert chunk.start == 40
+    np.testing.assert_array_equal(chunk.src, ring().edges[next(iter(ring().edges))][0, 40:80])
+
+
+def hetero() -> Graph:
+    """Two node types, three relations, one edge array."""
+    rng = np.random.default_rng(1)
+    num_nodes = {"paper": 30, "author": 20}
+    rels = {("author", "writes", "paper"): (20, 30, 70), ("paper", "cites", "paper"): (30, 30, 90),
+            ("paper", "by", "author"): (30, 20, 70)}
+    edges = {r: np.stack([rng.integers(s, size=e), rng.integers(d, size=e)])
+             for r, (s, d, e) in rels.items()}
+    return Graph(name="hetero", num_nodes=num_nodes, edges=edges,
+                 node_data={"paper": {"label": rng.integers(3, size=30)}},
+                 edge_data={r: {"w": rng.random(e).astype(np.float32)}
+                            for r, (_, _, e) in rels.items()},
+                 splits={"paper": {"train": np.arange(10)}})
+
+
+def test_writer_with_relation_local_ids_and_with_etype_homogeneous_ids_gives_one_graph(tmp_path):
+    graph = hetero()
+    offsets = {"paper": 0, "author": 30}
+    with ChunkedWriter(tmp_path / "local", graph.num_nodes, name="hetero",
+                       relations=graph.relations) as w:
+        for rel, index in graph.edges.items():
+            for a in range(0, index.shape[1], 25):
+                w.add_edges(index[0, a:a + 25], index[1, a:a + 25], relation=rel,
+                            data={"w": graph.edge_data[rel]["w"][a:a + 25]})
+        w.add_node_data("label", graph.node_data["paper"]["label"], ntype="paper")
+        w.add_split("train", np.arange(10), ntype="paper")
+    # Every relation's edges in one stream of homogeneous ids, cut into chunks that mix
+    # relations: grouped again by relation on reading, in their order.
+    src = np.concatenate([i[0] + offsets[r[0]] for r, i in graph.edges.items()])
+    dst = np.concatenate([i[1] + offsets[r[2]] for r, i in graph.edges.items()])
+    etype = np.repeat(np.arange(3), [i.shape[1] for i in graph.edges.values()])
+    weight = np.concatenate([d["w"] for d in graph.edge_data.values()])
+    with ChunkedWriter(tmp_path / "global", graph.num_nodes, name="hetero",
+                       relations=graph.relations) as w:
+        for a in range(0, src.size, 33):
+            sl = slice(a, a + 33)
+            w.add_edges(src[sl], dst[sl], etype=etype[sl], data={"w": weight[sl]})
+        w.add_node_data("label", graph.node_data["paper"]["label"], ntype="paper")
+        w.add_split("train", np.arange(5), ntype="paper")
+        w.add_split("train", np.arange(5, 10), ntype="paper")
+    assert open_chunked(tmp_path / "global").num_edge_chunks == 7
+    assert_same_graph(graph, load_chunked(tmp_path / "local"))
+    assert_same_graph(graph, load_chunked(tmp_path / "global"))
+
+
+# -- damaged directories: each refused, naming the file and the field --------------------------
+
+
+def edit_metadata(out: Path, change) -> None:
+    meta = json.loads((out / "metadata.json").read_text())
+    change(meta)
+    (out / "metadata.json").write_text(json.dumps(meta))
+
+
+def refused(words, call, *args, **kwargs):
+    """`call` raises a DatasetError or GraphError whose message holds every word."""
+    with pytest.raises((DatasetError, GraphError)) as e:
+        call(*args, **kwargs)
+    for word in words:
+        assert word in str(e.value), (word, str(e.value))
+    return e.value
+
+
+def test_src_and_dst_chunks_of_different_lengths_are_refused(tmp_path):
+    out = written(tmp_path)
+    np.save(out / "edges" / "dst-00001.npy", np.zeros(29, np.int32))
+    refused(["dst-00001.npy", "edges.dst chunk 1", "[29]", "[30]"], open_chunked, out)
+
+
+def test_an_id_out_of_range_is_refused_when_its_chunk_is_read(tmp_path):
+    out = written(tmp_path)
+    dst = np.load(out / "edges" / "dst-00002.npy")
+    dst[5] = 50
+    np.save(out / "edges" / "dst-00002.npy", dst)
+    graph = open_chunked(out)           # headers are fine
+    graph.edge_chunk(1)
+    refused(["dst-00002.npy", "dst 50 at edge 65", "[0, 50)"], graph.edge_chunk, 2)
+    refused(["dst-00002.npy", "dst 50"], load_chunked, out)
+
+
+def test_a_missing_chunk_file_is_refused(tmp_path):
+    out = written(tmp_path)
+    os.remove(out / "edges" / "src-00001.npy")
+    refused(["src-00001.npy", "missing"], open_chunked, out)
+
+
+def test_a_truncated_chunk_file_is_refused(tmp_path):
+    out = written(tmp_path)
+    path = out / "nodes" / N / "feat-00001.npy"
+    path.write_bytes(path.read_bytes()[:-6])
+    refused(["feat-00001.npy", "truncated"], open_chunked, out)
+
+
+def test_a_truncated_sparse_values_file_is_refused(tmp_path):
+    graph = ring(bow=SparseRows.from_dense(np.eye(50, 9, dtype=np.float32)))
+    out = written(tmp_path, graph)
+    assert_same_graph(graph, load_chunked(out))
+    path = out / "nodes" / N / "bow.values-00002.npy"
+    path.write_bytes(path.read_bytes()[:-1])
+    refused(["bow.values-00002.npy", "truncated"], open_chunked, out)
+
+
+BAD_METADATA = {
+    "edge rows wrong": (lambda m: m["edges"]["rows"].__setitem__(0, 31),
+                        ["src-00000.npy", "edges.src chunk 0", "metadata.json says [31]"]),
+    "node rows not summing to num_nodes": (
+        lambda m: m["node_data"][N]["feat"]["rows"].__setitem__(-1, 9),
+        ["metadata.json", "node_data._N.feat", "49 rows", "50 nodes"]),
+    "unknown node type": (lambda m: m["node_data"].__setitem__("paper", {}),
+                          ["metadata.json", "node_data", "unknown node type 'paper'"]),
+    "not a number type": (lambda m: m["node_data"][N]["feat"].__setitem__("dtype", "str"),
+                          ["metadata.json", "node_data._N.feat", "'str'", "not a number"]),
+    "dtype other than the file's": (
+        lambda m: m["node_data"][N]["feat"].__setitem__("dtype", "float64"),
+        ["feat-00000.npy", "node_data._N.feat", "float32", "says float64"]),
+    "fewer files than chunks": (lambda m: m["edges"]["dst"].pop(),
+                                ["metadata.json", "edges.dst", "3 files for 4 chunks"]),
+    "a field missing": (lambda m: m.pop("relations"), ["metadata.json", "relations"]),
+    "another version": (lambda m: m.__setitem__("version", 7), ["metadata.json", "version 7"]),
+    "relation of an unknown type": (
+        lambda m: m.__setitem__("relations", [["_N", "_E", "paper"]]),
+        ["metadata.json", "unknown node type 'paper'"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_METADATA))
+def test_metadata_that_disagrees_with_the_chunks_is_refused(case, tmp_path):
+    change, words = BAD_METADATA[case]
+    out = written(tmp_path)
+    edit_metadata(out, change)
+    refused(words, open_chunked, out)
+
+
+def test_split_ids_unsorted_across_chunks_are_refused(tmp_path):
+    with ChunkedWriter(tmp_path / "g", 10) as w:
+        w.add_edges([0, 1], [1, 2])
+        w.add_split("train", [0, 1, 2])
+        w.add_split("train", [5, 6, 7])
+    splits = tmp_path / "g" / "splits" / N
+    first = np.load(splits / "train-00000.npy")
+    np.save(splits / "train-00000.npy", np.load(splits / "train-00001.npy"))
+    np.save(splits / "train-00001.npy", first)
+    graph = open_chunked(tmp_path / "g")
+    refused(["splits._N.train", "sorted", "7 is followed by 0"], graph.split, N, "train")
+    refused(["splits._N.train"], load_chunked, tmp_path / "g")
+
+
+def test_an_edge_whose_source_is_not_of_its_relations_source_type_is_refused(tmp_path):
+    graph = hetero()
+    with ChunkedWriter(tmp_path / "g", graph.num_nodes, relations=graph.relations) as w:
+        # relation 0 is author -> paper; homogeneous id 3 is a paper
+        w.add_edges([30, 3], [0, 1], etype=[0, 0], data={"w": np.ones(2, np.float32)})
+    refused(["src-00000.npy", "src 3 at edge 1", "not a node of type 'author'",
+             "('author', 'writes', 'paper')"], open_chunked(tmp_path / "g").edge_chunk, 0)
+
+
+def nothing_left(out: Path) -> bool:
+    return not out.exists() and not [p for p in out.parent.iterdir()
+                                      if p.name.startswith(out.name + ".partial-")]
+
+
+WRITER_MISUSE = {
+    "split out of order": (lambda w: (w.add_split("train", [4, 5]), w.add_split("train", [3])),
+                           ["split 'train'", "sorted", "last 5"]),
+    "split unsorted in a chunk": (lambda w: w.add_split("train", [4, 2]), ["sorted"]),
+    "node rows past num_nodes": (lambda w: (w.add_node_data("feat", np.ones((6, 2))),
+                                            w.add_node_data("feat", np.ones((5, 2)))),
+                                 ["'feat'", "11 rows given", "10 nodes"]),
+    "node rows missing at close": (lambda w: w.add_node_data("feat", np.ones((6, 2))),
+                                   ["'feat'", "6 rows written", "10 nodes"]),
+    "edge id out of range": (lambda w: w.add_edges([0, 10], [1, 2]),
+                             ["edge chunk 1", "src", "id 10", "[0, 10)"]),
+    "src and dst of different lengths": (lambda w: w.add_edges([0, 1], [1]),
+                                         ["edge chunk 1", "one length"]),
+    "unknown relation": (lambda w: w.add_edges([0], [1], relation=("_N", "x", "_N")),
+                         ["relation", "'x'"]),
+    "edge data names change": (lambda w: (w.add_edges([0], [1], data={"w": [1.0]}),
+                                          w.add_edges([0], [1])),
+                               ["edge chunk 1", "'w'"]),
+    "node data dtype changes": (lambda w: (w.add_node_data("feat", np.ones((5, 2), np.float32)),
+                                           w.add_node_data("feat", np.ones((5, 2)))),
+                                ["'feat'", "rows from 5", "float64"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRITER_MISUSE))
+def test_writer_misuse_is_refused_and_leaves_nothing_at_out(case, tmp_path):
+    misuse, words = WRITER_MISUSE[case]
+    out = tmp_path / "g"
+
+    def write():
+        with ChunkedWriter(out, 10) as w:
+            w.add_edges([0, 1, 2], [1, 2, 3])
+            misuse(w)
+    refused(words, write)
+    assert nothing_left(out)
+
+
+def test_an_existing_directory_at_out_is_kept_unless_overwrite(tmp_path):
+    out = written(tmp_path)
+    refused([str(out), "overwrite"], save_chunked, ring(), out)
+    save_chunked(ring(), out, edges_per_chunk=1000, overwrite=True)
+    assert open_chunked(out).num_edge_chunks == 1
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    refused(["other", "not a chunked graph directory"], save_chunked, ring(),
+            tmp_path / "other", overwrite=True)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+# -- the streaming .npz member reader ---------------------------------------------------------
+
+
+ARRAYS = {
+    "int64 1-D": np.arange(-50, 53, dtype=np.int64) * 3,
+    "float32 2-D": np.random.default_rng(0).standard_normal((41, 5)).astype(np.float32),
+    "int32 3-D": np.arange(23 * 2 * 3, dtype=np.int32).reshape(23, 2, 3),
+    "big-endian int64": np.arange(17, dtype=">i8"),
+    "empty rows": np.zeros((0, 4), np.float32),
+}
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed], ids=["stored", "deflated"])
+@pytest.mark.parametrize("case", sorted(ARRAYS))
+@pytest.mark.parametrize("rows", [1, 3, 10, 1000])
+def test_npz_rows_reads_a_member_back_exactly_in_blocks(save, case, rows, tmp_path):
+    array = ARRAYS[case]
+    save(tmp_path / "a.npz", other=np.ones(3), x=array)
+    blocks = list(npz_rows(tmp_path / "a.npz", "x", rows))
+    assert all(len(b) <= rows for b in blocks)
+    assert len(blocks) == -(-len(array) // rows)
+    back = np.concatenate(blocks) if blocks else np.zeros((0, *array.shape[1:]), array.dtype)
+    assert back.dtype == array.dtype.newbyteorder("=") and back.shape == array.shape
+    np.testing.assert_array_equal(back, array)
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed], ids=["stored", "deflated"])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_npz_edge_index_streams_sources_and_destinations_in_lockstep(save, order, tmp_path):
+    index = np.asarray(np.random.default_rng(0).integers(1000, size=(2, 101)), order=order)
+    save(tmp_path / "a.npz", edge_index=index)
+    blocks = list(npz_edge_index(tmp_path / "a.npz", "edge_index", 8))
+    assert [len(s) for s, _ in blocks] == [8] * 12 + [5]
+    np.testing.assert_array_equal(np.concatenate([s for s, _ in blocks]), index[0])
+    np.testing.assert_array_equal(np.concatenate([d for _, d in blocks]), index[1])
+
+
+def test_npz_member_read_and_skip_keep_their_place(tmp_path):
+    np.savez_compressed(tmp_path / "a.npz", x=np.arange(100))
+    with NpzMember(tmp_path / "a.npz", "x") as member:
+        assert member.shape == (100,) and member.dtype == np.int64
+        np.testing.assert_array_equal(member.read(10), np.arange(10))
+        member.skip(80)
+        np.testing.assert_array_equal(member.read(50), np.arange(90, 100))
+        assert member.read(5).size == 0
+
+
+def test_a_truncated_or_corrupt_npz_is_refused_naming_it(tmp_path):
+    path = tmp_path / "a.npz"
+    np.savez_compressed(path, x=np.random.default_rng(0).standard_normal(5000))
+    whole = path.read_bytes()
+    path.write_bytes(whole[:len(whole) // 2])          # the zip's directory is at the end
+    refused([str(path), "not a readable .npz"], list, npz_rows(path, "x", 100))
+    # Damage inside the deflated data: the zip opens, the member does not read.
+    path.write_bytes(whole[:200] + bytes(b ^ 0x5A for b in whole[200:400]) + whole[400:])
+    refused([str(path), "x"], list, npz_rows(path, "x", 100))
+    np.savez(path, x=np.arange(1000))                   # stored: the CRC catches it
+    whole = path.read_bytes()
+    path.write_bytes(whole[:500] + b"\x00" * 8 + whole[508:])
+    refused([str(path), "x", "CRC"], list, npz_rows(path, "x", 64))
+    refused([str(path), "no array 'y'", "['x']"], list, npz_rows(path, "y", 64))
+    refused([str(tmp_path / "absent.npz"), "no such file"], list,
+            npz_rows(tmp_path / "absent.npz", "x", 1))
+
+
+# -- OGB directories, converted a chunk at a time ----------------------------------------------
+
+
+def _csv(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    a = np.asarray(rows)
+    a = a[:, None] if a.ndim == 1 else a
+    with gzip.open(path, "wt") as f:
+        f.write("".join(",".join(repr(v.item()) for v in row) + "\n" for row in a))
+
+
+def papers_like(root: Path, n: int = 300, e: int = 2000, save=np.savez_compressed,
+                order: str = "C", **changes) -> Path:
+    """ogbn-papers100M's layout on a small graph: raw/data.npz, raw/node-label.npz with
+    NaN for unlabelled nodes, and split/time/*.csv.gz in no particular order."""
+    rng = np.random.default_rng(0)
+    label = rng.integers(0, 17, size=(n, 1)).astype(np.float64)
+    label[rng.random(n) < 0.7] = np.nan
+    arrays = {"edge_index": np.asarray(rng.integers(n, size=(2, e)), order=order),
+              "node_feat": rng.standard_normal((n, 8)).astype(np.float32),
+              "node_year": rng.integers(1990, 2021, size=(n, 1)),
+              "num_nodes_list": np.array([n]), "num_edges_list": np.array([e]),
+              "node_label": label, **changes}
+    (root / "raw").mkdir(parents=True)
+    save(root / "raw" / "node-label.npz", node_label=arrays.pop("node_label"))
+    save(root / "raw" / "data.npz", **{k: v for k, v in arrays.items() if v is not None})
+    perm = rng.permutation(n)
+    for name, ids in (("train", perm[:100]), ("valid", perm[100:130]), ("test", perm[130:160])):
+        _csv(root / "split" / "time" / f"{name}.csv.gz", ids)
+    return root
+
+
+@pytest.mark.parametrize("save,order", [(np.savez_compressed, "C"), (np.savez, "C"),
+                                        (np.savez_compressed, "F")],
+                         ids=["deflated", "stored", "fortran-order"])
+def test_papers100m_layout_converts_in_chunks_to_the_graph_load_ogb_reads(save, order, tmp_path):
+    root = papers_like(tmp_path / "papers", save=save, order=order)
+    convert(root, tmp_path / "out", edges_per_chunk=150, rows_per_chunk=64)
+    chunked = open_chunked(tmp_path / "out")
+    assert chunked.edges["src"].rows == (150,) * 13 + (50,)
+    assert chunked.node_data[N]["feat"].rows == (64,) * 4 + (44,)
+    graph = load_chunked(tmp_path / "out")
+    assert (graph.node_data[N]["label"] == -1).sum() > 100
+    assert sorted(graph.splits[N]) == ["test", "train", "val"]
+    assert_same_graph(load_ogb(root), graph)
+
+
+def test_papers100m_layout_converts_in_memory_bounded_by_the_chunks(tmp_path, monkeypatch):
+    # 200k edges (3.2 MB of edge_index) and 50k x 8 features (1.6 MB), in chunks of 5k
+    # edges and 2k rows: what numpy and Python allocate at once stays near a chunk's size.
+    root = papers_like(tmp_path / "papers", n=50_000, e=200_000)
+    monkeypatch.setattr(convert_module, "_PIECE", 1 << 16)
+    tracemalloc.start()
+    try:
+        convert(root, tmp_path / "out", edges_per_chunk=5000, rows_per_chunk=2000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak
+    assert open_chunked(tmp_path / "out").num_edges == 200_000
+
+
+def test_without_num_nodes_list_the_node_count_is_the_rows_of_the_node_arrays(tmp_path):
+    root = papers_like(tmp_path / "papers", num_nodes_list=None, num_edges_list=None)
+    convert(root, tmp_path / "out", edges_per_chunk=500)
+    assert open_chunked(tmp_path / "out").num_nodes == {N: 300}
+    assert_same_graph(load_ogb(root), load_chunked(tmp_path / "out"))
+
+
+BAD_PAPERS = {
+    "edge id out of range": (dict(edge_index=np.array([[0, 5, 300], [1, 2, 3]]),
+                                  num_edges_list=np.array([3])),
+                             ["data.npz: edge_index", "edge chunk 0", "id 300", "[0, 300)"]),
+    "edge count disagrees": (dict(num_edges_list=np.array([7])),
+                             ["data.npz", "num_edges_list says 7", "holds 2000"]),
+    "label below -1": (dict(node_label=np.full((300, 1), -3.0)),
+                       ["node-label.npz: node_label", "'label'", "-3"]),
+    "edge_index not [2, E]": (dict(edge_index=np.zeros((3, 4), np.int64)),
+                              ["data.npz", "edge_index", "[3, 4]", "[2, E]"]),
+    "features of another length": (dict(node_feat=np.ones((299, 8), np.float32)),
+                                   ["data.npz: node_feat", "'feat'", "299 rows", "300 nodes"]),
+    "NaN feature": (dict(node_feat=np.full((300, 8), np.nan, np.float32)),
+                    ["data.npz: node_feat", "'feat'", "nan"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PAPERS))
+def test_a_bad_papers100m_layout_is_refused_naming_the_file_and_array(case, tmp_path):
+    changes, words = BAD_PAPERS[case]
+    root = papers_like(tmp_path / "papers", **changes)
+    refused(words, convert, root, tmp_path / "out", edges_per_chunk=100, rows_per_chunk=50)
+    assert nothing_left(tmp_path / "out")
+
+
+def arxiv_like(root: Path, n: int = 120, e: int = 700) -> Path:
+    """ogbn-arxiv's csv layout, with per-edge features as ogbn-proteins has them."""
+    rng = np.random.default_rng(2)
+    _csv(root / "raw" / "edge.csv.gz", rng.integers(n, size=(e, 2)))
+    _csv(root / "raw" / "edge-feat.csv.gz", rng.random((e, 3)).round(3))
+    _csv(root / "raw" / "num-node-list.csv.gz", [n])
+    _csv(root / "raw" / "node-feat.csv.gz", rng.standard_normal((n, 4)).round(4))
+    _csv(root / "raw" / "node-label.csv.gz", rng.integers(0, 40, size=n))
+    _csv(root / "raw" / "node_year.csv.gz", rng.integers(1990, 2021, size=n))
+    perm = rng.permutation(n)
+    for name, ids in (("train", perm[:60]), ("valid", perm[60:90]), ("test", perm[90:])):
+        _csv(root / "split" / "time" / f"{name}.csv.gz", ids)
+    return root
+
+
+def test_the_csv_layout_converts_in_chunks_to_the_graph_load_ogb_reads(tmp_path):
+    root = arxiv_like(tmp_path / "arxiv")
+    convert(root, tmp_path / "out", edges_per_chunk=100, rows_per_chunk=50)
+    assert open_chunked(tmp_path / "out").num_edge_chunks == 7
+    assert_same_graph(load_ogb(root), load_chunked(tmp_path / "out"))
+
+
+def test_a_split_listing_a_node_twice_is_refused_naming_its_file(tmp_path):
+    root = papers_like(tmp_path / "papers")
+    _csv(root / "split" / "time" / "valid.csv.gz", [3, 9, 3])
+    refused(["valid.csv.gz", "more than once"], convert, root, tmp_path / "out")
