@@ -27,6 +27,8 @@ the partitions and loads as they stand after the pieces before.
 """
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
@@ -140,9 +142,11 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int =
     label = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
     size = size_of.copy()                       # cluster id = its first node's id
     for p in range(passes):
-        moved = 0
-        for piece in _pieces(adjacency):
-            moved += _cluster_piece(piece, label, size, size_of, limit, seed * 1009 + p)
+        salt = seed * 1009 + p
+        moved = _pipelined(
+            _pieces(adjacency),
+            lambda piece, salt=salt: _cluster_proposal(piece, label, salt),
+            lambda proposal: _join_clusters(proposal, label, size, size_of, limit))
         if on_pass is not None:
             on_pass(p, moved)
         if moved < max(1, n // 200):
@@ -151,9 +155,9 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int =
     return label.astype(np.int32 if ids.size < 2**31 else np.int64), int(ids.size)
 
 
-def _cluster_piece(piece: Rows, label, size, size_of, limit, salt: int) -> int:
-    """One piece of a label propagation pass: each node's best cluster by edge weight
-    (its own wins ties; other ties fall by hash), joined if that cluster has room."""
+def _cluster_proposal(piece: Rows, label, salt: int):
+    """Each node's best cluster by edge weight (its own wins ties; other ties fall by
+    hash), for the nodes whose best is another: (nodes, clusters, weights) or None."""
     m = piece.num_rows
     nodes = piece.start + np.arange(m)
     counts = scipy.sparse.csr_matrix(
@@ -161,7 +165,7 @@ def _cluster_piece(piece: Rows, label, size, size_of, limit, salt: int) -> int:
         shape=(m, label.size))
     counts.sum_duplicates()
     if not counts.nnz:
-        return 0
+        return None
     rows_len = np.diff(counts.indptr)
     row = np.repeat(np.arange(m), rows_len)
     cand = counts.indices
@@ -175,20 +179,42 @@ def _cluster_piece(piece: Rows, label, size, size_of, limit, salt: int) -> int:
                                        np.arange(score.size), score.size), starts)
     target = cand[pos]
     movers = np.flatnonzero(target != own[full])
-    if not movers.size:
+    return nodes[full[movers]], target[movers], best[movers]
+
+
+def _join_clusters(proposal, label, size, size_of, limit) -> int:
+    """Move the proposed nodes whose best cluster has room (ParHIP's rule: only the best
+    is tried; a node whose best cluster is full stays this pass). Returns the moves."""
+    if proposal is None or not proposal[0].size:
         return 0
-    # Only the best cluster is tried (ParHIP's rule): a node whose best cluster is full
-    # stays where it is this pass.
-    v, t = nodes[full[movers]], target[movers]
+    v, t, key = proposal
+    keep = label[v] != t                     # a node another piece moved meanwhile
     amounts = size_of[v]
-    fits = ((size[t] + amounts) <= limit).all(axis=1)
-    v, t, key, amounts = v[fits], t[fits], best[movers][fits], amounts[fits]
+    keep &= ((size[t] + amounts) <= limit).all(axis=1)
+    v, t, key, amounts = v[keep], t[keep], key[keep], amounts[keep]
     admit = _admit(t, key, amounts.astype(np.float64), (limit - size).astype(np.float64))
     v, t, amounts = v[admit], t[admit], amounts[admit]
     np.subtract.at(size, label[v], amounts)
     np.add.at(size, t, amounts)
     label[v] = t
     return int(v.size)
+
+
+def _pipelined(pieces, propose, apply, workers: int = 2) -> int:
+    """sum(apply(propose(piece))) over the pieces in order: proposals are computed
+    `workers` at a time in threads (numpy's large operations release the GIL), each
+    against the state as it stands then; moves are applied in order, in this thread,
+    checked again against the state as it stands when they are."""
+    total = 0
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        pending = collections.deque()
+        for piece in pieces:
+            pending.append(pool.submit(propose, piece))
+            if len(pending) >= workers:
+                total += apply(pending.popleft().result())
+        while pending:
+            total += apply(pending.popleft().result())
+    return total
 
 
 def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
@@ -265,10 +291,14 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     over a limit. Updates and returns `parts` (int32[n])."""
     limits = weights.limits(num_parts, tolerance)
     loads = weights.loads(parts, num_parts)
+    def run(salt: int, balance: bool) -> int:
+        return _pipelined(
+            _pieces(adjacency),
+            lambda piece: _move_proposal(piece, parts, weights, loads, limits, num_parts,
+                                         salt, balance),
+            lambda proposal: _move(proposal, parts, loads, limits, balance))
     for p in range(passes):
-        moved = sum(_refine_piece(piece, parts, weights, loads, limits, num_parts,
-                                  seed * 7919 + p, balance=False)
-                    for piece in _pieces(adjacency))
+        moved = run(seed * 7919 + p, balance=False)
         if on_pass is not None:
             on_pass("refine", p, moved)
         if moved < max(1, parts.size // 1000):
@@ -276,9 +306,7 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     for p in range(4 * passes):
         if (loads <= limits + 1e-9).all():
             break
-        moved = sum(_refine_piece(piece, parts, weights, loads, limits, num_parts,
-                                  seed * 7919 + 100 + p, balance=True)
-                    for piece in _pieces(adjacency))
+        moved = run(seed * 7919 + 100 + p, balance=True)
         if on_pass is not None:
             on_pass("balance", p, moved)
         if not moved:
@@ -286,11 +314,15 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     return parts
 
 
-def _refine_piece(piece: Rows, parts, weights: NodeWeights, loads, limits, num_parts: int,
-                  salt: int, balance: bool) -> int:
+def _move_proposal(piece: Rows, parts, weights: NodeWeights, loads, limits,
+                   num_parts: int, salt: int, balance: bool):
+    """For the nodes of one piece, the partition each would best move to (most cut
+    edges saved, room in every constraint; with `balance`, out of a partition over a
+    limit, least cut added): (nodes, their partitions, targets, scores, weights [., C])
+    or None."""
     m = piece.num_rows
     if not m:
-        return 0
+        return None
     nodes = piece.start + np.arange(m)
     own = parts[nodes].astype(np.int64)
     votes = np.bincount(piece.local_rows().astype(np.int64) * num_parts + parts[piece.indices],
@@ -305,8 +337,7 @@ def _refine_piece(piece: Rows, parts, weights: NodeWeights, loads, limits, num_p
         over = loads > limits + 1e-9                             # [P, C]
         # A node may leave an overloaded partition if it carries what is over there.
         helps = ((w > 0) & over[own]).any(axis=1)
-        fits &= helps[:, None]
-        score = np.where(fits, gain, -np.inf)
+        score = np.where(fits & helps[:, None], gain, -np.inf)
     else:
         score = np.where(fits & (gain > 0), gain, -np.inf)
     score = score + 0.49 * _noise(nodes[:, None], np.arange(num_parts)[None], salt)
@@ -314,27 +345,37 @@ def _refine_piece(piece: Rows, parts, weights: NodeWeights, loads, limits, num_p
     best = score[np.arange(m), target]
     movers = np.flatnonzero(np.isfinite(best))
     if not movers.size:
+        return None
+    return nodes[movers], own[movers], target[movers], best[movers], w[movers]
+
+
+def _move(proposal, parts, loads, limits, balance: bool) -> int:
+    """Apply a `_move_proposal` against the loads as they stand: best first, as many as
+    each target has room for (and with `balance`, no more than each source partition
+    needs to get within its limits). Updates parts and loads; returns the moves."""
+    if proposal is None:
         return 0
-    movers = movers[_admit(target[movers], best[movers], w[movers], room)]
-    if balance and movers.size:
-        # Leave no more than each source partition needs to get within its limits.
+    nodes, own, target, best, w = proposal
+    keep = parts[nodes] == own               # a node another piece moved meanwhile
+    nodes, own, target, best, w = (a[keep] for a in (nodes, own, target, best, w))
+    admit = _admit(target, best, w, limits - loads)
+    nodes, own, target, best, w = (a[admit] for a in (nodes, own, target, best, w))
+    if balance and nodes.size:
         excess = np.maximum(loads - limits, 0.0)                 # [P, C]
-        order = np.lexsort((-best[movers], own[movers]))
-        src, amounts = own[movers][order], w[movers][order]
-        cum = np.cumsum(amounts, axis=0)
-        first = np.searchsorted(src, src, side="left")
+        order = np.lexsort((-best, own))
+        nodes, own, target, w = nodes[order], own[order], target[order], w[order]
+        cum = np.cumsum(w, axis=0)
+        first = np.searchsorted(own, own, side="left")
         # What the movers before this one, from the same source, take away.
-        before = cum - amounts - np.where(first[:, None] > 0, cum[np.maximum(first - 1, 0)],
-                                          0.0)
-        still = ((excess[src] - before > 1e-9) & (amounts > 0)).any(axis=1)
-        movers = movers[order][still]
-    if not movers.size:
+        before = cum - w - np.where(first[:, None] > 0, cum[np.maximum(first - 1, 0)], 0.0)
+        still = ((excess[own] - before > 1e-9) & (w > 0)).any(axis=1)
+        nodes, own, target, w = nodes[still], own[still], target[still], w[still]
+    if not nodes.size:
         return 0
-    v, q, src = nodes[movers], target[movers], own[movers]
-    np.subtract.at(loads, src, w[movers])
-    np.add.at(loads, q, w[movers])
-    parts[v] = q
-    return int(movers.size)
+    np.subtract.at(loads, own, w)
+    np.add.at(loads, target, w)
+    parts[nodes] = target
+    return int(nodes.size)
 
 
 # -- the whole scheme -------------------------------------------------------------------
@@ -352,7 +393,7 @@ class MultilevelStats:
 
 def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: float = 0.05,
               seed: int = 0, coarse_entries: int = 1 << 26, workdir: str | None = None,
-              cluster_fraction: float = 1 / 16, max_levels: int = 8,
+              cluster_fraction: float = 1 / 4, max_levels: int = 8,
               log: Callable[[str], None] | None = None
               ) -> tuple[np.ndarray, MultilevelStats]:
     """int32[n]: the partition of each node of `adjacency` (symmetric, no self-loops).
