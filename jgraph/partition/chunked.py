@@ -253,10 +253,13 @@ def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str) -> None
     """Refuse to start when the disk at `where` has less room than the job's peak."""
     node, edge = data_bytes(graph)
     need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts)
-    free = shutil.disk_usage(where or ".").free
+    where = where or "."
+    while not os.path.isdir(where) and os.path.dirname(where) not in ("", where):
+        where = os.path.dirname(where)          # the disk of the nearest folder that exists
+    free = shutil.disk_usage(where).free
     if free < need["peak"]:
         raise PartitionError(
-            f"{where or '.'}: {free / 2**30:.1f} GiB free, but partitioning "
+            f"{where}: {free / 2**30:.1f} GiB free, but partitioning "
             f"{graph.root} needs about {need['peak'] / 2**30:.1f} GiB there (temporary "
             f"adjacency {need['adjacency'] / 2**30:.1f} GiB, edge buckets "
             f"{need['buckets'] / 2**30:.1f} GiB, partitions {need['output'] / 2**30:.1f} GiB)")

@@ -27,9 +27,9 @@ the partitions and loads as they stand after the pieces before.
 """
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
+import itertools
 import os
 from collections.abc import Callable, Iterator
 
@@ -201,19 +201,22 @@ def _join_clusters(proposal, label, size, size_of, limit) -> int:
 
 
 def _pipelined(pieces, propose, apply, workers: int = 2) -> int:
-    """sum(apply(propose(piece))) over the pieces in order: proposals are computed
-    `workers` at a time in threads (numpy's large operations release the GIL), each
-    against the state as it stands then; moves are applied in order, in this thread,
-    checked again against the state as it stands when they are."""
+    """sum(apply(propose(piece))) over the pieces in order, `workers` pieces at a time:
+    their proposals are computed together in threads (numpy's large operations release
+    the GIL), all against the state left by the batches before, then applied in order
+    in this thread, each checked again against the state as it stands. Nothing changes
+    the state while proposals are computed, so the result does not depend on timing."""
     total = 0
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        pending = collections.deque()
-        for piece in pieces:
-            pending.append(pool.submit(propose, piece))
-            if len(pending) >= workers:
-                total += apply(pending.popleft().result())
-        while pending:
-            total += apply(pending.popleft().result())
+        batch = []
+        for piece in itertools.chain(pieces, [None]):
+            if piece is not None:
+                batch.append(piece)
+                if len(batch) < workers:
+                    continue
+            for proposal in list(pool.map(propose, batch)):     # all computed first
+                total += apply(proposal)
+            batch = []
     return total
 
 

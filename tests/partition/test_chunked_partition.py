@@ -293,3 +293,9 @@ def test_plan_names_every_phase_and_grows_with_the_graph(tmp_path, capsys):
     assert "--nodes 'lots'" in capsys.readouterr().err
     assert main(["partition", "--num-parts", "4"]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_an_output_whose_parent_does_not_exist_yet_is_made(tmp_path):
+    save_chunked(load_dataset("cora"), tmp_path / "cora")
+    partition_chunked(tmp_path / "cora", tmp_path / "new" / "parts", ChunkedOptions(2))
+    open_partitions(tmp_path / "new" / "parts").check()
