@@ -132,10 +132,11 @@ def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
 
 
 def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int = 4,
-            seed: int = 0, on_pass: Callable[[int, int], None] | None = None
-            ) -> tuple[np.ndarray, int]:
+            seed: int = 0, parts: np.ndarray | None = None,
+            on_pass: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, int]:
     """Size-constrained label propagation: (int32[n] cluster of each node, numbered
-    0..k-1, and k). `limit` [len(size_columns)]: the most a cluster may hold."""
+    0..k-1, and k). `limit` [len(size_columns)]: the most a cluster may hold; `parts`
+    (int[n]): if given, a node joins only clusters of its own partition."""
     n = adjacency.num_nodes
     cols = weights.size_columns()
     size_of = np.stack([weights.columns[c] for c in cols], axis=1).astype(np.int64)  # [n, S]
@@ -145,7 +146,7 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int =
         salt = seed * 1009 + p
         moved = _pipelined(
             _pieces(adjacency),
-            lambda piece, salt=salt: _cluster_proposal(piece, label, salt),
+            lambda piece, salt=salt: _cluster_proposal(piece, label, salt, parts),
             lambda proposal: _join_clusters(proposal, label, size, size_of, limit))
         if on_pass is not None:
             on_pass(p, moved)
@@ -155,9 +156,11 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int =
     return label.astype(np.int32 if ids.size < 2**31 else np.int64), int(ids.size)
 
 
-def _cluster_proposal(piece: Rows, label, salt: int):
+def _cluster_proposal(piece: Rows, label, salt: int, parts=None):
     """Each node's best cluster by edge weight (its own wins ties; other ties fall by
-    hash), for the nodes whose best is another: (nodes, clusters, weights) or None."""
+    hash; with `parts`, among the clusters of its partition), for the nodes whose best
+    is another: (nodes, clusters, weights) or None. A cluster's id is one of its
+    nodes', so its partition is that node's."""
     m = piece.num_rows
     nodes = piece.start + np.arange(m)
     counts = scipy.sparse.csr_matrix(
@@ -172,13 +175,15 @@ def _cluster_proposal(piece: Rows, label, salt: int):
     own = label[nodes]
     score = (counts.data + 0.5 * (cand == own[row])
              + 0.49 * _noise(nodes[row], cand, salt))
+    if parts is not None:
+        score = np.where(parts[cand] == parts[nodes[row]], score, -np.inf)
     full = np.flatnonzero(rows_len)
     starts = counts.indptr[full]
     best = np.maximum.reduceat(score, starts)
     pos = np.minimum.reduceat(np.where(score == np.repeat(best, rows_len[full]),
                                        np.arange(score.size), score.size), starts)
-    target = cand[pos]
-    movers = np.flatnonzero(target != own[full])
+    target = cand[np.minimum(pos, cand.size - 1)]
+    movers = np.flatnonzero((target != own[full]) & np.isfinite(best))
     return nodes[full[movers]], target[movers], best[movers]
 
 
@@ -396,7 +401,7 @@ class MultilevelStats:
 
 def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: float = 0.05,
               seed: int = 0, coarse_entries: int = 1 << 26, workdir: str | None = None,
-              cluster_fraction: float = 1 / 4, max_levels: int = 8,
+              cluster_fraction: float = 1 / 4, max_levels: int = 8, v_cycles: int = 1,
               log: Callable[[str], None] | None = None
               ) -> tuple[np.ndarray, MultilevelStats]:
     """int32[n]: the partition of each node of `adjacency` (symmetric, no self-loops).
@@ -404,18 +409,57 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     coarse_entries: the largest coarse graph (adjacency entries) METIS partitions;
     coarsening stops there. workdir: where coarse graphs go on disk (None: in memory).
     cluster_fraction: a cluster holds at most this fraction of a partition's nodes
-    and in-edges.
+    and in-edges. v_cycles: further rounds (ParHIP's V-cycles) that coarsen again
+    with clusters inside the partitions found, so that refining a coarse level moves
+    whole clusters between partitions, then refine back down.
     """
     log = log or (lambda message: None)
     n = adjacency.num_nodes
     if num_parts == 1:
         return np.zeros(n, np.int32), MultilevelStats((n,), 0, False)
-    levels = []                                     # (label, adjacency) per coarsening
-    current, current_weights = adjacency, weights
     limit = weights.totals()[weights.size_columns()] / num_parts * cluster_fraction
     limit = np.maximum(limit, 1.0)
+    coarsen = lambda parts, cycle: _coarsen(adjacency, weights, num_parts, limit,
+                                            coarse_entries, max_levels, seed + 101 * cycle,
+                                            workdir, log, parts)
+    levels, current, current_weights = coarsen(None, 0)
+    csr = _sampled(current, coarse_entries, seed)
+    sparsified, coarse_seen = csr.nnz < current.num_entries, int(csr.nnz)
+    log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
+        + (" (a sample keeping every cut's expected weight)" if sparsified else ""))
+    dense = np.stack(current_weights.columns, axis=1).astype(np.float64)
+    parts = part_kway(csr, dense, num_parts, seed=seed, imbalance=tolerance,
+                      spill_dir=workdir).astype(np.int32)
+    del csr, dense
+    level_nodes = tuple(lvl[1].num_nodes for lvl in levels) + (current.num_nodes,)
+    parts = _uncoarsen(levels, current, parts, weights, num_parts, tolerance, seed, log)
+    for cycle in range(1, v_cycles + 1):
+        levels, current, current_weights = coarsen(parts, cycle)
+        if not levels:
+            break
+        coarse_parts = parts
+        for label, _ in levels:
+            projected = np.empty(int(label.max()) + 1, np.int32)
+            projected[label] = coarse_parts          # clusters lie inside one partition
+            coarse_parts = projected
+        coarse_parts = refine(current, coarse_parts, current_weights, num_parts, tolerance,
+                              seed=seed + 101 * cycle)
+        parts = _uncoarsen(levels, current, coarse_parts, weights, num_parts, tolerance,
+                           seed + 101 * cycle, log)
+        log(f"  V-cycle {cycle} done")
+    return parts, MultilevelStats(level_nodes, coarse_seen, sparsified)
+
+
+def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entries: int,
+             max_levels: int, seed: int, workdir, log, parts=None):
+    """Contract clusters level by level until the graph has at most `coarse_entries`
+    entries (or the clusters stop shrinking): ([(label, finer adjacency)] per level,
+    the coarsest adjacency, its weights). With `parts`, clusters stay inside them."""
+    levels = []
+    current, current_weights = adjacency, weights
     while current.num_entries > coarse_entries and len(levels) < max_levels:
         label, k = cluster(current, current_weights, limit, seed=seed + len(levels),
+                           parts=parts,
                            on_pass=lambda p, moved: log(f"  coarsening level "
                                                         f"{len(levels) + 1} pass {p + 1}: "
                                                         f"{moved:,} nodes joined a cluster"))
@@ -426,18 +470,20 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
         root = None if workdir is None else os.path.join(workdir, f"level-{len(levels) + 1}")
         coarse = contract(current, label, k, root)
         levels.append((label, current))
+        if parts is not None:
+            coarse_parts = np.empty(k, np.int32)
+            coarse_parts[label] = parts
+            parts = coarse_parts
         current, current_weights = coarse, current_weights.coarsen(label, k)
         log(f"  level {len(levels)}: coarse graph {coarse.num_entries:,} entries")
-    csr = _sampled(current, coarse_entries, seed)
-    sparsified, coarse_seen = csr.nnz < current.num_entries, int(csr.nnz)
-    log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
-        + (" (a sample keeping every cut's expected weight)" if sparsified else ""))
-    dense = np.stack(current_weights.columns, axis=1).astype(np.float64)
-    parts = part_kway(csr, dense, num_parts, seed=seed, imbalance=tolerance,
-                      spill_dir=workdir).astype(np.int32)
-    del csr, dense
-    # Project down, refining at every level on the way (coarse levels are cheap).
-    level_nodes = [lvl[1].num_nodes for lvl in levels] + [current.num_nodes]
+    return levels, current, current_weights
+
+
+def _uncoarsen(levels, current, parts, weights: NodeWeights, num_parts: int,
+               tolerance: float, seed: int, log) -> np.ndarray:
+    """Project `parts` (of the coarsest graph `current`) down the levels, refining at
+    each (coarse levels are cheap and move whole clusters); deletes the coarse graphs
+    on disk as it leaves them."""
     fine_weights = [weights]
     for label, _ in levels[:-1]:
         fine_weights.append(fine_weights[-1].coarsen(label, int(label.max()) + 1))
@@ -452,4 +498,4 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
                            f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved"))
     if not levels:
         parts = refine(current, parts, weights, num_parts, tolerance, seed=seed)
-    return parts, MultilevelStats(tuple(level_nodes), coarse_seen, sparsified)
+    return parts
