@@ -46,7 +46,7 @@ from jgraph.partition.adjacency import (
     range_bounds,
 )
 from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError
-from jgraph.partition.multilevel import NodeWeights, partition
+from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
 from jgraph.partition.store import (
     FORMAT_VERSION,
     ArraySpec,
@@ -223,13 +223,16 @@ def _check_request(graph: ChunkedGraph, options: ChunkedOptions) -> None:
 
 
 def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
-                  edge_data_bytes: int, num_parts: int) -> dict[str, int]:
+                  edge_data_bytes: int, num_parts: int,
+                  coarse_entries: int = ChunkedOptions.coarse_entries) -> dict[str, int]:
     """Bytes of disk each part of a job needs: the temporary adjacency (its bucket
     records, then one CSR per range), the coarse graphs, the edge buckets, and the
     partition directory itself (CSC, edge ids, edge data, node data, node maps)."""
     ids = 4 if num_nodes < 2**31 else 8
     adjacency = 2 * num_edges * (4 + ids)
-    coarse = adjacency                       # coarse levels shrink; a bound
+    # Two coarse levels at once, each at most SAMPLE_MARGIN x coarse_entries entries
+    # (sampled beyond), as bucket records (16 bytes) while a level is written.
+    coarse = 2 * 16 * min(2 * num_edges, SAMPLE_MARGIN * coarse_entries)
     buckets = num_edges * (ids + 4 + 4 + 8 + edge_data_bytes)
     output = (num_edges * (8 + 4 + 8 + edge_data_bytes) + num_nodes * 16 + node_data_bytes
               + num_parts * 4096)
@@ -252,7 +255,8 @@ def data_bytes(graph: ChunkedGraph) -> tuple[int, int]:
 def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str) -> None:
     """Refuse to start when the disk at `where` has less room than the job's peak."""
     node, edge = data_bytes(graph)
-    need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts)
+    need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts,
+                         options.coarse_entries)
     where = where or "."
     while not os.path.isdir(where) and os.path.dirname(where) not in ("", where):
         where = os.path.dirname(where)          # the disk of the nearest folder that exists

@@ -49,6 +49,9 @@ from jgraph.partition.metis import part_kway
 # entries and rows (a piece's [rows, parts, constraints] feasibility test is the
 # largest array).
 PIECE_ENTRIES, PIECE_ROWS = 1 << 22, 1 << 17
+# A coarse graph is written whole while it has at most this many times the entries
+# METIS takes (`coarse_entries`); beyond, a sample of that size.
+SAMPLE_MARGIN = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,16 +229,24 @@ def _pipelined(pieces, propose, apply, workers: int = 2) -> int:
 
 
 def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
-             entries_per_range: int = 1 << 25):
+             entries_per_range: int = 1 << 25, keep: float = 1.0, seed: int = 0):
     """The coarse graph of the clusters: an edge between two clusters weighs the sum of
     the edges between their members; none inside a cluster. On disk in `root` (one
-    CSR per range of clusters), or in memory without `root`."""
+    CSR per range of clusters), or in memory without `root`. keep < 1: each edge
+    between clusters is kept with that probability and weighs w / keep (decided by a
+    hash of its ends, the same both ways), so the coarse graph's cut weights are
+    unbiased and its size about `keep` times the full one's."""
     def pairs():
         for rows in adjacency.ranges():
-            a = label[rows.start + rows.local_rows()]
-            b = label[rows.indices]
-            keep = a != b
-            yield a[keep], b[keep], rows.entry_weights()[keep]
+            u = rows.start + rows.local_rows()
+            a, b = label[u], label[rows.indices]
+            between = np.flatnonzero(a != b)
+            w = rows.entry_weights()[between]
+            if keep < 1:
+                x, y = u[between], rows.indices[between].astype(np.int64)
+                sampled = _noise(np.minimum(x, y), np.maximum(x, y), seed) < keep
+                between, w = between[sampled], np.maximum(np.rint(w[sampled] / keep), 1)
+            yield a[between], b[between], w.astype(np.int64)
     if root is None:
         blocks = list(pairs())
         cat = lambda i: np.concatenate([blk[i] for blk in blocks])
@@ -250,6 +261,13 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
                               ).astype(np.int64)
     return build_disk_adjacency(root, num_clusters, range_bounds(degree, entries_per_range),
                                 pairs(), merge=True)
+
+
+def _entries_between(adjacency, label: np.ndarray) -> int:
+    """Adjacency entries whose ends lie in different clusters: a coarse graph's size
+    before repeated pairs merge."""
+    return sum(int((label[rows.start + rows.local_rows()] != label[rows.indices]).sum())
+               for rows in adjacency.ranges())
 
 
 def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
@@ -468,7 +486,14 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
         if k < num_parts * 4 or shrink > 0.9:
             break
         root = None if workdir is None else os.path.join(workdir, f"level-{len(levels) + 1}")
-        coarse = contract(current, label, k, root)
+        # A coarse graph far larger than METIS takes is sampled as it is written (its
+        # size on disk bounded), keeping every cut's expected weight.
+        between = _entries_between(current, label)
+        keep = min(1.0, SAMPLE_MARGIN * coarse_entries / max(between, 1))
+        if keep < 1:
+            log(f"  level {len(levels) + 1}: keeping {keep:.1%} of {between:,} entries "
+                f"between clusters")
+        coarse = contract(current, label, k, root, keep=keep, seed=seed + len(levels))
         levels.append((label, current))
         if parts is not None:
             coarse_parts = np.empty(k, np.int32)

@@ -59,7 +59,8 @@ def plan(sizes: GraphSizes, options: ChunkedOptions) -> list[PhasePlan]:
     n, e, chunk = sizes.num_nodes, sizes.num_edges, min(sizes.edges_per_chunk, sizes.num_edges)
     ids = 4 if n < 2**31 else 8
     r, p = min(options.range_entries, 2 * e), options.num_parts
-    disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p)
+    disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
+                         options.coarse_entries)
     weights = (sizes.types + sizes.splits) * n + ids * n          # compact columns
     edges_gb = e * 2 * ids                                        # src + dst chunks
     adjacency_read = 2 * e * ids
