@@ -122,6 +122,33 @@ def _peak_since_reset() -> int:
     return peak_rss_bytes()
 
 
+class NpyAppender:
+    """A .npy file of known shape written front to back, a block at a time, through a
+    file rather than a memory map (a map's written pages count in the process's RSS
+    until it is closed). `append` takes the next rows; `close` checks they filled it."""
+
+    def __init__(self, path: str, dtype, shape: tuple[int, ...]):
+        self.path, self.dtype, self.shape = path, np.dtype(dtype), tuple(shape)
+        self.rows = 0
+        self.file = open(path, "wb")  # noqa: SIM115 (closed by close())
+        np.lib.format.write_array_header_2_0(
+            self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                        "fortran_order": False, "shape": self.shape})
+
+    def append(self, values: np.ndarray, at: int | None = None) -> None:
+        """The next rows; `at` (optional): the row they must start at."""
+        if at is not None and at != self.rows:
+            raise RuntimeError(f"{self.path}: rows from {at} written after {self.rows}")
+        values = np.ascontiguousarray(values, self.dtype)
+        self.file.write(values.tobytes())
+        self.rows += values.shape[0] if values.ndim else 1
+
+    def close(self) -> None:
+        self.file.close()
+        if self.rows != self.shape[0]:
+            raise RuntimeError(f"{self.path}: {self.rows} rows written of {self.shape[0]}")
+
+
 class _Work:
     """The work directory: which phases finished (with their seconds and peak RSS)."""
 
@@ -353,10 +380,12 @@ class _Job:
         coarse = self.work.path("coarse")
         shutil.rmtree(coarse, ignore_errors=True)
         os.makedirs(coarse)
+        began = time.perf_counter()
         parts, stats = partition(adjacency, self.weights(), self.options.num_parts,
                                  tolerance=self.options.tolerance, seed=self.options.seed,
                                  coarse_entries=self.options.coarse_entries, workdir=coarse,
-                                 log=self.progress.note)
+                                 log=lambda message: self.progress.note(
+                                     f"{message} [{time.perf_counter() - began:.0f}s]"))
         np.save(self.work.path("parts.npy"), parts.astype(np.int16 if self.options.num_parts
                                                           <= 2**15 else np.int32))
         shutil.rmtree(coarse, ignore_errors=True)
@@ -474,15 +503,14 @@ class _Job:
             indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
             e = int(indptr[-1])
             np.save(os.path.join(d, "indptr.npy"), indptr)
-            out = {name: np.lib.format.open_memmap(os.path.join(d, f"{name}.npy"), "w+",
-                                                   dtype, (e,))
+            out = {name: NpyAppender(os.path.join(d, f"{name}.npy"), dtype, (e,))
                    for name, dtype in (("indices", np.int64), ("etype", np.int32),
                                        ("edge_ids", np.int64))}
             data_out = {}
             for name, c in g.edge_data.items():
                 os.makedirs(os.path.join(d, "edge"), exist_ok=True)
-                data_out[name] = np.lib.format.open_memmap(
-                    os.path.join(d, "edge", f"{name}.npy"), "w+", c.dtype, (e, *c.shape))
+                data_out[name] = NpyAppender(os.path.join(d, "edge", f"{name}.npy"), c.dtype,
+                                             (e, *c.shape))
             first, last = np.searchsorted(bounds, [lo, hi])
             for b in range(first, last):
                 block = np.fromfile(os.path.join(root, f"{b:05d}.edges.bin"), record)
@@ -490,20 +518,19 @@ class _Job:
                 # stably), so a stable sort leaves equal edges in edge-id order.
                 order = np.lexsort((block["src"], block["etype"], block["dst"]))
                 block = block[order]
-                at = int(indptr[bounds[b] - lo])
-                sl = slice(at, at + block.size)
-                out["indices"][sl] = block["src"]
-                out["etype"][sl] = block["etype"]
-                out["edge_ids"][sl] = block["eid"]
+                at = int(indptr[bounds[b] - lo])       # buckets in order: appended
+                out["indices"].append(block["src"], at)
+                out["etype"].append(block["etype"], at)
+                out["edge_ids"].append(block["eid"], at)
                 for name, c in g.edge_data.items():
                     values = np.fromfile(os.path.join(root, f"{b:05d}.{name}.bin"),
                                          c.dtype).reshape(-1, *c.shape)
-                    data_out[name][sl] = values[order]
+                    data_out[name].append(values[order], at)
                 halo_mark[block["src"]] = True
                 meter.update(block.size)
                 del block, order
-            for array in (*out.values(), *data_out.values()):
-                array.flush()
+            for appender in (*out.values(), *data_out.values()):
+                appender.close()
             del out, data_out
             halo_mark[lo:hi] = False
             halo = np.flatnonzero(halo_mark).astype(np.int64)
@@ -560,8 +587,7 @@ class _Job:
                         path = os.path.join(part_dir(self.staging, k), "node", ntype,
                                             *([name, leaf] if leaf else [name])) + ".npy"
                         os.makedirs(os.path.dirname(path), exist_ok=True)
-                        outs.append(np.lib.format.open_memmap(
-                            path, "w+", dtype, (int(counts[k, t]), *shape)))
+                        outs.append(NpyAppender(path, dtype, (int(counts[k, t]), *shape)))
                     for i, f in enumerate(files):
                         rows = np.asarray(g.load(f))
                         new = np.asarray(inverse[g.type_offsets()[t] + c.starts[i]
@@ -570,15 +596,17 @@ class _Job:
                         order = np.argsort(owner, kind="stable")
                         cuts = np.searchsorted(owner[order], np.arange(p + 1))
                         for k in np.flatnonzero(np.diff(cuts)):
+                            # A partition's rows of a type are in original order, so a
+                            # chunk's rows of partition k come next in its file.
                             sel = order[cuts[k]:cuts[k + 1]]
-                            outs[k][new[sel] - ntype_offsets[k, t]] = rows[sel]
+                            outs[k].append(rows[sel], int(new[sel[0]] - ntype_offsets[k, t]))
                         if leaf != "indices" and np.dtype(c.dtype).kind in "iu":
                             ranges[f"{ntype}/{name}"] = _widen(ranges.get(f"{ntype}/{name}"),
                                                                rows)
                         if leaf != "indices":
                             meter.update(rows.shape[0])
-                    for array in outs:
-                        array.flush()
+                    for appender in outs:
+                        appender.close()
                     del outs
         return {"node_data_ranges": ranges}
 

@@ -14,9 +14,11 @@ import dataclasses
 from jgraph.partition.chunked import PHASES, ChunkedOptions, data_bytes, estimate_disk
 from jgraph.partition.multilevel import PIECE_ENTRIES
 
-# METIS's memory per adjacency entry of the coarse graph, with the finer levels of its
-# own coarsening on disk (`jgraph.partition.metis`), and per coarse node.
-METIS_ENTRY_BYTES, METIS_NODE_BYTES = 40, 200
+# Memory per adjacency entry of the coarse graph METIS partitions: the sample read into
+# memory and its CSR (some 60 bytes), and METIS with the finer levels of its own
+# coarsening on disk (`jgraph.partition.metis`, some 40): the 100M-edge R-MAT's
+# assignment peaked at 3.5 GB with a 33.6M-entry coarse graph.
+METIS_ENTRY_BYTES = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,25 +72,25 @@ def plan(sizes: GraphSizes, options: ChunkedOptions) -> list[PhasePlan]:
     rows = [
         # in-degree and adjacency degree int64, one bincount's int64 [n]; a chunk as
         # int64 ids, etype, the loop test and the kept copies.
-        PhasePlan("scan", 24 * n + 40 * chunk, 0, f"the edge chunks once ({gib(edges_gb)})"),
+        # (A chunk's mapped pages count too: some 45 bytes an edge measured in all.)
+        PhasePlan("scan", 24 * n + 45 * chunk, 0, f"the edge chunks once ({gib(edges_gb)})"),
         # degrees and their running sum; per chunk both directions as int64, the
         # bucket records and their order; per range its records, keys and sorted keys.
-        PhasePlan("adjacency", max(16 * n + 80 * chunk, 28 * r), disk["adjacency"],
+        PhasePlan("adjacency", max(16 * n + 130 * chunk, 28 * r), disk["adjacency"],
                   f"the edge chunks once ({gib(edges_gb)})"),
         # the balance weights; the finest level's cluster labels (int32), cluster sizes
         # and node sizes in nodes and edges (int64 [n, 2] each), the relabelling's
         # temporaries; one piece; then METIS on the coarse graph.
         PhasePlan("assignment",
                   max(weights + 4 * n + 32 * n + 12 * n + piece,
-                      weights + 4 * n + METIS_ENTRY_BYTES * coarse
-                      + METIS_NODE_BYTES * min(n, coarse)),
+                      weights + 8 * n + METIS_ENTRY_BYTES * coarse),
                   disk["adjacency"] + disk["coarse"],
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
                   f"({gib(adjacency_read)} each at the finest)"),
         # parts, node_map, its inverse, argsort's and the type ids' temporaries.
         PhasePlan("relabel", 36 * n, 16 * n, "nothing but the assignment"),
         # parts and the inverse map; a chunk in new ids, its bucket records and order.
-        PhasePlan("bucketing", 12 * n + 60 * chunk, 16 * n + disk["buckets"],
+        PhasePlan("bucketing", 12 * n + 110 * chunk, 16 * n + disk["buckets"],
                   f"the edge chunks once ({gib(edges_gb)})"),
         # the halo marks, one partition's degrees and CSC offsets, one range of edge
         # records with its sort.
