@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from jgraph.atomic import publish
+from jgraph.atomic import publish, writer, writer_alive
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.partition.adjacency import (
     DiskAdjacency,
@@ -156,6 +156,10 @@ class _Work:
         self.root = root
         self.record = os.path.join(root, "job.json")
         state = None
+        owner = _read(os.path.join(root, "writer"))
+        if owner and owner != writer() and writer_alive(owner):
+            raise PartitionError(f"{root}: another job ({owner}) is writing this partition "
+                                 f"directory; wait for it, or give another --out")
         if os.path.isdir(root):
             try:
                 with open(self.record) as f:
@@ -170,6 +174,8 @@ class _Work:
                 progress.note(f"resuming after phase {list(state['phases'])[-1]!r} "
                               f"({root})")
         os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, "writer"), "w") as f:
+            f.write(writer())
         self.state = state or {"identity": identity, "phases": {}}
         self._save()
 
@@ -229,6 +235,14 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     publish(staging, out)
     shutil.rmtree(work.root, ignore_errors=True)
     return meta
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def _stamp(path: str) -> list:

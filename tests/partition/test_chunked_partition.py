@@ -299,3 +299,22 @@ def test_an_output_whose_parent_does_not_exist_yet_is_made(tmp_path):
     save_chunked(load_dataset("cora"), tmp_path / "cora")
     partition_chunked(tmp_path / "cora", tmp_path / "new" / "parts", ChunkedOptions(2))
     open_partitions(tmp_path / "new" / "parts").check()
+
+
+def test_a_second_job_on_the_same_output_is_refused_while_the_first_runs(tmp_path):
+    import subprocess
+    import sys
+    save_chunked(load_dataset("cora"), tmp_path / "cora")
+    work = Path(str(tmp_path / "out") + chunked_route.WORK)
+    work.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        from jgraph.atomic import writer
+        (work / "writer").write_text(writer().rsplit("-", 1)[0] + f"-{sleeper.pid}")
+        with pytest.raises(PartitionError, match="another job .* is writing"):
+            partition_chunked(tmp_path / "cora", tmp_path / "out", ChunkedOptions(2))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    partition_chunked(tmp_path / "cora", tmp_path / "out", ChunkedOptions(2))  # then it may
+    open_partitions(tmp_path / "out").check()
