@@ -144,9 +144,9 @@ def assign(graph: Graph, num_parts: int, method: Method | str, *, seed: int = 0,
                              NodeWeights(constraints.names,
                                          tuple(w[:, c] for c in range(w.shape[1]))),
                              num_parts, tolerance=tolerance, seed=seed, workdir=None)
-        parts = _fill_empty(parts, num_parts)
+        parts = fill_empty(parts, num_parts)
     elif method is Method.METIS:
-        parts = _fill_empty(part_kway(adjacency, constraints.weights, num_parts, seed=seed,
+        parts = fill_empty(part_kway(adjacency, constraints.weights, num_parts, seed=seed,
                                       imbalance=tolerance, backend=backend,
                                       spill_dir=spill_dir), num_parts)
     elif method is Method.GIVEN:
@@ -217,7 +217,7 @@ def parse_method(method: Method | str) -> Method:
                              f"{[m.value for m in Method]}") from None
 
 
-def _fill_empty(parts: np.ndarray, num_parts: int) -> np.ndarray:
+def fill_empty(parts: np.ndarray, num_parts: int) -> np.ndarray:
     """METIS may leave a partition empty on tiny or disconnected graphs; give it a node."""
     sizes = np.bincount(parts, minlength=num_parts)
     for p in np.flatnonzero(sizes == 0):

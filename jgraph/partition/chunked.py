@@ -45,7 +45,7 @@ from jgraph.partition.adjacency import (
     build_disk_adjacency,
     range_bounds,
 )
-from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError
+from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError, fill_empty
 from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
 from jgraph.partition.store import (
     FORMAT_VERSION,
@@ -400,6 +400,7 @@ class _Job:
                                  coarse_entries=self.options.coarse_entries, workdir=coarse,
                                  log=lambda message: self.progress.note(
                                      f"{message} [{time.perf_counter() - began:.0f}s]"))
+        parts = fill_empty(parts, self.options.num_parts)
         np.save(self.work.path("parts.npy"), parts.astype(np.int16 if self.options.num_parts
                                                           <= 2**15 else np.int32))
         shutil.rmtree(coarse, ignore_errors=True)

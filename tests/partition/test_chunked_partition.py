@@ -318,3 +318,12 @@ def test_a_second_job_on_the_same_output_is_refused_while_the_first_runs(tmp_pat
         sleeper.wait()
     partition_chunked(tmp_path / "cora", tmp_path / "out", ChunkedOptions(2))  # then it may
     open_partitions(tmp_path / "out").check()
+
+
+def test_as_many_parts_as_nodes_leaves_no_partition_empty(tmp_path):
+    graph = Graph.homogeneous([0, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 0], 8,
+                              node_data={"label": np.arange(8) % 2})
+    save_chunked(graph, tmp_path / "ring")
+    meta = partition_chunked(tmp_path / "ring", tmp_path / "out", ChunkedOptions(8))
+    assert [p.num_nodes for p in meta.parts] == [1] * 8
+    open_partitions(tmp_path / "out").check()
