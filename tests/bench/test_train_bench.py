@@ -143,3 +143,22 @@ def test_the_hot_node_cache_in_training_moves_fewer_bytes_and_trains_the_same(ca
         assert on["wire_bytes_per_step"] < off["wire_bytes_per_step"]
         # The cache answers the same rows: the same training, step for step.
         assert on["final_loss"] == off["final_loss"]
+
+
+def test_bench_train_reads_a_partition_directory_or_a_chunked_graph_as_training_does(
+        tmp_path, capsys):
+    from jgraph.data import save_chunked
+    save_chunked(load_dataset("cora"), tmp_path / "chunked", edges_per_chunk=3000)
+    partition_graph(load_dataset("cora"), 2, "metis", str(tmp_path / "parts"), seed=0)
+    rows = {}
+    for name in ("parts", "chunked"):
+        code = main(["bench", "train", str(tmp_path / name), "--epochs", "1", *SMALL])
+        out, _ = capsys.readouterr()
+        assert code == 0
+        rows[name] = json.loads(out.strip().splitlines()[-1])
+        assert rows[name]["seeds_per_epoch"] == CORA_TRAIN and rows[name]["devices"] == 2
+    assert rows["parts"]["method"] == "metis" and rows["chunked"]["method"] == "multilevel"
+    # A partition directory of another part count is refused, naming both counts.
+    code = main(["bench", "train", str(tmp_path / "parts"), "--epochs", "1",
+                 *[a if a != "2" else "4" for a in SMALL]])
+    assert code == 2 and "holds 2 partitions" in capsys.readouterr().err
