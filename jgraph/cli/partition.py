@@ -184,11 +184,15 @@ def _count(flag: str, text: str) -> int:
     scale = {"k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}
     try:
         if text[-1:].lower() in scale:
-            return int(float(text[:-1]) * scale[text[-1].lower()])
-        return int(float(text))
+            value = int(float(text[:-1]) * scale[text[-1].lower()])
+        else:
+            value = int(float(text))
     except ValueError:
-        raise PartitionError(f"{flag} {text!r}: give a count such as 111M, 3.2B or "
-                             f"1e9") from None
+        value = 0
+    if value < 1:
+        raise PartitionError(f"{flag} {text!r}: give a positive count such as 111M, 3.2B "
+                             f"or 1e9")
+    return value
 
 
 def run_partition(args) -> int:

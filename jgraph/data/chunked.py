@@ -217,6 +217,11 @@ class ChunkedGraph:
         self.relations = [Relation(*r) for r in raw["relations"]]
         if not self.relations:
             raise DatasetError(self._where("'relations' is empty"))
+        names = [r.name for r in self.relations]
+        if len(set(names)) != len(names):
+            twice = sorted({x for x in names if names.count(x) > 1})
+            raise DatasetError(self._where(f"relations: names must be unique, {twice} "
+                                           f"appear more than once"))
         for r in self.relations:
             for t in (r.src_type, r.dst_type):
                 if t not in self.num_nodes:
@@ -312,6 +317,9 @@ class ChunkedGraph:
                 if not ids and c.sparse is None and dtype != np.dtype(c.dtype):
                     raise DatasetError(f"{os.path.join(self.root, f)}: {field} holds {dtype}, "
                                        f"metadata.json says {c.dtype}")
+                if c.sparse is not None and dtype != np.dtype(np.int32):
+                    raise DatasetError(f"{os.path.join(self.root, f)}: {field} sparse indices "
+                                       f"hold {dtype}, expected int32 columns")
                 if c.sparse is not None:
                     vpath = os.path.join(self.root, c.value_files[i])
                     vshape, vdtype = npy_header(vpath)
@@ -331,6 +339,12 @@ class ChunkedGraph:
                 check(f"splits.{t}.{name}", c, ids=True)
 
     # -- views ------------------------------------------------------------------------
+
+    def all_chunks(self) -> list[Chunks]:
+        """Every array's chunks: edges, edge data, node data, splits."""
+        return [*self.edges.values(), *self.edge_data.values(),
+                *(c for named in self.node_data.values() for c in named.values()),
+                *(c for named in self.splits.values() for c in named.values())]
 
     @property
     def node_types(self) -> tuple[str, ...]:
@@ -370,7 +384,10 @@ class ChunkedGraph:
         src = np.asarray(self.load(c.files[i]), dtype=np.int64)
         dst = np.asarray(self.load(self.edges["dst"].files[i]), dtype=np.int64)
         if "etype" in self.edges:
-            etype = np.asarray(self.load(self.edges["etype"].files[i]), dtype=np.int32)
+            etype = np.asarray(self.load(self.edges["etype"].files[i]))
+            if check and etype.size and (etype.min() < 0 or etype.max() >= len(self.relations)):
+                self._check_edges(i, start, src, dst, etype.astype(np.int64))
+            etype = etype.astype(np.int32)
         else:
             etype = np.zeros(src.size, np.int32)
         if check:
@@ -641,6 +658,9 @@ class ChunkedWriter:
         """The next rows (in id order) of node array `name` of type `ntype`: an array,
         or `SparseRows` for sparse rows."""
         ntype = self._type(ntype)
+        if name.endswith((".indices", ".values")):
+            raise GraphError(f"node data {name!r}: names ending in .indices or .values are "
+                             f"kept for the files of sparse rows")
         entry = self._node_data.setdefault(ntype, {}).get(name)
         start = sum(entry["rows"]) if entry else 0
         what = f"type {ntype!r} rows {start}.."

@@ -61,6 +61,10 @@ WORK = ".work"
 METHOD = "multilevel"
 PHASES = ("scan", "adjacency", "assignment", "relabel", "bucketing", "partitions",
           "node data")
+# Node data rows copied at a time (a chunk of any size is read a block at a time).
+ROWS_PER_BLOCK = 1 << 20
+# Temporary folders of the work directory that no phase after the named one reads.
+LEFTOVERS = {"assignment": ("adjacency", "coarse"), "partitions": ("buckets",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +84,15 @@ class ChunkedOptions:
     tolerance: float = 0.05
     range_entries: int = 1 << 25
     coarse_entries: int = 1 << 25
+
+    def __post_init__(self):
+        for name, least in (("num_parts", 1), ("range_entries", 1 << 10),
+                            ("coarse_entries", 1 << 10)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or value < least:
+                raise PartitionError(f"{name} (--{name.replace('_', '-')}) must be an "
+                                     f"integer >= {least}, got {value!r}")
 
 
 def bounded_route(path, method) -> bool:
@@ -166,8 +179,12 @@ class _Work:
                     state = json.load(f)
             except (OSError, ValueError):
                 state = None
-            if state is None or state.get("identity") != identity:
-                progress.note(f"{root}: left by a different or unreadable job; starting over")
+            staged = os.path.isfile(os.path.join(root, "out", "node_map.npy"))
+            relabelled = state is not None and "relabel" in state.get("phases", {})
+            if (state is None or state.get("identity") != identity
+                    or state.get("publishing") or (relabelled and not staged)):
+                progress.note(f"{root}: left by a different, finished or unreadable job; "
+                              f"starting over")
                 shutil.rmtree(root)
                 state = None
             elif state["phases"]:
@@ -183,6 +200,10 @@ class _Work:
         with open(self.record + ".tmp", "w") as f:
             json.dump(self.state, f, indent=1)
         os.replace(self.record + ".tmp", self.record)
+
+    def publishing(self) -> None:
+        self.state["publishing"] = True
+        self._save()
 
     def done(self, phase: str) -> bool:
         return phase in self.state["phases"]
@@ -211,27 +232,36 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     out = os.path.realpath(os.fspath(out_dir))
     if check_out is not None:
         check_out(out, overwrite)
-    identity = {"input": os.path.realpath(graph.root),
-                "metadata": _stamp(os.path.join(graph.root, "metadata.json")),
-                "options": dataclasses.asdict(options), "version": 1}
-    check_disk(graph, options, os.path.dirname(out))
+    identity = {"input": os.path.realpath(graph.root), "files": _stamp(graph),
+                "options": dataclasses.asdict(options), "version": 2}
     work = _Work(out + WORK, identity, progress)
+    try:
+        check_disk(graph, options, os.path.dirname(out), already=_bytes_under(work.root))
+        _open_files_for(graph, options)
+    except PartitionError:
+        if not work.state["phases"]:
+            shutil.rmtree(work.root, ignore_errors=True)     # nothing begun: nothing left
+        raise
     staging = work.path("out")
     os.makedirs(staging, exist_ok=True)
     job = _Job(graph, options, work, staging, progress)
     for name, run in zip(PHASES, (job.scan, job.adjacency, job.assignment, job.relabel,
                                   job.bucketing, job.partitions, job.node_data)):
-        if work.done(name):
-            continue
-        with progress.phase(name):
-            _reset_peak()
-            began = time.perf_counter()
-            facts = run() or {}
-            work.finish(name, time.perf_counter() - began, _peak_since_reset(), **facts)
+        if not work.done(name):
+            with progress.phase(name):
+                _reset_peak()
+                began = time.perf_counter()
+                facts = run() or {}
+                work.finish(name, time.perf_counter() - began, _peak_since_reset(), **facts)
+        # What a finished phase leaves behind for no later one goes only once it is
+        # recorded (again on a resume: a job killed while deleting it resumes).
+        for leftover in LEFTOVERS.get(name, ()):
+            shutil.rmtree(work.path(leftover), ignore_errors=True)
     meta = job.meta(time.perf_counter() - start)
     write_meta(staging, meta)
     if check_out is not None:
         check_out(out, overwrite)
+    work.publishing()           # a job found in this state later starts over
     publish(staging, out)
     shutil.rmtree(work.root, ignore_errors=True)
     return meta
@@ -245,9 +275,35 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _stamp(path: str) -> list:
-    st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns]
+def _stamp(graph: ChunkedGraph) -> list:
+    """The input's identity: metadata.json's and every chunk file's size and time (a
+    stat a file), so a job does not resume over an input changed since it began."""
+    paths = [os.path.join(graph.root, "metadata.json")] + [
+        graph.path(f) for c in graph.all_chunks() for f in (*c.files, *c.value_files)]
+    total, latest = 0, 0
+    for path in paths:
+        st = os.stat(path)
+        total, latest = total + st.st_size, max(latest, st.st_mtime_ns)
+    return [len(paths), total, latest]
+
+
+def _bytes_under(root: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(root)
+               for f in files)
+
+
+def _open_files_for(graph: ChunkedGraph, options: ChunkedOptions) -> None:
+    """Raise the open-file limit to what the phases keep open at once (a bucket file
+    a node range, a file a partition), or refuse before any phase if it cannot be."""
+    ranges = 2 * graph.num_edges // options.range_entries + options.num_parts + 2
+    need = ranges * (1 + len(graph.edge_data)) + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise PartitionError(f"partitioning {graph.root} keeps about {need} files open "
+                                 f"and the open-file limit is {hard}: raise it (ulimit -n), "
+                                 f"or give a larger --range-entries")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def _check_request(graph: ChunkedGraph, options: ChunkedOptions) -> None:
@@ -293,15 +349,17 @@ def data_bytes(graph: ChunkedGraph) -> tuple[int, int]:
     return int(node), int(edge)
 
 
-def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str) -> None:
-    """Refuse to start when the disk at `where` has less room than the job's peak."""
+def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str,
+               already: int = 0) -> None:
+    """Refuse to start when the disk at `where` has less room than the job's peak
+    (`already`: bytes a resumed job's work directory holds, counted as room)."""
     node, edge = data_bytes(graph)
     need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts,
                          options.coarse_entries)
     where = where or "."
     while not os.path.isdir(where) and os.path.dirname(where) not in ("", where):
         where = os.path.dirname(where)          # the disk of the nearest folder that exists
-    free = shutil.disk_usage(where).free
+    free = shutil.disk_usage(where).free + already
     if free < need["peak"]:
         raise PartitionError(
             f"{where}: {free / 2**30:.1f} GiB free, but partitioning "
@@ -344,7 +402,7 @@ class _Job:
         for t, named in self.graph.splits.items():
             for name in named:
                 self.graph.split(t, name)          # checked: sorted, unique, in range
-        np.save(self.work.path("in_degree.npy"), in_degree.astype(self.ids))
+        np.save(self.work.path("in_degree.npy"), in_degree)
         np.save(self.work.path("degree.npy"), degree)
         return {"self_loops": loops}
 
@@ -391,6 +449,9 @@ class _Job:
 
     def assignment(self) -> dict:
         adjacency = DiskAdjacency.open(self.work.path("adjacency"))
+        if adjacency is None:
+            raise PartitionError(f"{self.work.path('adjacency')}: the adjacency phase's "
+                                 f"files are missing; delete {self.work.root} to start over")
         coarse = self.work.path("coarse")
         shutil.rmtree(coarse, ignore_errors=True)
         os.makedirs(coarse)
@@ -403,8 +464,6 @@ class _Job:
         parts = fill_empty(parts, self.options.num_parts)
         np.save(self.work.path("parts.npy"), parts.astype(np.int16 if self.options.num_parts
                                                           <= 2**15 else np.int32))
-        shutil.rmtree(coarse, ignore_errors=True)
-        adjacency.remove()
         return {"levels": list(stats.level_nodes), "coarse_entries": stats.coarse_entries,
                 "coarse_sparsified": stats.sparsified}
 
@@ -472,8 +531,8 @@ class _Job:
         ranges = dict.fromkeys(names)
         with contextlib.ExitStack() as stack:
             files = {(b, key): stack.enter_context(
-                         open(os.path.join(root, f"{b:05d}.{key}.bin"), "wb"))
-                     for b in range(bounds.size - 1) for key in ["edges", *names]}
+                         open(os.path.join(root, _bucket_file(b, key)), "wb"))
+                     for b in range(bounds.size - 1) for key in [None, *names]}
             for i, chunk in enumerate(self._edge_pass("bucketing (pass 3 of 3 over the edges)")):
                 cut += int((parts[chunk.src] != parts[chunk.dst]).sum())
                 new_dst = inverse[chunk.dst]
@@ -491,7 +550,7 @@ class _Job:
                     ranges[name] = _widen(ranges[name], values)
                 cuts = np.searchsorted(which, np.arange(bounds.size))
                 for b in np.flatnonzero(np.diff(cuts)):
-                    block[cuts[b]:cuts[b + 1]].tofile(files[b, "edges"])
+                    block[cuts[b]:cuts[b + 1]].tofile(files[b, None])
                     for name, values in data.items():
                         np.ascontiguousarray(values[cuts[b]:cuts[b + 1]]).tofile(files[b, name])
         return {"cut_edges": cut, "edge_data_ranges": {k: v for k, v in ranges.items()
@@ -528,7 +587,7 @@ class _Job:
                                              (e, *c.shape))
             first, last = np.searchsorted(bounds, [lo, hi])
             for b in range(first, last):
-                block = np.fromfile(os.path.join(root, f"{b:05d}.edges.bin"), record)
+                block = np.fromfile(os.path.join(root, _bucket_file(b, None)), record)
                 # The records came in edge-id order (chunks in order, each sorted by bucket
                 # stably), so a stable sort leaves equal edges in edge-id order.
                 order = np.lexsort((block["src"], block["etype"], block["dst"]))
@@ -538,7 +597,7 @@ class _Job:
                 out["etype"].append(block["etype"], at)
                 out["edge_ids"].append(block["eid"], at)
                 for name, c in g.edge_data.items():
-                    values = np.fromfile(os.path.join(root, f"{b:05d}.{name}.bin"),
+                    values = np.fromfile(os.path.join(root, _bucket_file(b, name)),
                                          c.dtype).reshape(-1, *c.shape)
                     data_out[name].append(values[order], at)
                 halo_mark[block["src"]] = True
@@ -560,7 +619,6 @@ class _Job:
         split_sizes = self._write_splits(offsets, ntype_offsets)
         for k, info in enumerate(infos):
             info["splits"] = split_sizes[k]
-        shutil.rmtree(root, ignore_errors=True)
         return {"parts": infos}
 
     def _write_splits(self, offsets, ntype_offsets) -> list[dict]:
@@ -603,23 +661,31 @@ class _Job:
                                             *([name, leaf] if leaf else [name])) + ".npy"
                         os.makedirs(os.path.dirname(path), exist_ok=True)
                         outs.append(NpyAppender(path, dtype, (int(counts[k, t]), *shape)))
-                    for i, f in enumerate(files):
-                        rows = np.asarray(g.load(f))
-                        new = np.asarray(inverse[g.type_offsets()[t] + c.starts[i]
-                                                 + np.arange(rows.shape[0])])
-                        owner = np.searchsorted(offsets, new, side="right") - 1
-                        order = np.argsort(owner, kind="stable")
-                        cuts = np.searchsorted(owner[order], np.arange(p + 1))
-                        for k in np.flatnonzero(np.diff(cuts)):
-                            # A partition's rows of a type are in original order, so a
-                            # chunk's rows of partition k come next in its file.
-                            sel = order[cuts[k]:cuts[k + 1]]
-                            outs[k].append(rows[sel], int(new[sel[0]] - ntype_offsets[k, t]))
-                        if leaf != "indices" and np.dtype(c.dtype).kind in "iu":
-                            ranges[f"{ntype}/{name}"] = _widen(ranges.get(f"{ntype}/{name}"),
-                                                               rows)
-                        if leaf != "indices":
-                            meter.update(rows.shape[0])
+                    try:
+                        for i, f in enumerate(files):
+                            chunk = g.load(f)               # memory-mapped, read a block at a time
+                            for a in range(0, chunk.shape[0], ROWS_PER_BLOCK):
+                                rows = np.asarray(chunk[a:a + ROWS_PER_BLOCK])
+                                first = g.type_offsets()[t] + c.starts[i] + a
+                                new = np.asarray(inverse[first:first + rows.shape[0]])
+                                owner = np.searchsorted(offsets, new, side="right") - 1
+                                order = np.argsort(owner, kind="stable")
+                                cuts = np.searchsorted(owner[order], np.arange(p + 1))
+                                for k in np.flatnonzero(np.diff(cuts)):
+                                    # A partition's rows of a type are in original order, so
+                                    # a block's rows of partition k come next in its file.
+                                    sel = order[cuts[k]:cuts[k + 1]]
+                                    outs[k].append(rows[sel],
+                                                   int(new[sel[0]] - ntype_offsets[k, t]))
+                                if leaf != "indices" and np.dtype(c.dtype).kind in "iu":
+                                    ranges[f"{ntype}/{name}"] = _widen(
+                                        ranges.get(f"{ntype}/{name}"), rows)
+                                if leaf != "indices":
+                                    meter.update(rows.shape[0])
+                    except BaseException:
+                        for appender in outs:         # no file left open
+                            appender.file.close()
+                        raise
                     for appender in outs:
                         appender.close()
                     del outs
@@ -679,6 +745,11 @@ class _Job:
             for a in range(0, etype.size, 1 << 24):
                 total += np.bincount(etype[a:a + (1 << 24)], minlength=r)
         return total.tolist()
+
+
+def _bucket_file(bucket: int, data: str | None) -> str:
+    """The temporary file of one bucket's edge records (data None) or edge data array."""
+    return f"{bucket:05d}.records.bin" if data is None else f"{bucket:05d}.data.{data}.bin"
 
 
 def _widen(bounds, values: np.ndarray):

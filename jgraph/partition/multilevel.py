@@ -52,6 +52,8 @@ PIECE_ENTRIES, PIECE_ROWS = 1 << 22, 1 << 17
 # A coarse graph is written whole while it has at most this many times the entries
 # METIS takes (`coarse_entries`); beyond, a sample of that size.
 SAMPLE_MARGIN = 4
+# The most METIS's edge weights may add up to (it sums them in 32-bit integers).
+METIS_WEIGHT_TOTAL = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,15 +111,20 @@ def _noise(ids: np.ndarray, other: np.ndarray, salt: int) -> np.ndarray:
     return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def _pieces(adjacency) -> Iterator[Rows]:
+def _pieces(adjacency, cells_per_row: int = 1) -> Iterator[Rows]:
+    """The adjacency in pieces; `cells_per_row`: the width of the widest per-row array a
+    piece builds (refinement's [rows, parts, constraints] test), which bounds its rows
+    so that array stays within PIECE_ENTRIES cells whatever the part count."""
+    max_rows = max(1, min(PIECE_ROWS, PIECE_ENTRIES // max(cells_per_row, 1)))
     for rows in adjacency.ranges():
-        yield from rows.split(PIECE_ENTRIES, PIECE_ROWS)
+        yield from rows.split(PIECE_ENTRIES, max_rows)
 
 
 def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
            room: np.ndarray) -> np.ndarray:
     """bool[m]: which of m requests to admit, best `key` first within each target, while
-    the running sum of `amounts` [m, C] for that target stays within `room[target]`."""
+    the running sum of `amounts` [m, C] for that target stays within `room` [m, C] (each
+    request's target's room; requests to one target carry the same)."""
     if not target.size:
         return np.zeros(0, bool)
     order = np.lexsort((-key, target))
@@ -125,7 +132,7 @@ def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
     cum = np.cumsum(a, axis=0)
     first = np.searchsorted(t, t, side="left")
     before = np.where(first[:, None] > 0, cum[np.maximum(first - 1, 0)], 0.0)
-    within = ((cum - before) <= room[t] + 1e-9).all(axis=1)
+    within = ((cum - before) <= room[order] + 1e-9).all(axis=1)
     out = np.zeros(target.size, bool)
     out[order] = within
     return out
@@ -200,7 +207,8 @@ def _join_clusters(proposal, label, size, size_of, limit) -> int:
     amounts = size_of[v]
     keep &= ((size[t] + amounts) <= limit).all(axis=1)
     v, t, key, amounts = v[keep], t[keep], key[keep], amounts[keep]
-    admit = _admit(t, key, amounts.astype(np.float64), (limit - size).astype(np.float64))
+    # Room of each request's cluster only: never a whole [clusters] array per piece.
+    admit = _admit(t, key, amounts.astype(np.float64), (limit - size[t]).astype(np.float64))
     v, t, amounts = v[admit], t[admit], amounts[admit]
     np.subtract.at(size, label[v], amounts)
     np.add.at(size, t, amounts)
@@ -238,7 +246,7 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
     unbiased and its size about `keep` times the full one's."""
     def pairs():
         for rows in adjacency.ranges():
-            u = rows.start + rows.local_rows()
+            u = rows.start + rows.local_rows().astype(np.int64)
             a, b = label[u], label[rows.indices]
             between = np.flatnonzero(a != b)
             w = rows.entry_weights()[between]
@@ -266,7 +274,8 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
 def _entries_between(adjacency, label: np.ndarray) -> int:
     """Adjacency entries whose ends lie in different clusters: a coarse graph's size
     before repeated pairs merge."""
-    return sum(int((label[rows.start + rows.local_rows()] != label[rows.indices]).sum())
+    return sum(int((label[rows.start + rows.local_rows().astype(np.int64)]
+                    != label[rows.indices]).sum())
                for rows in adjacency.ranges())
 
 
@@ -302,8 +311,14 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
         cat = lambda i: np.concatenate([p[i] for p in pieces])
         n = adjacency.num_nodes
         csr = scipy.sparse.csr_matrix((cat(2), (cat(0), cat(1))), shape=(n, n))
-    csr = csr.tocsr()
-    csr.data = np.minimum(csr.data, 1 << 24).astype(np.int64)
+    csr = scipy.sparse.csr_matrix(csr, copy=True)         # never the caller's matrix
+    csr.sum_duplicates()                 # METIS takes a simple graph: repeats add up
+    # METIS sums edge weights in 32-bit integers (cuts, degrees): scale them so that
+    # their total stays below 2^30, keeping every edge at least 1.
+    total = float(csr.data.sum()) if csr.nnz else 0.0
+    if total > METIS_WEIGHT_TOTAL:
+        csr.data = np.maximum(np.rint(csr.data * (METIS_WEIGHT_TOTAL / total)), 1)
+    csr.data = csr.data.astype(np.int64)
     return csr
 
 
@@ -319,7 +334,7 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     loads = weights.loads(parts, num_parts)
     def run(salt: int, balance: bool) -> int:
         return _pipelined(
-            _pieces(adjacency),
+            _pieces(adjacency, num_parts * len(weights.columns)),
             lambda piece: _move_proposal(piece, parts, weights, loads, limits, num_parts,
                                          salt, balance),
             lambda proposal: _move(proposal, parts, loads, limits, balance))
@@ -384,7 +399,7 @@ def _move(proposal, parts, loads, limits, balance: bool) -> int:
     nodes, own, target, best, w = proposal
     keep = parts[nodes] == own               # a node another piece moved meanwhile
     nodes, own, target, best, w = (a[keep] for a in (nodes, own, target, best, w))
-    admit = _admit(target, best, w, limits - loads)
+    admit = _admit(target, best, w, (limits - loads)[target])
     nodes, own, target, best, w = (a[admit] for a in (nodes, own, target, best, w))
     if balance and nodes.size:
         excess = np.maximum(loads - limits, 0.0)                 # [P, C]

@@ -507,3 +507,35 @@ def test_a_split_listing_a_node_twice_is_refused_naming_its_file(tmp_path):
     root = papers_like(tmp_path / "papers")
     _csv(root / "split" / "time" / "valid.csv.gz", [3, 9, 3])
     refused(["valid.csv.gz", "more than once"], convert, root, tmp_path / "out")
+
+
+def test_relations_named_twice_in_hand_written_metadata_are_refused(tmp_path):
+    save_chunked(hetero(), tmp_path / "g")
+    edit_metadata(tmp_path / "g", lambda m: m["relations"].__setitem__(
+        1, [m["relations"][1][0], m["relations"][0][1], m["relations"][1][2]]))
+    refused(["metadata.json", "relations", "unique", "'writes'"], open_chunked, tmp_path / "g")
+
+
+def test_a_relation_id_past_int32_is_refused_not_wrapped(tmp_path):
+    save_chunked(hetero(), tmp_path / "g")
+    etype = tmp_path / "g" / "edges" / "etype-00000.npy"
+    values = np.load(etype).astype(np.int64)
+    values[2] = 2**32 + 1                     # would wrap to relation 1 as int32
+    np.save(etype, values)
+    refused(["etype-00000.npy", f"etype {2**32 + 1} at edge 2", "out of range"],
+            open_chunked(tmp_path / "g").edge_chunk, 0)
+
+
+def test_sparse_indices_that_are_not_int32_are_refused(tmp_path):
+    graph = ring(words=SparseRows.from_dense(np.eye(50, dtype=np.float32)))
+    save_chunked(graph, tmp_path / "g")
+    files = sorted((tmp_path / "g" / "nodes" / "_N").glob("words.indices-*.npy"))
+    np.save(files[0], np.load(files[0]).astype(np.float32))
+    refused([files[0].name, "sparse indices", "float32"], open_chunked, tmp_path / "g")
+
+
+def test_dense_node_data_may_not_take_a_sparse_arrays_file_names(tmp_path):
+    with pytest.raises(GraphError, match="kept for the files of sparse rows"), \
+            ChunkedWriter(tmp_path / "g", 4) as w:
+        w.add_node_data("feat.indices", np.zeros((4, 2), np.float32))
+    assert nothing_left(tmp_path / "g")

@@ -327,3 +327,29 @@ def test_as_many_parts_as_nodes_leaves_no_partition_empty(tmp_path):
     meta = partition_chunked(tmp_path / "ring", tmp_path / "out", ChunkedOptions(8))
     assert [p.num_nodes for p in meta.parts] == [1] * 8
     open_partitions(tmp_path / "out").check()
+
+
+def test_a_job_killed_while_publishing_starts_over_and_writes_everything(tmp_path, monkeypatch):
+    save_chunked(hetero_graph(), tmp_path / "in", edges_per_chunk=900)
+    options = ChunkedOptions(3, **SMALL)
+
+    def killed(staging, out):
+        raise KeyboardInterrupt("killed while renaming")
+    with monkeypatch.context() as m:
+        m.setattr(chunked_route, "publish", killed)
+        with pytest.raises(KeyboardInterrupt):
+            partition_chunked(tmp_path / "in", tmp_path / "out", options)
+    work = Path(str(tmp_path / "out") + chunked_route.WORK)
+    assert json.loads((work / "job.json").read_text())["publishing"]
+    assert not (work / "adjacency").exists() and not (work / "buckets").exists()
+    partition_chunked(tmp_path / "in", tmp_path / "out", options)
+    open_partitions(tmp_path / "out").check()
+    partition_chunked(tmp_path / "in", tmp_path / "whole", options)
+    assert_same_partitions(str(tmp_path / "out"), str(tmp_path / "whole"))
+
+
+@pytest.mark.parametrize("field, value", [("range_entries", 0), ("coarse_entries", -5),
+                                          ("num_parts", 0)])
+def test_options_out_of_range_are_refused_naming_the_flag(field, value):
+    with pytest.raises(PartitionError, match=f"--{field.replace('_', '-')}"):
+        ChunkedOptions(**{"num_parts": 2, field: value})
