@@ -451,7 +451,8 @@ def _trim_cut(seed: int, distinct: np.ndarray, keep: int, workers: int):
     low = 64 - _PRIORITY_BINS
     hist = lambda b: np.bincount((_priorities(seed, b, distinct[b]) >> np.uint64(low))
                                  .astype(np.int64), minlength=1 << _PRIORITY_BINS)
-    counts = np.cumsum(sum(_ordered_map(hist, range(distinct.size), workers)))
+    with _ordered_map(hist, range(distinct.size), workers) as hists:
+        counts = np.cumsum(sum(hists))
     at = int(np.searchsorted(counts, keep))             # the bin of the keep-th edge
     rank = keep - (int(counts[at - 1]) if at else 0)    # its rank within the bin
 
@@ -459,8 +460,8 @@ def _trim_cut(seed: int, distinct: np.ndarray, keep: int, workers: int):
         p = _priorities(seed, b, distinct[b])
         j = np.flatnonzero((p >> np.uint64(low)) == at)
         return p[j], np.full(j.size, b), j
-    p, b, j = (np.concatenate(x) for x in zip(*_ordered_map(in_bin, range(distinct.size),
-                                                           workers)))
+    with _ordered_map(in_bin, range(distinct.size), workers) as found:
+        p, b, j = (np.concatenate(x) for x in zip(*found))
     last = np.lexsort((j, b, p))[rank - 1]
     return int(p[last]), int(b[last]), int(j[last])
 
@@ -479,17 +480,27 @@ def _kept(priority: np.ndarray, b: int, cut) -> np.ndarray:
     return kept
 
 
-def _ordered_map(fn, items: Iterable, workers: int) -> Iterator:
-    """fn over items on `workers` threads, results in order, at most 2 * workers in
-    flight (bounded memory). numpy releases the GIL in the large array operations."""
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        pending: collections.deque = collections.deque()
+@contextlib.contextmanager
+def _ordered_map(fn, items: Iterable, workers: int) -> Iterator[Iterator]:
+    """A context giving fn over items on `workers` threads, results in order, at most
+    2 * workers in flight (bounded memory; numpy releases the GIL in the large array
+    operations). Leaving the context, by an error too, cancels what has not started and
+    waits for what has: no thread still writes into a directory about to be deleted."""
+    pending: collections.deque = collections.deque()
+
+    def results(pool) -> Iterator:
         for item in items:
             pending.append(pool.submit(fn, item))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        try:
+            yield results(pool)
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def _rechunk(pieces: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
@@ -592,12 +603,12 @@ def generate_chunked(spec: SyntheticSpec | str, out: str | os.PathLike, *,
                 def kept(b: int) -> np.ndarray:
                     keys = buckets.keys(b)
                     return keys[_kept(_priorities(spec.seed, b, keys.size), b, cut)]
-                chunks = _rechunk(_ordered_map(kept, range(buckets.count), workers),
-                                  edges_per_chunk)
-                for keys in _noted(chunks, -(-num_edges // edges_per_chunk),
-                                   "edge chunks written", note):
-                    writer.add_edges((keys & 0xFFFFFFFF).astype(np.int32),
-                                     (keys >> 32).astype(np.int32))
+                with _ordered_map(kept, range(buckets.count), workers) as kept_keys:
+                    chunks = _rechunk(kept_keys, edges_per_chunk)
+                    for keys in _noted(chunks, -(-num_edges // edges_per_chunk),
+                                       "edge chunks written", note):
+                        writer.add_edges((keys & 0xFFFFFFFF).astype(np.int32),
+                                         (keys >> 32).astype(np.int32))
             shutil.rmtree(tmp)                          # its space, before the features'
             with progress.phase(f"write labels and {spec.feat} features"):
                 _write_node_data(writer, spec, label, rows_per_chunk)
@@ -620,11 +631,11 @@ def _draw_distinct(draws: _EdgeDraws, buckets: _Buckets, first: int, workers: in
         with progress.phase(f"draw round {rounds}: {m:,} edges in {len(sizes):,} blocks "
                             f"into {buckets.count} buckets"):
             jobs = zip(range(blocks, blocks + len(sizes)), sizes)
-            drawn = _ordered_map(lambda job: draws.block(*job), jobs, workers)
-            buckets.append(_noted(drawn, len(sizes), "blocks drawn", note))
+            with _ordered_map(lambda job: draws.block(*job), jobs, workers) as drawn:
+                buckets.append(_noted(drawn, len(sizes), "blocks drawn", note))
             blocks += len(sizes)
-        with progress.phase(f"deduplicate {buckets.count} buckets"):
-            counts = _ordered_map(buckets.deduplicate, range(buckets.count), workers)
+        with (progress.phase(f"deduplicate {buckets.count} buckets"),
+              _ordered_map(buckets.deduplicate, range(buckets.count), workers) as counts):
             buckets.distinct[:] = list(_noted(counts, buckets.count, "buckets deduplicated",
                                               note))
         distinct = int(buckets.distinct.sum())
