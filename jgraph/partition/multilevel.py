@@ -287,6 +287,8 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
     stays symmetric; s is set so that the expected entries kept are `max_entries`."""
     if adjacency.num_entries <= max_entries:
         csr = adjacency.to_csr()
+        if isinstance(adjacency, CSRAdjacency):
+            csr = csr.copy()                          # never the caller's matrix
     else:
         top = 1 << 16
         hist = np.zeros(top, np.int64)
@@ -300,18 +302,26 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
                 hi = s
             else:
                 lo = s
+        # Each range's kept rows as a CSR of its own (compact ids and weights), then
+        # stacked: no whole-graph coordinate lists.
         pieces = []
+        n = adjacency.num_nodes
         for rows in adjacency.ranges():
             u = rows.start + rows.local_rows().astype(np.int64)
             v = rows.indices.astype(np.int64)
             w = rows.entry_weights().astype(np.float64)
             p = np.minimum(1.0, w * lo)
-            keep = _noise(np.minimum(u, v), np.maximum(u, v), seed) < p
-            pieces.append((u[keep], v[keep], np.maximum(np.rint(w[keep] / p[keep]), 1)))
-        cat = lambda i: np.concatenate([p[i] for p in pieces])
-        n = adjacency.num_nodes
-        csr = scipy.sparse.csr_matrix((cat(2), (cat(0), cat(1))), shape=(n, n))
-    csr = scipy.sparse.csr_matrix(csr, copy=True)         # never the caller's matrix
+            keep = np.flatnonzero(_noise(np.minimum(u, v), np.maximum(u, v), seed) < p)
+            del u
+            weights = np.maximum(np.rint(w[keep] / p[keep]), 1).astype(np.float32)
+            local = rows.local_rows()[keep]
+            pieces.append(scipy.sparse.csr_matrix(
+                (weights, (local, v[keep].astype(np.int32 if n < 2**31 else np.int64))),
+                shape=(rows.num_rows, n)))
+            del v, w, p, keep, weights, local
+        csr = scipy.sparse.vstack(pieces, format="csr") if pieces else \
+            scipy.sparse.csr_matrix((n, n))
+        del pieces
     csr.sum_duplicates()                 # METIS takes a simple graph: repeats add up
     # METIS sums edge weights in 32-bit integers (cuts, degrees): scale them so that
     # their total stays below 2^30, keeping every edge at least 1.
@@ -319,7 +329,7 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
     if total > METIS_WEIGHT_TOTAL:
         csr.data = np.maximum(np.rint(csr.data * (METIS_WEIGHT_TOTAL / total)), 1)
     csr.data = csr.data.astype(np.int64)
-    return csr
+    return csr.tocsr()
 
 
 # -- refinement ---------------------------------------------------------------------------
