@@ -5,7 +5,6 @@ import argparse
 import dataclasses
 import json
 import os
-import resource
 import sys
 import time
 
@@ -27,7 +26,7 @@ from jgraph.data import (
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
-from jgraph.partition.chunked import ChunkedOptions, partition_chunked
+from jgraph.partition.chunked import ChunkedOptions, partition_chunked, peak_rss_bytes
 from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
 from jgraph.progress import Progress
 
@@ -131,11 +130,6 @@ def load_assignment(path: str) -> np.ndarray:
         raise PartitionError(f"--assignment {path}: no such file") from None
     except (OSError, ValueError) as e:
         raise PartitionError(f"--assignment {path}: not a readable .npy array ({e})") from None
-
-
-def peak_rss_bytes() -> int:
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
 def out_of_core(args) -> bool:

@@ -63,6 +63,7 @@ from jgraph.data.graph import (
     GraphError,
     Relation,
     _check_conventions,
+    _check_ids,
     _check_name,
     _row_arrays,
 )
@@ -614,13 +615,13 @@ class ChunkedWriter:
                                  f"{[tuple(x) for x in self.relations]}")
             i = self.relations.index(r)
             for key, a, t in (("src", src, r.src_type), ("dst", dst, r.dst_type)):
-                _check_range(a, self.num_nodes[t], f"{what}: {key} (type {t!r})")
+                _check_ids(a, self.num_nodes[t], f"{what}: {key} (type {t!r})")
             src = src.astype(np.int64) + self._offsets[r.src_type]
             dst = dst.astype(np.int64) + self._offsets[r.dst_type]
             etype = np.full(src.size, i, np.int32)
         else:
             for key, a in (("src", src), ("dst", dst)):
-                _check_range(a, self._total, f"{what}: {key}")
+                _check_ids(a, self._total, f"{what}: {key}")
             if etype is None:
                 if len(self.relations) > 1:
                     raise GraphError(f"{what}: the graph has {len(self.relations)} relations: "
@@ -630,7 +631,7 @@ class ChunkedWriter:
             if etype.shape != src.shape or (etype.dtype.kind not in _ID_KINDS and etype.size):
                 raise GraphError(f"{what}: etype must be integers of src's length, got "
                                  f"{etype.dtype}{list(etype.shape)}")
-            _check_range(etype, len(self.relations), f"{what}: etype")
+            _check_ids(etype, len(self.relations), f"{what}: etype")
         data = dict(data or {})
         if k and set(data) != set(self._edge_data):
             raise GraphError(f"{what}: edge data {sorted(data)}, but the first chunk had "
@@ -704,7 +705,7 @@ class ChunkedWriter:
         if ids.ndim != 1 or (ids.dtype.kind not in _ID_KINDS and ids.size):
             raise GraphError(f"{what}: ids must be a 1-D integer array, got "
                              f"{ids.dtype}{list(ids.shape)}")
-        _check_range(ids, self.num_nodes[ntype], what)
+        _check_ids(ids, self.num_nodes[ntype], what)
         last = self._split_last.get((ntype, name), -1)
         ids = ids.astype(np.int64)
         if ids.size and (ids[0] <= last or (np.diff(ids) <= 0).any()):
@@ -750,13 +751,6 @@ class ChunkedWriter:
         with open(path + ".tmp", "w") as f:
             json.dump(meta, f, indent=1)
         os.replace(path + ".tmp", path)
-
-
-def _check_range(ids: np.ndarray, limit: int, what: str) -> None:
-    if ids.size and (ids.min() < 0 or ids.max() >= limit):
-        at = int(np.flatnonzero((ids < 0) | (ids >= limit))[0])
-        raise GraphError(f"{what}: id {int(ids[at])} at position {at} is out of range "
-                         f"[0, {limit})")
 
 
 def check_chunked_out(out: str, overwrite: bool) -> None:

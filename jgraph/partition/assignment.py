@@ -20,7 +20,7 @@ import scipy.sparse
 from jgraph.data.graph import Graph
 from jgraph.partition.adjacency import CSRAdjacency
 from jgraph.partition.metis import Backend, part_kway
-from jgraph.partition.multilevel import NodeWeights
+from jgraph.partition.multilevel import NodeWeights, balance_limits
 from jgraph.partition.multilevel import partition as multilevel
 
 BALANCED_SPLITS = ("train", "val", "test")
@@ -54,13 +54,9 @@ class Constraints:
     weights: np.ndarray
 
     def limits(self, num_parts: int, tolerance: float) -> np.ndarray:
-        """float64[C]: the most any partition may hold of each constraint.
-
-        (1 + tolerance) x the mean, but never below the smallest achievable maximum of
-        unit weights, ceil(mean): 60 nodes of a type cannot split 8 ways better than 8.
-        """
-        mean = self.weights.sum(axis=0) / num_parts
-        return np.maximum((1.0 + tolerance) * mean, np.ceil(mean - 1e-9))
+        """float64[C]: the most any partition may hold of each constraint
+        (`jgraph.partition.multilevel.balance_limits`)."""
+        return balance_limits(self.weights.sum(axis=0), num_parts, tolerance)
 
 
 def constraints_for(graph: Graph) -> Constraints:

@@ -56,6 +56,16 @@ SAMPLE_MARGIN = 4
 METIS_WEIGHT_TOTAL = 1 << 30
 
 
+def balance_limits(totals: np.ndarray, num_parts: int, tolerance: float) -> np.ndarray:
+    """float64[C]: the most any partition may hold of each constraint of `totals`.
+
+    (1 + tolerance) x the mean, but never below the smallest achievable maximum of
+    unit weights, ceil(mean): 60 nodes of a type cannot split 8 ways better than 8.
+    """
+    mean = np.asarray(totals, np.float64) / num_parts
+    return np.maximum((1.0 + tolerance) * mean, np.ceil(mean - 1e-9))
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeWeights:
     """The balance constraints' per-node weights, one compact column each.
@@ -85,9 +95,8 @@ class NodeWeights:
         return np.array([c.sum(dtype=np.float64) for c in self.columns])
 
     def limits(self, num_parts: int, tolerance: float) -> np.ndarray:
-        """float64[C]: the most a partition may hold of each (as `Constraints.limits`)."""
-        mean = self.totals() / num_parts
-        return np.maximum((1.0 + tolerance) * mean, np.ceil(mean - 1e-9))
+        """float64[C]: the most a partition may hold of each (`balance_limits`)."""
+        return balance_limits(self.totals(), num_parts, tolerance)
 
     def coarsen(self, cluster: np.ndarray, num_clusters: int) -> NodeWeights:
         """The clusters' weights: sums over their members."""
@@ -465,7 +474,7 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     coarsen = lambda parts, cycle: _coarsen(adjacency, weights, num_parts, limit,
                                             coarse_entries, max_levels, seed + 101 * cycle,
                                             workdir, log, parts)
-    levels, current, current_weights = coarsen(None, 0)
+    levels, current, current_weights, _ = coarsen(None, 0)
     csr = _sampled(current, coarse_entries, seed)
     sparsified, coarse_seen = csr.nnz < current.num_entries, int(csr.nnz)
     log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
@@ -475,20 +484,16 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
                       spill_dir=workdir).astype(np.int32)
     del csr, dense
     level_nodes = tuple(lvl[1].num_nodes for lvl in levels) + (current.num_nodes,)
-    parts = _uncoarsen(levels, current, parts, weights, num_parts, tolerance, seed, log)
+    parts = _uncoarsen(levels, current, current_weights, parts, num_parts, tolerance, seed,
+                       log)
     for cycle in range(1, v_cycles + 1):
-        levels, current, current_weights = coarsen(parts, cycle)
+        levels, current, current_weights, coarse_parts = coarsen(parts, cycle)
         if not levels:
             break
-        coarse_parts = parts
-        for label, _ in levels:
-            projected = np.empty(int(label.max()) + 1, np.int32)
-            projected[label] = coarse_parts          # clusters lie inside one partition
-            coarse_parts = projected
         coarse_parts = refine(current, coarse_parts, current_weights, num_parts, tolerance,
                               seed=seed + 101 * cycle)
-        parts = _uncoarsen(levels, current, coarse_parts, weights, num_parts, tolerance,
-                           seed + 101 * cycle, log)
+        parts = _uncoarsen(levels, current, current_weights, coarse_parts, num_parts,
+                           tolerance, seed + 101 * cycle, log)
         log(f"  V-cycle {cycle} done")
     return parts, MultilevelStats(level_nodes, coarse_seen, sparsified)
 
@@ -496,8 +501,9 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
 def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entries: int,
              max_levels: int, seed: int, workdir, log, parts=None):
     """Contract clusters level by level until the graph has at most `coarse_entries`
-    entries (or the clusters stop shrinking): ([(label, finer adjacency)] per level,
-    the coarsest adjacency, its weights). With `parts`, clusters stay inside them."""
+    entries (or the clusters stop shrinking): ([(label, finer adjacency, its weights)]
+    per level, the coarsest adjacency, its weights, and `parts` carried to it). With
+    `parts`, clusters stay inside them, so each coarse node has one partition."""
     levels = []
     current, current_weights = adjacency, weights
     while current.num_entries > coarse_entries and len(levels) < max_levels:
@@ -519,33 +525,30 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
             log(f"  level {len(levels) + 1}: keeping {keep:.1%} of {between:,} entries "
                 f"between clusters")
         coarse = contract(current, label, k, root, keep=keep, seed=seed + len(levels))
-        levels.append((label, current))
+        levels.append((label, current, current_weights))
         if parts is not None:
             coarse_parts = np.empty(k, np.int32)
             coarse_parts[label] = parts
             parts = coarse_parts
         current, current_weights = coarse, current_weights.coarsen(label, k)
         log(f"  level {len(levels)}: coarse graph {coarse.num_entries:,} entries")
-    return levels, current, current_weights
+    return levels, current, current_weights, parts
 
 
-def _uncoarsen(levels, current, parts, weights: NodeWeights, num_parts: int,
+def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: int,
                tolerance: float, seed: int, log) -> np.ndarray:
-    """Project `parts` (of the coarsest graph `current`) down the levels, refining at
-    each (coarse levels are cheap and move whole clusters); deletes the coarse graphs
-    on disk as it leaves them."""
-    fine_weights = [weights]
-    for label, _ in levels[:-1]:
-        fine_weights.append(fine_weights[-1].coarsen(label, int(label.max()) + 1))
+    """Project `parts` (of the coarsest graph `current`) down the levels (`_coarsen`'s),
+    refining at each (coarse levels are cheap and move whole clusters; with no levels,
+    `current` itself); deletes the coarse graphs on disk as it leaves them."""
+    if not levels:
+        return refine(current, parts, current_weights, num_parts, tolerance, seed=seed)
     for i in range(len(levels) - 1, -1, -1):
-        label, finer = levels[i]
+        label, finer, finer_weights = levels[i]
         parts = parts[label]
         if isinstance(current, DiskAdjacency):
             current.remove()
         current = finer
-        parts = refine(current, parts, fine_weights[i], num_parts, tolerance, seed=seed + i,
+        parts = refine(current, parts, finer_weights, num_parts, tolerance, seed=seed + i,
                        on_pass=lambda kind, p, moved, i=i: log(
                            f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved"))
-    if not levels:
-        parts = refine(current, parts, weights, num_parts, tolerance, seed=seed)
     return parts
