@@ -267,7 +267,7 @@ def run_chunked(args, start: float, progress: Progress) -> int:
         print("phases: " + ", ".join(
             f"{name} {facts['seconds']:.1f}s ({facts['peak_rss_bytes'] / 2**30:.2f} GiB)"
             for name, facts in meta.build["phases"].items()))
-        print(f"total {seconds:.1f}s, peak memory {peak_rss_bytes() / 2**30:.2f} GiB")
+        print(f"total {seconds:.1f}s, peak memory {meta.build['peak_rss_bytes'] / 2**30:.2f} GiB")
     return 0
 
 
@@ -297,7 +297,8 @@ def result_row(meta: PartitionMeta, out: str, seconds: float) -> dict:
         "balance_tolerance": meta.balance_tolerance,
         "seconds": seconds,
         "partition_seconds": meta.seconds,
-        "peak_rss_bytes": peak_rss_bytes(),
+        # A resumed job's earlier phases ran in other processes: their peaks count too.
+        "peak_rss_bytes": max(peak_rss_bytes(), meta.build.get("peak_rss_bytes", 0)),
         "part_nodes": [p.num_nodes for p in meta.parts],
         "part_edges": [p.num_edges for p in meta.parts],
         "part_halo": [p.num_halo for p in meta.parts],

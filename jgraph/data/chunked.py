@@ -377,15 +377,16 @@ class ChunkedGraph:
         except (OSError, ValueError) as e:
             raise DatasetError(f"{self.path(relative)}: cannot be read ({e})") from None
 
-    def edge_chunk(self, i: int, check: bool = True) -> EdgeChunk:
-        """Edge chunk i, its ids as int64 (etype int32) and, with `check`, in range: src
-        and dst below the node count, etype a relation whose node types hold them."""
+    def edge_chunk(self, i: int, check: bool = True, rows: slice = slice(None)) -> EdgeChunk:
+        """Edge chunk i (or its `rows`), its ids as int64 (etype int32) and, with
+        `check`, in range: src and dst below the node count, etype a relation whose node
+        types hold them."""
         c = self.edges["src"]
-        start = int(c.starts[i])
-        src = np.asarray(self.load(c.files[i]), dtype=np.int64)
-        dst = np.asarray(self.load(self.edges["dst"].files[i]), dtype=np.int64)
+        start = int(c.starts[i]) + (rows.start or 0)
+        src = np.asarray(self.load(c.files[i])[rows], dtype=np.int64)
+        dst = np.asarray(self.load(self.edges["dst"].files[i])[rows], dtype=np.int64)
         if "etype" in self.edges:
-            etype = np.asarray(self.load(self.edges["etype"].files[i]))
+            etype = np.asarray(self.load(self.edges["etype"].files[i])[rows])
             if check and etype.size and (etype.min() < 0 or etype.max() >= len(self.relations)):
                 self._check_edges(i, start, src, dst, etype.astype(np.int64))
             etype = etype.astype(np.int32)
@@ -394,6 +395,15 @@ class ChunkedGraph:
         if check:
             self._check_edges(i, start, src, dst, etype)
         return EdgeChunk(start, src, dst, etype)
+
+    def edge_blocks(self, max_edges: int, check: bool = True
+                    ) -> Iterator[tuple[int, slice, EdgeChunk]]:
+        """(chunk i, rows of it, those edges) for every chunk read in blocks of at most
+        `max_edges`: memory bounded whatever size the chunks were written in."""
+        for i, rows in enumerate(self.edges["src"].rows):
+            for a in range(0, rows, max_edges):
+                block = slice(a, min(a + max_edges, rows))
+                yield i, block, self.edge_chunk(i, check, block)
 
     def edge_chunks(self, check: bool = True, chunks: Sequence[int] | None = None
                     ) -> Iterator[EdgeChunk]:

@@ -32,6 +32,7 @@ import os
 import resource
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -61,8 +62,9 @@ WORK = ".work"
 METHOD = "multilevel"
 PHASES = ("scan", "adjacency", "assignment", "relabel", "bucketing", "partitions",
           "node data")
-# Node data rows copied at a time (a chunk of any size is read a block at a time).
-ROWS_PER_BLOCK = 1 << 20
+# Node data rows copied, and edges read, at a time (a chunk of any size is read a block
+# at a time, so a phase's memory does not follow how the input was chunked).
+ROWS_PER_BLOCK, EDGES_PER_BLOCK = 1 << 20, 1 << 22
 # Temporary folders of the work directory that no phase after the named one reads.
 LEFTOVERS = {"assignment": ("adjacency", "coarse"), "partitions": ("buckets",)}
 
@@ -113,26 +115,36 @@ def peak_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def _reset_peak() -> bool:
-    """Restart the kernel's count of this process's peak RSS (Linux), so each phase's
-    own peak can be read; False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+class PhasePeak:
+    """A phase's peak RSS, sampled every `interval` seconds by a thread (Linux
+    /proc/self/statm; elsewhere the process's peak so far). Sampling leaves the kernel's
+    own peak alone, so `/usr/bin/time -v` still reports the whole job's."""
+
+    def __init__(self, interval: float = 0.02):
+        self.interval, self.peak = interval, _rss_now()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, _rss_now())
+
+    def __enter__(self) -> PhasePeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_now())
 
 
-def _peak_since_reset() -> int:
+def _rss_now() -> int:
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return peak_rss_bytes()
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return peak_rss_bytes()
 
 
 class NpyAppender:
@@ -248,11 +260,10 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     for name, run in zip(PHASES, (job.scan, job.adjacency, job.assignment, job.relabel,
                                   job.bucketing, job.partitions, job.node_data)):
         if not work.done(name):
-            with progress.phase(name):
-                _reset_peak()
+            with progress.phase(name), PhasePeak() as peak:
                 began = time.perf_counter()
                 facts = run() or {}
-                work.finish(name, time.perf_counter() - began, _peak_since_reset(), **facts)
+            work.finish(name, time.perf_counter() - began, peak.peak, **facts)
         # What a finished phase leaves behind for no later one goes only once it is
         # recorded (again on a resume: a job killed while deleting it resumes).
         for leftover in LEFTOVERS.get(name, ()):
@@ -384,8 +395,8 @@ class _Job:
 
     def _edge_pass(self, desc: str):
         meter = self.progress.meter(desc, self.graph.num_edges, "edges")
-        for chunk in self.graph.edge_chunks():
-            yield chunk
+        for i, rows, chunk in self.graph.edge_blocks(EDGES_PER_BLOCK):
+            yield i, rows, chunk
             meter.update(chunk.src.size)
 
     def scan(self) -> dict:
@@ -393,7 +404,7 @@ class _Job:
         in_degree = np.zeros(n, np.int64)
         degree = np.zeros(n, np.int64)
         loops = 0
-        for chunk in self._edge_pass("scan (pass 1 of 3 over the edges)"):
+        for _, _, chunk in self._edge_pass("scan (pass 1 of 3 over the edges)"):
             in_degree += np.bincount(chunk.dst, minlength=n)
             keep = chunk.src != chunk.dst
             loops += int(keep.size - keep.sum())
@@ -414,7 +425,7 @@ class _Job:
         del degree
 
         def pairs():
-            for chunk in self._edge_pass("adjacency (pass 2 of 3 over the edges)"):
+            for _, _, chunk in self._edge_pass("adjacency (pass 2 of 3 over the edges)"):
                 keep = chunk.src != chunk.dst
                 src, dst = chunk.src[keep], chunk.dst[keep]
                 yield np.concatenate([src, dst]), np.concatenate([dst, src]), None
@@ -533,7 +544,7 @@ class _Job:
             files = {(b, key): stack.enter_context(
                          open(os.path.join(root, _bucket_file(b, key)), "wb"))
                      for b in range(bounds.size - 1) for key in [None, *names]}
-            for i, chunk in enumerate(self._edge_pass("bucketing (pass 3 of 3 over the edges)")):
+            for i, rows, chunk in self._edge_pass("bucketing (pass 3 of 3 over the edges)"):
                 cut += int((parts[chunk.src] != parts[chunk.dst]).sum())
                 new_dst = inverse[chunk.dst]
                 which = bucket_of(bounds, new_dst)
@@ -545,7 +556,7 @@ class _Job:
                 block["etype"] = chunk.etype[order]
                 block["eid"] = chunk.start + order
                 data = {name: np.asarray(self.graph.load(self.graph.edge_data[name].files[i])
-                                         )[order] for name in names}
+                                         [rows])[order] for name in names}
                 for name, values in data.items():
                     ranges[name] = _widen(ranges[name], values)
                 cuts = np.searchsorted(which, np.arange(bounds.size))
@@ -732,7 +743,9 @@ class _Job:
                                      if k not in ("parts", "node_data_ranges",
                                                   "edge_data_ranges")}
                               for name, facts in phases.items()},
-                   "processes": 1, "peak_rss_bytes": peak_rss_bytes(),
+                   "processes": 1,
+                   "peak_rss_bytes": max([peak_rss_bytes()] + [facts["peak_rss_bytes"]
+                                                               for facts in phases.values()]),
                    "options": dataclasses.asdict(self.options)})
 
     def _edges_per_relation(self) -> list[int]:

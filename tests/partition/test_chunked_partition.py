@@ -353,3 +353,14 @@ def test_a_job_killed_while_publishing_starts_over_and_writes_everything(tmp_pat
 def test_options_out_of_range_are_refused_naming_the_flag(field, value):
     with pytest.raises(PartitionError, match=f"--{field.replace('_', '-')}"):
         ChunkedOptions(**{"num_parts": 2, field: value})
+
+
+def test_chunks_read_in_blocks_give_the_same_partitions(tmp_path, monkeypatch):
+    save_chunked(hetero_graph(), tmp_path / "in", edges_per_chunk=1500, rows_per_chunk=700)
+    options = ChunkedOptions(3, **SMALL)
+    partition_chunked(tmp_path / "in", tmp_path / "whole", options)
+    # Blocks smaller than the chunks, not dividing them: edge data sliced with its edges.
+    monkeypatch.setattr(chunked_route, "EDGES_PER_BLOCK", 333)
+    monkeypatch.setattr(chunked_route, "ROWS_PER_BLOCK", 77)
+    partition_chunked(tmp_path / "in", tmp_path / "blocks", options)
+    assert_same_partitions(str(tmp_path / "blocks"), str(tmp_path / "whole"))
