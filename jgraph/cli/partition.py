@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -26,7 +27,9 @@ from jgraph.data import (
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
+from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked, peak_rss_bytes
+from jgraph.partition.group import Group
 from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
 from jgraph.progress import Progress
 
@@ -198,6 +201,10 @@ def run_partition(args) -> int:
         raise PartitionError("give the DATASET to partition and --out DIR (or --plan)")
     if out_of_core(args):
         return run_chunked(args, start, progress)
+    if distributed_env() is not None:
+        raise PartitionError(f"{args.dataset}: several processes partition a chunked graph "
+                             f"directory (jgraph convert writes one) with the bounded-memory "
+                             f"method; run other inputs as one process")
     args.method = args.method or ("given" if args.assignment else "metis")
     print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
           f"{args.method})", file=sys.stderr)
@@ -253,13 +260,22 @@ def run_chunked(args, start: float, progress: Progress) -> int:
     options = ChunkedOptions(args.num_parts, seed=args.seed, tolerance=args.balance_tolerance,
                              range_entries=args.range_entries,
                              coarse_entries=args.coarse_entries)
+    start_distributed()                 # one of several processes: join them
+    group = Group.from_jax()
     try:
-        meta = partition_chunked(args.dataset, args.out, options, overwrite=args.overwrite,
-                                 progress=progress, check_out=check_out_dir)
-    except OutputExistsError as e:
-        hint = "; pass --overwrite to replace it" if e.replaceable else ""
-        raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None
+        try:
+            meta = partition_chunked(args.dataset, args.out, options, overwrite=args.overwrite,
+                                     progress=progress, check_out=check_out_dir, group=group)
+        except OutputExistsError as e:
+            hint = "; pass --overwrite to replace it" if e.replaceable else ""
+            raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None
+    except BaseException as e:
+        if group.size > 1:
+            exit_alone(e)
+        raise
     seconds = time.perf_counter() - start
+    if not group.leader:                # the first process reports for the job
+        return 0
     if args.json:
         print(json.dumps(result_row(meta, args.out, seconds)))
     else:
@@ -269,6 +285,26 @@ def run_chunked(args, start: float, progress: Progress) -> int:
             for name, facts in meta.build["phases"].items()))
         print(f"total {seconds:.1f}s, peak memory {meta.build['peak_rss_bytes'] / 2**30:.2f} GiB")
     return 0
+
+
+def exit_alone(error: BaseException) -> None:
+    """End this process of a multi-process job now, after its one-line error (or
+    traceback): returning would wait at jax.distributed's shutdown barrier for peers
+    that wait for it at theirs, and `jgraph.launch` (or the heartbeat) stops them once
+    it has gone."""
+    from jgraph.cli.main import user_errors
+    if isinstance(error, (PartitionError, GraphError, OSError)) or isinstance(error,
+                                                                             user_errors()):
+        detail = f"{error.strerror}: {error.filename}" if isinstance(error, OSError) \
+            and error.filename else str(error)
+        print(f"jgraph partition: error: {detail}", file=sys.stderr)
+        code = 1 if isinstance(error, OSError) else 2
+    else:
+        traceback.print_exception(error)
+        code = 130 if isinstance(error, KeyboardInterrupt) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def link_fractions(text: str | None) -> tuple[float, float] | None:

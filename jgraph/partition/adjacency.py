@@ -71,6 +71,14 @@ class CSRAdjacency:
     def num_entries(self) -> int:
         return int(self.csr.nnz)
 
+    @property
+    def start(self) -> int:
+        return 0
+
+    @property
+    def stop(self) -> int:
+        return self.num_nodes
+
     def ranges(self) -> Iterator[Rows]:
         whole = Rows(0, self.csr.indptr.astype(np.int64), self.csr.indices,
                      self.csr.data.astype(np.int64) if self.weighted else None)
@@ -82,31 +90,42 @@ class CSRAdjacency:
 
 @dataclasses.dataclass(frozen=True)
 class DiskAdjacency:
-    """An adjacency stored as one CSR per node range in `root`:
-    `range-K.indptr.npy` int64[m_K + 1], `range-K.indices.npy` int32 (int64 past 2^31
-    nodes) and, when weighted, `range-K.weights.npy` int64; `bounds` int64[R + 1]: range
-    K holds rows [bounds[K], bounds[K + 1]). `adjacency.json` records all of it, so a
-    finished build is found again (a resumed job skips it)."""
+    """The rows [bounds[0], bounds[-1]) of an adjacency of `num_nodes` nodes, stored as
+    one CSR per node range in `root`: `range-K.indptr.npy` int64[m_K + 1],
+    `range-K.indices.npy` int32 (int64 past 2^31 nodes) and, when weighted,
+    `range-K.weights.npy` int64; `bounds` int64[R + 1]: its K-th range holds rows
+    [bounds[K], bounds[K + 1]), in the files numbered `first` + K (several processes
+    each write the ranges of their own rows into one folder). `adjacency-<first>.json`
+    records all of it, so a finished build is found again (a resumed job skips it)."""
 
     root: str
     num_nodes: int
     bounds: tuple[int, ...]
     num_entries: int
     weighted: bool
+    first: int = 0
 
     @classmethod
-    def open(cls, root: str) -> DiskAdjacency | None:
+    def open(cls, root: str, first: int = 0) -> DiskAdjacency | None:
         """The adjacency a finished `build_disk_adjacency` left in `root`, or None."""
         try:
-            with open(os.path.join(root, "adjacency.json")) as f:
+            with open(_record(root, first)) as f:
                 raw = json.load(f)
             return cls(root, raw["num_nodes"], tuple(raw["bounds"]), raw["num_entries"],
-                       raw["weighted"])
+                       raw["weighted"], first)
         except (OSError, ValueError, KeyError):
             return None
 
+    @property
+    def start(self) -> int:
+        return self.bounds[0]
+
+    @property
+    def stop(self) -> int:
+        return self.bounds[-1]
+
     def _file(self, k: int, name: str) -> str:
-        return os.path.join(self.root, f"range-{k:05d}.{name}.npy")
+        return os.path.join(self.root, f"range-{self.first + k:05d}.{name}.npy")
 
     def ranges(self) -> Iterator[Rows]:
         for k in range(len(self.bounds) - 1):
@@ -115,7 +134,8 @@ class DiskAdjacency:
                        load("weights") if self.weighted else None)
 
     def to_csr(self) -> scipy.sparse.csr_matrix:
-        """The whole adjacency in memory (for a coarse graph small enough for METIS)."""
+        """Its rows in memory, [stop - start, num_nodes] (for a coarse graph small
+        enough for METIS)."""
         pieces = list(self.ranges())
         indptr = np.concatenate([[0]] + [p.indptr[1:] + off for p, off in zip(
             pieces, np.cumsum([0] + [p.indices.size for p in pieces[:-1]]))])
@@ -123,15 +143,42 @@ class DiskAdjacency:
                 else np.ones(self.num_entries, np.int64))
         return scipy.sparse.csr_matrix(
             (data, np.concatenate([p.indices for p in pieces]), indptr),
-            shape=(self.num_nodes, self.num_nodes))
+            shape=(self.stop - self.start, self.num_nodes))
 
     def remove(self) -> None:
         for k in range(len(self.bounds) - 1):
             for name in ("indptr", "indices", "weights"):
                 if os.path.exists(self._file(k, name)):
                     os.remove(self._file(k, name))
-        if os.path.exists(os.path.join(self.root, "adjacency.json")):
-            os.remove(os.path.join(self.root, "adjacency.json"))
+        if os.path.exists(_record(self.root, self.first)):
+            os.remove(_record(self.root, self.first))
+
+
+class Chained:
+    """Consecutive row blocks (each process's `DiskAdjacency`) read as one adjacency:
+    the whole graph, for METIS on one process."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self.num_nodes = parts[0].num_nodes
+        self.num_entries = sum(p.num_entries for p in parts)
+        self.weighted = any(p.weighted for p in parts)
+        self.start, self.stop = parts[0].start, parts[-1].stop
+
+    def ranges(self) -> Iterator[Rows]:
+        for part in self.parts:
+            for rows in part.ranges():
+                yield rows if rows.weights is not None or not self.weighted else \
+                    rows._replace(weights=rows.entry_weights())
+
+    def to_csr(self) -> scipy.sparse.csr_matrix:
+        csr = scipy.sparse.vstack([p.to_csr() for p in self.parts], format="csr")
+        csr.data = csr.data.astype(np.int64)
+        return csr
+
+
+def _record(root: str, first: int) -> str:
+    return os.path.join(root, f"adjacency-{first:05d}.json")
 
 
 def bucket_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -166,15 +213,32 @@ def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
     plus one range. `merge` sums repeated (row, col) entries into one weighted entry
     (coarse graphs); without it entries are kept as they come, unweighted.
     """
+    write_buckets(root, num_nodes, bounds, pairs, merge=merge)
+    return sort_ranges(root, num_nodes, bounds, merge=merge, progress=progress)
+
+
+def _bucket_record(num_nodes: int, merge: bool) -> np.dtype:
+    ids = np.int32 if num_nodes < 2**31 else np.int64
+    return np.dtype([("row", np.int32), ("col", ids), ("w", np.int64)] if merge
+                    else [("row", np.int32), ("col", ids)])
+
+
+def _bucket_file(root: str, k: int, writer: int) -> str:
+    return os.path.join(root, f"bucket-{k:05d}.{writer}.bin")
+
+
+def write_buckets(root: str, num_nodes: int, bounds: np.ndarray,
+                  pairs: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+                  *, merge: bool, writer: int = 0) -> None:
+    """`build_disk_adjacency`'s first half: `pairs`' entries into one bucket file per
+    range of `bounds`, this `writer`'s own (several processes write theirs side by
+    side; `sort_ranges` reads them all)."""
     os.makedirs(root, exist_ok=True)
     bounds = np.asarray(bounds, np.int64)
     num_ranges = bounds.size - 1
-    ids = np.int32 if num_nodes < 2**31 else np.int64
-    weighted = merge
-    record = np.dtype([("row", np.int32), ("col", ids), ("w", np.int64)] if weighted
-                      else [("row", np.int32), ("col", ids)])
+    record = _bucket_record(num_nodes, merge)
     with contextlib.ExitStack() as stack:
-        files = [stack.enter_context(open(os.path.join(root, f"bucket-{k:05d}.bin"), "wb"))
+        files = [stack.enter_context(open(_bucket_file(root, k, writer), "wb"))
                  for k in range(num_ranges)]
         for rows, cols, weights in pairs:
             if not rows.size:
@@ -186,14 +250,24 @@ def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
             block = np.empty(rows.size, record)
             block["row"] = rows[order] - bounds[which]
             block["col"] = cols[order]
-            if weighted:
+            if merge:
                 block["w"] = 1 if weights is None else weights[order]
             for k in np.flatnonzero(np.diff(cuts)):
                 block[cuts[k]:cuts[k + 1]].tofile(files[k])
+
+
+def sort_ranges(root: str, num_nodes: int, bounds: np.ndarray, *, merge: bool,
+                writers: int = 1, first: int = 0, progress=None) -> DiskAdjacency:
+    """`build_disk_adjacency`'s second half: the ranges of `bounds`, numbered from
+    `first` among the bucket files (which every one of `writers` wrote), each sorted
+    into its CSR, in turn."""
+    bounds = np.asarray(bounds, np.int64)
+    ids = np.int32 if num_nodes < 2**31 else np.int64
+    record = _bucket_record(num_nodes, merge)
     total = 0
-    for k in range(num_ranges):
-        path = os.path.join(root, f"bucket-{k:05d}.bin")
-        block = np.fromfile(path, record)
+    for k in range(bounds.size - 1):
+        paths = [_bucket_file(root, first + k, w) for w in range(writers)]
+        block = np.concatenate([np.fromfile(path, record) for path in paths])
         m = int(bounds[k + 1] - bounds[k])
         if merge:
             csr = scipy.sparse.csr_matrix((block["w"], (block["row"], block["col"])),
@@ -209,25 +283,27 @@ def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
             weights = None
             del key
         else:
-            order = np.argsort(block["row"], kind="stable")
+            order = np.lexsort((block["col"], block["row"]))
             indices = block["col"][order]
             indptr = np.concatenate([[0], np.cumsum(np.bincount(block["row"], minlength=m),
                                                     dtype=np.int64)])
             weights = None
         del block
-        stem = os.path.join(root, f"range-{k:05d}")
+        stem = os.path.join(root, f"range-{first + k:05d}")
         np.save(f"{stem}.indptr.npy", indptr)
         np.save(f"{stem}.indices.npy", np.asarray(indices, ids))
         if weights is not None:
             np.save(f"{stem}.weights.npy", np.asarray(weights, np.int64))
         total += int(indptr[-1])
-        os.remove(path)
+        for path in paths:
+            os.remove(path)
         if progress is not None:
             progress.update(1)
     adjacency = DiskAdjacency(root, int(num_nodes), tuple(int(b) for b in bounds), total,
-                              weighted)
-    with open(os.path.join(root, "adjacency.json.tmp"), "w") as f:
+                              merge, first)
+    record_path = _record(root, first)
+    with open(record_path + ".tmp", "w") as f:
         json.dump({"num_nodes": adjacency.num_nodes, "bounds": list(adjacency.bounds),
-                   "num_entries": total, "weighted": weighted}, f)
-    os.replace(os.path.join(root, "adjacency.json.tmp"), os.path.join(root, "adjacency.json"))
+                   "num_entries": total, "weighted": merge}, f)
+    os.replace(record_path + ".tmp", record_path)
     return adjacency

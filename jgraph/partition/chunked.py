@@ -22,6 +22,15 @@ killed job run again with the same command resumes after its last finished phase
 The partition directory is assembled inside the work directory and renamed to `out`
 at the end; the work directory is then deleted, so nothing half-written is ever at
 `out`.
+
+Several processes (`jgraph.partition.group.Group`: the command under
+`python -m jgraph.launch --num-processes N`, `srun` or `mpirun`) divide every phase:
+process r reads every N-th edge block from the r-th, owns the r-th of N contiguous node
+ranges (its degrees, adjacency rows, weights and clusters; `jgraph.partition.multilevel`
+says what is exchanged), numbers its own nodes, writes the edge buckets of its blocks,
+builds every N-th partition and copies every N-th block of node rows into place. They
+share the work directory (one folder every process sees) and meet at the end of each
+phase; the first process keeps the job's record and publishes the result.
 """
 from __future__ import annotations
 
@@ -43,10 +52,12 @@ from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.partition.adjacency import (
     DiskAdjacency,
     bucket_of,
-    build_disk_adjacency,
     range_bounds,
+    sort_ranges,
+    write_buckets,
 )
 from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError, fill_empty
+from jgraph.partition.group import Group
 from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
 from jgraph.partition.store import (
     FORMAT_VERSION,
@@ -54,6 +65,7 @@ from jgraph.partition.store import (
     PartInfo,
     PartitionMeta,
     part_dir,
+    read_meta,
     write_meta,
 )
 from jgraph.progress import Progress
@@ -67,6 +79,7 @@ PHASES = ("scan", "adjacency", "assignment", "relabel", "bucketing", "partitions
 ROWS_PER_BLOCK, EDGES_PER_BLOCK = 1 << 20, 1 << 22
 # Temporary folders of the work directory that no phase after the named one reads.
 LEFTOVERS = {"assignment": ("adjacency", "coarse"), "partitions": ("buckets",)}
+IDENTITY_VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,12 +187,55 @@ class NpyAppender:
             raise RuntimeError(f"{self.path}: {self.rows} rows written of {self.shape[0]}")
 
 
+def preallocate(path: str, dtype, shape: tuple[int, ...]) -> None:
+    """A .npy file of `shape` whose rows are written later, in any order and by any
+    process (`write_rows`): its header, then its full length unwritten (sparse)."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_2_0(
+            f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                "fortran_order": False, "shape": tuple(shape)})
+        f.truncate(f.tell() + np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)))
+
+
+class NpyRows:
+    """A preallocated .npy file (`preallocate`) open for writing rows in place."""
+
+    def __init__(self, path: str):
+        with open(path, "rb") as f:
+            np.lib.format.read_magic(f)
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)   # as preallocate wrote
+            self.offset = f.tell()
+        self.path, self.shape, self.dtype = path, shape, dtype
+        self.row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+        self.fd = os.open(path, os.O_WRONLY)
+
+    def write(self, at: int, values: np.ndarray) -> None:
+        """Rows [at, at + len(values))."""
+        values = np.ascontiguousarray(values, self.dtype)
+        rows = values.shape[0] if values.ndim else 1
+        if at < 0 or at + rows > self.shape[0]:
+            raise RuntimeError(f"{self.path}: rows [{at}, {at + rows}) past its "
+                               f"{self.shape[0]}")
+        data, offset = memoryview(values.reshape(-1).view(np.uint8)), self.offset + at * self.row_bytes
+        while data.nbytes:
+            done = os.pwrite(self.fd, data, offset)
+            data, offset = data[done:], offset + done
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class _Work:
     """The work directory: which phases finished (with their seconds and peak RSS)."""
 
-    def __init__(self, root: str, identity: dict, progress: Progress):
-        self.root = root
+    def __init__(self, root: str, identity: dict, progress: Progress, group: Group):
+        self.root, self.group = root, group
         self.record = os.path.join(root, "job.json")
+        if not group.leader:               # the first process decides; the others follow
+            group.barrier("work directory")
+            with open(self.record) as f:
+                self.state = json.load(f)
+            return
         state = None
         owner = _read(os.path.join(root, "writer"))
         if owner and owner != writer() and writer_alive(owner):
@@ -207,8 +263,11 @@ class _Work:
             f.write(writer())
         self.state = state or {"identity": identity, "phases": {}}
         self._save()
+        group.barrier("work directory")
 
     def _save(self) -> None:
+        if not self.group.leader:
+            return
         with open(self.record + ".tmp", "w") as f:
             json.dump(self.state, f, indent=1)
         os.replace(self.record + ".tmp", self.record)
@@ -220,8 +279,13 @@ class _Work:
     def done(self, phase: str) -> bool:
         return phase in self.state["phases"]
 
-    def finish(self, phase: str, seconds: float, peak: int, **facts) -> None:
-        self.state["phases"][phase] = {"seconds": seconds, "peak_rss_bytes": peak, **facts}
+    def finish(self, phase: str, seconds: float, peaks: list[int], **facts) -> None:
+        """Record a finished phase: its seconds, its peak RSS (the largest process's,
+        and with several processes each one's), and what it found."""
+        record = {"seconds": seconds, "peak_rss_bytes": max(peaks)}
+        if len(peaks) > 1:
+            record["peak_rss_bytes_per_process"] = peaks
+        self.state["phases"][phase] = {**record, **facts}
         self._save()
 
     def path(self, *names: str) -> str:
@@ -231,43 +295,58 @@ class _Work:
 def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
                       options: ChunkedOptions, *, overwrite: bool = False,
                       progress: Progress | None = None,
-                      check_out: Callable[[str, bool], None] | None = None) -> PartitionMeta:
+                      check_out: Callable[[str, bool], None] | None = None,
+                      group: Group | None = None) -> PartitionMeta:
     """Partition the chunked graph at `input_dir` into `options.num_parts` and write the
     partition directory `out_dir` (see the module docstring). `check_out(out,
     overwrite)` raises unless `out` may receive a partition (checked before and at the
-    end). Returns the metadata written to meta.json, whose `build` field holds each
-    phase's seconds and peak RSS."""
+    end). `group`: the processes of the job (every one calls this with the same
+    arguments). Returns the metadata written to meta.json, whose `build` field holds
+    each phase's seconds and peak RSS."""
     start = time.perf_counter()
-    progress = progress or Progress(enabled=False)
+    group = group or Group.single()
+    progress = progress if progress is not None and group.leader else Progress(enabled=False)
     graph = open_chunked(input_dir)
-    _check_request(graph, options)
+    _check_request(graph, options, group)
     out = os.path.realpath(os.fspath(out_dir))
-    if check_out is not None:
+    if check_out is not None and group.leader:
         check_out(out, overwrite)
     identity = {"input": os.path.realpath(graph.root), "files": _stamp(graph),
-                "options": dataclasses.asdict(options), "version": 2}
-    work = _Work(out + WORK, identity, progress)
-    try:
-        check_disk(graph, options, os.path.dirname(out), already=_bytes_under(work.root))
-        _open_files_for(graph, options)
-    except PartitionError:
-        if not work.state["phases"]:
-            shutil.rmtree(work.root, ignore_errors=True)     # nothing begun: nothing left
-        raise
+                "options": dataclasses.asdict(options), "processes": group.size,
+                "version": IDENTITY_VERSION}
+    work = _Work(out + WORK, identity, progress, group)
+    _open_files_for(graph, options)
+    if group.leader:
+        try:
+            check_disk(graph, options, os.path.dirname(out),
+                       already=_bytes_under(work.root))
+        except PartitionError:
+            if not work.state["phases"]:
+                shutil.rmtree(work.root, ignore_errors=True)  # nothing begun: nothing left
+            raise
+    group.use_scratch(work.path("sync"))
     staging = work.path("out")
-    os.makedirs(staging, exist_ok=True)
-    job = _Job(graph, options, work, staging, progress)
+    if group.leader:
+        os.makedirs(staging, exist_ok=True)
+        os.makedirs(work.path("sync"), exist_ok=True)
+    group.barrier("checked")
+    job = _Job(graph, options, work, staging, progress, group)
     for name, run in zip(PHASES, (job.scan, job.adjacency, job.assignment, job.relabel,
                                   job.bucketing, job.partitions, job.node_data)):
         if not work.done(name):
             with progress.phase(name), PhasePeak() as peak:
                 began = time.perf_counter()
                 facts = run() or {}
-            work.finish(name, time.perf_counter() - began, peak.peak, **facts)
+            peaks = [int(p) for p in group.gather(peak.peak, f"{name} peak")]
+            work.finish(name, time.perf_counter() - began, peaks, **facts)
         # What a finished phase leaves behind for no later one goes only once it is
         # recorded (again on a resume: a job killed while deleting it resumes).
-        for leftover in LEFTOVERS.get(name, ()):
-            shutil.rmtree(work.path(leftover), ignore_errors=True)
+        if group.leader:
+            for leftover in LEFTOVERS.get(name, ()):
+                shutil.rmtree(work.path(leftover), ignore_errors=True)
+    if not group.leader:
+        group.barrier("published")
+        return read_meta(out)
     meta = job.meta(time.perf_counter() - start)
     write_meta(staging, meta)
     if check_out is not None:
@@ -275,6 +354,7 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     work.publishing()           # a job found in this state later starts over
     publish(staging, out)
     shutil.rmtree(work.root, ignore_errors=True)
+    group.barrier("published")
     return meta
 
 
@@ -317,8 +397,11 @@ def _open_files_for(graph: ChunkedGraph, options: ChunkedOptions) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
-def _check_request(graph: ChunkedGraph, options: ChunkedOptions) -> None:
+def _check_request(graph: ChunkedGraph, options: ChunkedOptions, group: Group) -> None:
     p = options.num_parts
+    if group.size > graph.total_nodes:
+        raise PartitionError(f"{group.size} processes for a graph of {graph.total_nodes} "
+                             f"nodes: each process must own at least one node")
     if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
         raise PartitionError(f"num_parts must be a positive integer, got {p!r}")
     if p > graph.total_nodes:
@@ -380,49 +463,91 @@ def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str,
 
 
 class _Job:
-    """The phases of one `partition_chunked` call; each reads what earlier phases left
-    in the work directory, so any of them can be the first of a resumed job."""
+    """The phases of one `partition_chunked` call, run by every process of `group`;
+    each reads what earlier phases left in the work directory, so any of them can be
+    the first of a resumed job."""
 
     def __init__(self, graph: ChunkedGraph, options: ChunkedOptions, work: _Work,
-                 staging: str, progress: Progress):
+                 staging: str, progress: Progress, group: Group):
         self.graph, self.options, self.work, self.staging = graph, options, work, staging
-        self.progress = progress
+        self.progress, self.group = progress, group
         self.n = graph.total_nodes
         self.num_types = len(graph.node_types)
         self.ids = np.int32 if self.n < 2**31 else np.int64
+        self.lo, self.hi = group.nodes(self.n)        # this process's nodes
 
     # -- phase 1 ------------------------------------------------------------------------
 
     def _edge_pass(self, desc: str):
-        meter = self.progress.meter(desc, self.graph.num_edges, "edges")
-        for i, rows, chunk in self.graph.edge_blocks(EDGES_PER_BLOCK):
+        """(chunk, rows, edges) of this process's edge blocks: every N-th, from its rank."""
+        g = self.graph
+        blocks = [(i, slice(a, min(a + EDGES_PER_BLOCK, rows)))
+                  for i, rows in enumerate(g.edges["src"].rows)
+                  for a in range(0, rows, EDGES_PER_BLOCK)]
+        mine = [block for b, block in enumerate(blocks) if self.group.mine(b)]
+        meter = self.progress.meter(desc, sum(r.stop - r.start for _, r in mine), "edges")
+        for i, rows in mine:
+            chunk = g.edge_chunk(i, True, rows)
             yield i, rows, chunk
             meter.update(chunk.src.size)
 
+    def _node_array(self, name: str, dtype, shape=()) -> str:
+        """A work file over every node, preallocated by the first process."""
+        path = self.work.path(f"{name}.npy")
+        if self.group.leader:
+            preallocate(path, dtype, (self.n, *shape))
+        return path
+
     def scan(self) -> dict:
-        n = self.n
-        in_degree = np.zeros(n, np.int64)
-        degree = np.zeros(n, np.int64)
+        n, group = self.n, self.group
+        counts = np.zeros((2, n), np.int64)              # in-degree, adjacency degree
         loops = 0
         for _, _, chunk in self._edge_pass("scan (pass 1 of 3 over the edges)"):
-            in_degree += np.bincount(chunk.dst, minlength=n)
+            counts[0] += np.bincount(chunk.dst, minlength=n)
             keep = chunk.src != chunk.dst
             loops += int(keep.size - keep.sum())
-            degree += np.bincount(chunk.src[keep], minlength=n)
-            degree += np.bincount(chunk.dst[keep], minlength=n)
-        for t, named in self.graph.splits.items():
-            for name in named:
-                self.graph.split(t, name)          # checked: sorted, unique, in range
-        np.save(self.work.path("in_degree.npy"), in_degree)
-        np.save(self.work.path("degree.npy"), degree)
-        return {"self_loops": loops}
+            counts[1] += np.bincount(chunk.src[keep], minlength=n)
+            counts[1] += np.bincount(chunk.dst[keep], minlength=n)
+        if group.leader:
+            for t, named in self.graph.splits.items():
+                for name in named:
+                    self.graph.split(t, name)      # checked: sorted, unique, in range
+        if group.size == 1:
+            np.save(self.work.path("in_degree.npy"), counts[0])
+            np.save(self.work.path("degree.npy"), counts[1])
+            return {"self_loops": loops}
+        # Every process's counts summed over its own nodes, from the others' files.
+        np.save(self.work.path(f"scan.{group.rank}.npy"), counts)
+        del counts
+        paths = [self._node_array(name, np.int64) for name in ("in_degree", "degree")]
+        group.barrier("scan counts written")
+        total = sum(np.asarray(np.load(self.work.path(f"scan.{r}.npy"), mmap_mode="r")
+                               [:, self.lo:self.hi]) for r in range(group.size))
+        for row, path in enumerate(paths):
+            out = NpyRows(path)
+            out.write(self.lo, total[row])
+            out.close()
+        group.barrier("scan counts summed")
+        os.remove(self.work.path(f"scan.{group.rank}.npy"))
+        return {"self_loops": int(group.sum(loops, "self-loops"))}
 
     # -- phase 2 ------------------------------------------------------------------------
 
+    def _adjacency_bounds(self) -> tuple[np.ndarray, list[int]]:
+        """(int64[R + 1] node ranges of the adjacency, none across two processes' nodes;
+        the index of each process's first range, and R)."""
+        degree = np.load(self.work.path("degree.npy"), mmap_mode="r")
+        bounds, firsts = [np.zeros(1, np.int64)], []
+        for r in range(self.group.size):
+            lo, hi = self.group.nodes(self.n, r)
+            firsts.append(sum(b.size for b in bounds) - 1)
+            bounds.append(lo + range_bounds(np.asarray(degree[lo:hi]),
+                                            self.options.range_entries)[1:])
+        bounds = np.concatenate(bounds)
+        return bounds, firsts + [bounds.size - 1]
+
     def adjacency(self) -> dict:
-        degree = np.load(self.work.path("degree.npy"))
-        bounds = range_bounds(degree, self.options.range_entries)
-        del degree
+        bounds, firsts = self._adjacency_bounds()
 
         def pairs():
             for _, _, chunk in self._edge_pass("adjacency (pass 2 of 3 over the edges)"):
@@ -430,73 +555,110 @@ class _Job:
                 src, dst = chunk.src[keep], chunk.dst[keep]
                 yield np.concatenate([src, dst]), np.concatenate([dst, src]), None
         root = self.work.path("adjacency")
-        shutil.rmtree(root, ignore_errors=True)
-        adjacency = build_disk_adjacency(root, self.n, bounds, pairs(), merge=False)
-        return {"ranges": len(adjacency.bounds) - 1, "entries": adjacency.num_entries}
+        if self.group.leader:
+            shutil.rmtree(root, ignore_errors=True)
+            os.makedirs(root)
+        self.group.barrier("adjacency folder")
+        write_buckets(root, self.n, bounds, pairs(), merge=False, writer=self.group.rank)
+        self.group.barrier("adjacency buckets written")
+        a, b = firsts[self.group.rank], firsts[self.group.rank + 1]
+        adjacency = sort_ranges(root, self.n, bounds[a:b + 1], merge=False,
+                                writers=self.group.size, first=a)
+        return {"ranges": int(bounds.size - 1),
+                "entries": int(self.group.sum(adjacency.num_entries, "entries"))}
 
     # -- phase 3 ------------------------------------------------------------------------
 
-    def weights(self) -> NodeWeights:
+    def weights(self, lo: int = 0, hi: int | None = None) -> NodeWeights:
         """The balance constraints of `jgraph.partition.assignment.constraints_for`, in
-        compact columns."""
+        compact columns, of the nodes [lo, hi) (all by default)."""
         g, offsets = self.graph, self.graph.type_offsets()
+        hi = self.n if hi is None else hi
         names, columns = [], []
         for t, ntype in enumerate(g.node_types):
             names.append("nodes" if self.num_types == 1 else f"nodes:{ntype}")
-            column = np.zeros(self.n, np.uint8)
-            column[offsets[t]:offsets[t + 1]] = 1
+            column = np.zeros(hi - lo, np.uint8)
+            column[max(offsets[t] - lo, 0):max(offsets[t + 1] - lo, 0)] = 1
             columns.append(column)
         for split in BALANCED_SPLITS:
-            member = np.zeros(self.n, np.uint8)
+            member = np.zeros(hi - lo, np.uint8)
             for t, ntype in enumerate(g.node_types):
                 if split in g.splits.get(ntype, {}):
-                    member[offsets[t] + g.split(ntype, split)] = 1
-            if member.any():
+                    ids = offsets[t] + g.split(ntype, split)
+                    member[ids[(ids >= lo) & (ids < hi)] - lo] = 1
+            if any(split in named and named[split].num_rows
+                   for named in g.splits.values()):
                 names.append(split)
                 columns.append(member)
         names.append("edges")
-        columns.append(np.load(self.work.path("in_degree.npy")))
+        columns.append(np.asarray(np.load(self.work.path("in_degree.npy"), mmap_mode="r")
+                                  [lo:hi]))
         return NodeWeights(tuple(names), tuple(columns))
 
     def assignment(self) -> dict:
-        adjacency = DiskAdjacency.open(self.work.path("adjacency"))
+        _, firsts = self._adjacency_bounds()
+        adjacency = DiskAdjacency.open(self.work.path("adjacency"), firsts[self.group.rank])
         if adjacency is None:
             raise PartitionError(f"{self.work.path('adjacency')}: the adjacency phase's "
                                  f"files are missing; delete {self.work.root} to start over")
         coarse = self.work.path("coarse")
-        shutil.rmtree(coarse, ignore_errors=True)
-        os.makedirs(coarse)
+        if self.group.leader:
+            shutil.rmtree(coarse, ignore_errors=True)
+            os.makedirs(coarse)
+        self.group.barrier("coarse folder")
         began = time.perf_counter()
-        parts, stats = partition(adjacency, self.weights(), self.options.num_parts,
-                                 tolerance=self.options.tolerance, seed=self.options.seed,
+        parts, stats = partition(adjacency, self.weights(self.lo, self.hi),
+                                 self.options.num_parts, tolerance=self.options.tolerance,
+                                 seed=self.options.seed,
                                  coarse_entries=self.options.coarse_entries, workdir=coarse,
+                                 group=self.group,
                                  log=lambda message: self.progress.note(
                                      f"{message} [{time.perf_counter() - began:.0f}s]"))
-        parts = fill_empty(parts, self.options.num_parts)
-        np.save(self.work.path("parts.npy"), parts.astype(np.int16 if self.options.num_parts
-                                                          <= 2**15 else np.int32))
+        if self.group.leader:
+            parts = fill_empty(parts, self.options.num_parts)
+            np.save(self.work.path("parts.npy"),
+                    parts.astype(np.int16 if self.options.num_parts <= 2**15 else np.int32))
         return {"levels": list(stats.level_nodes), "coarse_entries": stats.coarse_entries,
                 "coarse_sparsified": stats.sparsified}
 
     # -- phase 4 ------------------------------------------------------------------------
 
-    def parts(self) -> np.ndarray:
-        return np.load(self.work.path("parts.npy")).astype(np.int32)
+    def parts(self, mmap: bool = False) -> np.ndarray:
+        """Every node's partition (int16 where the part count allows)."""
+        return np.load(self.work.path("parts.npy"), mmap_mode="r" if mmap else None)
 
     def relabel(self) -> dict:
-        parts = self.parts()
-        p, t = self.options.num_parts, self.num_types
-        node_map = np.argsort(parts, kind="stable").astype(np.int64)
-        np.save(os.path.join(self.staging, "node_map.npy"), node_map)
-        inverse = np.empty_like(node_map)
-        inverse[node_map] = np.arange(self.n)
-        del node_map
-        np.save(os.path.join(self.staging, "node_map_inv.npy"), inverse)
-        type_ids = np.searchsorted(self.graph.type_offsets(), np.arange(self.n),
-                                   side="right") - 1 if t > 1 else np.zeros(self.n, np.int64)
-        counts = np.bincount(parts.astype(np.int64) * t + type_ids,
-                             minlength=p * t).reshape(p, t)
-        np.save(self.work.path("counts.npy"), counts)
+        """New ids: partition by partition, each partition's nodes in original order
+        (`jgraph.partition.relabel`'s numbering). Each process numbers its own nodes,
+        which come after the earlier processes' in every partition."""
+        group, p, t = self.group, self.options.num_parts, self.num_types
+        lo, hi = self.lo, self.hi
+        parts = np.asarray(self.parts(mmap=True)[lo:hi]).astype(np.int64)
+        type_ids = (np.searchsorted(self.graph.type_offsets(), np.arange(lo, hi),
+                                    side="right") - 1) if t > 1 else 0
+        counts = np.bincount(parts * t + type_ids, minlength=p * t).reshape(p, t)
+        every = np.stack(group.gather(counts, "relabel counts"))          # [N, P, T]
+        total = every.sum(axis=0)
+        offsets = np.concatenate([[0], np.cumsum(total.sum(axis=1))])
+        base = offsets[:-1] + every[:group.rank].sum(axis=(0, 2))        # [P]
+        order = np.argsort(parts, kind="stable")
+        firsts = np.searchsorted(parts[order], np.arange(p + 1))
+        paths = [os.path.join(self.staging, f"{name}.npy") for name in ("node_map",
+                                                                        "node_map_inv")]
+        if group.leader:
+            for path in paths:
+                preallocate(path, np.int64, (self.n,))
+            np.save(self.work.path("counts.npy"), total)
+        group.barrier("node maps allocated")
+        node_map, inverse = (NpyRows(path) for path in paths)
+        new = np.empty(hi - lo, np.int64)
+        for k in range(p):
+            run = order[firsts[k]:firsts[k + 1]]
+            new[run] = base[k] + np.arange(run.size)
+            node_map.write(int(base[k]), lo + run)
+        inverse.write(lo, new)
+        node_map.close()
+        inverse.close()
         return {}
 
     def numbering(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -508,7 +670,12 @@ class _Job:
         return counts, offsets, ntype_offsets
 
     def inverse(self) -> np.ndarray:
-        return np.load(os.path.join(self.staging, "node_map_inv.npy"))
+        """Every node's new id, in the smallest integer type that holds it."""
+        inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
+        out = np.empty(self.n, self.ids)
+        for a in range(0, self.n, 1 << 24):
+            out[a:a + (1 << 24)] = inverse[a:a + (1 << 24)]
+        return out
 
     # -- phase 5 ------------------------------------------------------------------------
 
@@ -530,19 +697,22 @@ class _Job:
         return np.concatenate(bounds)
 
     def bucketing(self) -> dict:
-        parts, inverse = self.parts(), self.inverse()
-        bounds = self.bucket_bounds()
-        np.save(self.work.path("buckets.npy"), bounds)
-        record = self._record()
+        group = self.group
         root = self.work.path("buckets")
-        shutil.rmtree(root, ignore_errors=True)
-        os.makedirs(root)
+        if group.leader:
+            shutil.rmtree(root, ignore_errors=True)
+            os.makedirs(root)
+            np.save(self.work.path("buckets.npy"), self.bucket_bounds())
+        group.barrier("bucket bounds")
+        bounds = np.load(self.work.path("buckets.npy"))
+        parts, inverse = self.parts(), self.inverse()
+        record = self._record()
         names = list(self.graph.edge_data)
         cut = 0
         ranges = dict.fromkeys(names)
         with contextlib.ExitStack() as stack:
             files = {(b, key): stack.enter_context(
-                         open(os.path.join(root, _bucket_file(b, key)), "wb"))
+                         open(os.path.join(root, _bucket_file(b, key, group.rank)), "wb"))
                      for b in range(bounds.size - 1) for key in [None, *names]}
             for i, rows, chunk in self._edge_pass("bucketing (pass 3 of 3 over the edges)"):
                 cut += int((parts[chunk.src] != parts[chunk.dst]).sum())
@@ -564,23 +734,34 @@ class _Job:
                     block[cuts[b]:cuts[b + 1]].tofile(files[b, None])
                     for name, values in data.items():
                         np.ascontiguousarray(values[cuts[b]:cuts[b + 1]]).tofile(files[b, name])
-        return {"cut_edges": cut, "edge_data_ranges": {k: v for k, v in ranges.items()
-                                                       if v is not None}}
+        every = group.gather(np.array(json.dumps(ranges)), "edge data ranges")
+        for other in every:
+            for name, bound in json.loads(str(other)).items():
+                ranges[name] = _widen(ranges[name], np.asarray(bound or [], np.int64))
+        return {"cut_edges": int(group.sum(cut, "cut")),
+                "edge_data_ranges": {k: v for k, v in ranges.items() if v is not None}}
 
     # -- phase 6 ------------------------------------------------------------------------
 
+    def _bucket(self, b: int, data: str | None, dtype, shape=()) -> np.ndarray:
+        """Bucket b's records (data None) or edge data, every process's file in turn."""
+        root = self.work.path("buckets")
+        return np.concatenate([np.fromfile(os.path.join(root, _bucket_file(b, data, r)),
+                                           dtype).reshape(-1, *shape)
+                               for r in range(self.group.size)])
+
     def partitions(self) -> dict:
-        g, p = self.graph, self.options.num_parts
+        g, p, group = self.graph, self.options.num_parts, self.group
         counts, offsets, ntype_offsets = self.numbering()
         bounds = np.load(self.work.path("buckets.npy"))
         node_map = np.load(os.path.join(self.staging, "node_map.npy"), mmap_mode="r")
         in_degree = np.load(self.work.path("in_degree.npy"), mmap_mode="r")
         record = self._record()
-        root = self.work.path("buckets")
         halo_mark = np.zeros(self.n, bool)
-        infos = []
-        meter = self.progress.meter("writing partitions", g.num_edges, "edges")
-        for k in range(p):
+        infos = {}
+        mine = [k for k in range(p) if group.mine(k)]
+        meter = self.progress.meter("writing partitions", len(mine), "partitions")
+        for k in mine:
             lo, hi = int(offsets[k]), int(offsets[k + 1])
             d = part_dir(self.staging, k)
             os.makedirs(d, exist_ok=True)
@@ -598,21 +779,18 @@ class _Job:
                                              (e, *c.shape))
             first, last = np.searchsorted(bounds, [lo, hi])
             for b in range(first, last):
-                block = np.fromfile(os.path.join(root, _bucket_file(b, None)), record)
-                # The records came in edge-id order (chunks in order, each sorted by bucket
-                # stably), so a stable sort leaves equal edges in edge-id order.
-                order = np.lexsort((block["src"], block["etype"], block["dst"]))
+                block = self._bucket(b, None, record)
+                # Equal (destination, relation, source) edges in edge-id order, however
+                # the processes' blocks interleaved.
+                order = np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
                 block = block[order]
                 at = int(indptr[bounds[b] - lo])       # buckets in order: appended
                 out["indices"].append(block["src"], at)
                 out["etype"].append(block["etype"], at)
                 out["edge_ids"].append(block["eid"], at)
                 for name, c in g.edge_data.items():
-                    values = np.fromfile(os.path.join(root, _bucket_file(b, name)),
-                                         c.dtype).reshape(-1, *c.shape)
-                    data_out[name].append(values[order], at)
+                    data_out[name].append(self._bucket(b, name, c.dtype, c.shape)[order], at)
                 halo_mark[block["src"]] = True
-                meter.update(block.size)
                 del block, order
             for appender in (*out.values(), *data_out.values()):
                 appender.close()
@@ -621,16 +799,21 @@ class _Job:
             halo = np.flatnonzero(halo_mark).astype(np.int64)
             halo_mark[halo] = False
             np.save(os.path.join(d, "halo.npy"), halo)
-            infos.append({
+            meter.update(1)
+            infos[k] = {
                 "num_nodes": hi - lo,
                 "num_nodes_per_type": dict(zip(g.node_types, counts[k].tolist())),
                 "num_edges": e, "num_halo": int(halo.size),
                 "halo_by_owner": np.bincount(np.searchsorted(offsets, halo, side="right") - 1,
-                                             minlength=p).tolist()})
-        split_sizes = self._write_splits(offsets, ntype_offsets)
-        for k, info in enumerate(infos):
-            info["splits"] = split_sizes[k]
-        return {"parts": infos}
+                                             minlength=p).tolist()}
+        for other in group.gather(np.array(json.dumps(infos)), "partition facts"):
+            infos.update({int(k): v for k, v in json.loads(str(other)).items()})
+        if group.leader:
+            split_sizes = self._write_splits(offsets, ntype_offsets)
+        every = group.gather(np.array(json.dumps(split_sizes if group.leader else None)),
+                             "split sizes")
+        split_sizes = json.loads(str(every[0]))
+        return {"parts": [{**infos[k], "splits": split_sizes[k]} for k in range(p)]}
 
     def _write_splits(self, offsets, ntype_offsets) -> list[dict]:
         """Each partition's split files: sorted new ids. Returns {type: {split: count}}
@@ -653,53 +836,70 @@ class _Job:
 
     # -- phase 7 ------------------------------------------------------------------------
 
-    def node_data(self) -> dict:
-        g, p = self.graph, self.options.num_parts
-        counts, offsets, ntype_offsets = self.numbering()
-        inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
-        total = sum(c.num_rows for named in g.node_data.values() for c in named.values())
-        meter = self.progress.meter("copying node data", total, "rows")
-        ranges = {}
+    def _node_leaves(self):
+        """(type index, type, name, leaf, files, dtype, row shape, chunk) of every node
+        array: a dense one is one leaf, a sparse one two (indices, values)."""
+        g = self.graph
         for t, ntype in enumerate(g.node_types):
             for name, c in g.node_data.get(ntype, {}).items():
                 leaves = [("", c.files, c.dtype, c.shape)] if c.sparse is None else [
                     ("indices", c.files, "int32", (c.sparse,)),
                     ("values", c.value_files, c.dtype, (c.sparse,))]
                 for leaf, files, dtype, shape in leaves:
-                    outs = []
-                    for k in range(p):
-                        path = os.path.join(part_dir(self.staging, k), "node", ntype,
-                                            *([name, leaf] if leaf else [name])) + ".npy"
-                        os.makedirs(os.path.dirname(path), exist_ok=True)
-                        outs.append(NpyAppender(path, dtype, (int(counts[k, t]), *shape)))
-                    try:
-                        for i, f in enumerate(files):
-                            chunk = g.load(f)               # memory-mapped, read a block at a time
-                            for a in range(0, chunk.shape[0], ROWS_PER_BLOCK):
-                                rows = np.asarray(chunk[a:a + ROWS_PER_BLOCK])
-                                first = g.type_offsets()[t] + c.starts[i] + a
-                                new = np.asarray(inverse[first:first + rows.shape[0]])
-                                owner = np.searchsorted(offsets, new, side="right") - 1
-                                order = np.argsort(owner, kind="stable")
-                                cuts = np.searchsorted(owner[order], np.arange(p + 1))
-                                for k in np.flatnonzero(np.diff(cuts)):
-                                    # A partition's rows of a type are in original order, so
-                                    # a block's rows of partition k come next in its file.
-                                    sel = order[cuts[k]:cuts[k + 1]]
-                                    outs[k].append(rows[sel],
-                                                   int(new[sel[0]] - ntype_offsets[k, t]))
-                                if leaf != "indices" and np.dtype(c.dtype).kind in "iu":
-                                    ranges[f"{ntype}/{name}"] = _widen(
-                                        ranges.get(f"{ntype}/{name}"), rows)
-                                if leaf != "indices":
-                                    meter.update(rows.shape[0])
-                    except BaseException:
-                        for appender in outs:         # no file left open
-                            appender.file.close()
-                        raise
-                    for appender in outs:
-                        appender.close()
-                    del outs
+                    yield t, ntype, name, leaf, files, dtype, shape, c
+
+    def node_data(self) -> dict:
+        """Every node array copied into the partitions' files by blocks of rows: a
+        block's rows of one partition are consecutive rows of its file (a partition's
+        nodes of a type are in original order), written in place, so every process
+        copies its own share of the blocks."""
+        g, p, group = self.graph, self.options.num_parts, self.group
+        counts, offsets, ntype_offsets = self.numbering()
+        inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
+        path = lambda k, ntype, name, leaf: os.path.join(
+            part_dir(self.staging, k), "node", ntype, *([name, leaf] if leaf else [name])
+        ) + ".npy"
+        if group.leader:
+            for t, ntype, name, leaf, _, dtype, shape, _ in self._node_leaves():
+                for k in range(p):
+                    os.makedirs(os.path.dirname(path(k, ntype, name, leaf)), exist_ok=True)
+                    preallocate(path(k, ntype, name, leaf), dtype, (int(counts[k, t]), *shape))
+        group.barrier("node data allocated")
+        blocks = [(leaf_index, i, a)
+                  for leaf_index, (_, _, _, _, files, _, _, c) in enumerate(self._node_leaves())
+                  for i in range(len(files)) for a in range(0, c.rows[i], ROWS_PER_BLOCK)]
+        blocks = [block for b, block in enumerate(blocks) if group.mine(b)]
+        leaves = list(self._node_leaves())
+        meter = self.progress.meter("copying node data", len(blocks), "blocks")
+        ranges = {}
+        opened = None, []
+        try:
+            for leaf_index, i, a in blocks:
+                t, ntype, name, leaf, files, _, _, c = leaves[leaf_index]
+                if opened[0] != leaf_index:
+                    for out in opened[1]:
+                        out.close()
+                    opened = leaf_index, [NpyRows(path(k, ntype, name, leaf))
+                                          for k in range(p)]
+                chunk = g.load(files[i])                   # memory-mapped
+                rows = np.asarray(chunk[a:a + ROWS_PER_BLOCK])
+                first = g.type_offsets()[t] + c.starts[i] + a
+                new = np.asarray(inverse[first:first + rows.shape[0]])
+                owner = np.searchsorted(offsets, new, side="right") - 1
+                order = np.argsort(owner, kind="stable")
+                cuts = np.searchsorted(owner[order], np.arange(p + 1))
+                for k in np.flatnonzero(np.diff(cuts)):
+                    sel = order[cuts[k]:cuts[k + 1]]
+                    opened[1][k].write(int(new[sel[0]] - ntype_offsets[k, t]), rows[sel])
+                if leaf != "indices" and np.dtype(c.dtype).kind in "iu":
+                    ranges[f"{ntype}/{name}"] = _widen(ranges.get(f"{ntype}/{name}"), rows)
+                meter.update(1)
+        finally:
+            for out in opened[1]:
+                out.close()
+        for other in group.gather(np.array(json.dumps(ranges)), "node data ranges"):
+            for key, bound in json.loads(str(other)).items():
+                ranges[key] = _widen(ranges.get(key), np.asarray(bound, np.int64))
         return {"node_data_ranges": ranges}
 
     # -- meta.json ----------------------------------------------------------------------
@@ -743,7 +943,7 @@ class _Job:
                                      if k not in ("parts", "node_data_ranges",
                                                   "edge_data_ranges")}
                               for name, facts in phases.items()},
-                   "processes": 1,
+                   "processes": self.group.size,
                    "peak_rss_bytes": max([peak_rss_bytes()] + [facts["peak_rss_bytes"]
                                                                for facts in phases.values()]),
                    "options": dataclasses.asdict(self.options)})
@@ -760,9 +960,11 @@ class _Job:
         return total.tolist()
 
 
-def _bucket_file(bucket: int, data: str | None) -> str:
-    """The temporary file of one bucket's edge records (data None) or edge data array."""
-    return f"{bucket:05d}.records.bin" if data is None else f"{bucket:05d}.data.{data}.bin"
+def _bucket_file(bucket: int, data: str | None, writer: int) -> str:
+    """The temporary file of one bucket's edge records (data None) or edge data array,
+    as one process (`writer`) wrote it."""
+    return (f"{bucket:05d}.{writer}.records.bin" if data is None
+            else f"{bucket:05d}.{writer}.data.{data}.bin")
 
 
 def _widen(bounds, values: np.ndarray):

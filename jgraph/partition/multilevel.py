@@ -24,6 +24,17 @@ Memory: a few int32/int64 arrays over the nodes (the cluster and partition of ea
 node, cluster sizes, the balance weights in compact dtypes) plus one range of the
 adjacency. Label propagation moves the nodes of a piece of a range at once, against
 the partitions and loads as they stand after the pieces before.
+
+Several processes (`jgraph.partition.group.Group`) each hold the rows of their own
+node range (the adjacency's `start`..`stop`) and the per-node arrays of those rows
+only; what every process holds whole is one int32 per node: the level's cluster of
+each node while contracting, the partition of each node while refining. A node joins
+only clusters of its own process's nodes, so coarsening needs no exchange until the
+clusters are numbered; the coarse graph's rows stay with the process of their
+members. Refinement runs in passes: each process moves its own nodes against the
+partitions and loads as they stood at the pass's start, within 1/N of every
+partition's room (so together they cannot overfill one), then the moves and loads
+are exchanged. METIS runs on the first process, on every process's coarsest rows.
 """
 from __future__ import annotations
 
@@ -37,12 +48,14 @@ import numpy as np
 import scipy.sparse
 
 from jgraph.partition.adjacency import (
+    Chained,
     CSRAdjacency,
     DiskAdjacency,
     Rows,
     build_disk_adjacency,
     range_bounds,
 )
+from jgraph.partition.group import Group
 from jgraph.partition.metis import part_kway
 
 # Label propagation moves the rows of one piece at once: at most this many adjacency
@@ -152,50 +165,65 @@ def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
 
 def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int = 4,
             seed: int = 0, parts: np.ndarray | None = None,
-            on_pass: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, int]:
-    """Size-constrained label propagation: (int32[n] cluster of each node, numbered
-    0..k-1, and k). `limit` [len(size_columns)]: the most a cluster may hold; `parts`
-    (int[n]): if given, a node joins only clusters of its own partition."""
-    n = adjacency.num_nodes
+            on_pass: Callable[[int, int], None] | None = None,
+            group: Group | None = None) -> tuple[np.ndarray, int, tuple[int, int]]:
+    """Size-constrained label propagation over the rows [start, stop) of `adjacency`
+    (all of them in one process; `weights`, `parts` cover those rows): (the cluster of
+    each of those nodes, k, and the cluster ids [c_lo, c_hi) this process's nodes
+    form). Clusters are numbered 0..k-1 over the processes in order. `limit`
+    [len(size_columns)]: the most a cluster may hold; with `parts`, a node joins only
+    clusters of its own partition; a node joins only clusters of its process's nodes."""
+    group = group or Group.single()
+    lo, hi = adjacency.start, adjacency.stop
     cols = weights.size_columns()
-    size_of = np.stack([weights.columns[c] for c in cols], axis=1).astype(np.int64)  # [n, S]
-    label = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    size_of = np.stack([weights.columns[c] for c in cols], axis=1).astype(np.int64)  # [m, S]
+    dtype = np.int32 if adjacency.num_nodes < 2**31 else np.int64
+    label = np.arange(lo, hi, dtype=dtype)
     size = size_of.copy()                       # cluster id = its first node's id
     for p in range(passes):
         salt = seed * 1009 + p
         moved = _pipelined(
             _pieces(adjacency),
-            lambda piece, salt=salt: _cluster_proposal(piece, label, salt, parts),
-            lambda proposal: _join_clusters(proposal, label, size, size_of, limit))
+            lambda piece, salt=salt: _cluster_proposal(piece, label, lo, salt, parts),
+            lambda proposal: _join_clusters(proposal, label, lo, size, size_of, limit))
+        moved = int(group.sum(moved, "cluster moves"))
         if on_pass is not None:
             on_pass(p, moved)
-        if moved < max(1, n // 200):
+        if moved < max(1, adjacency.num_nodes // 200):
             break
     ids, label = np.unique(label, return_inverse=True)
-    return label.astype(np.int32 if ids.size < 2**31 else np.int64), int(ids.size)
+    counts = [int(c) for c in group.gather(ids.size, "clusters")]
+    c_lo = sum(counts[:group.rank])
+    k = sum(counts)
+    dtype = np.int32 if k < 2**31 else np.int64
+    return (c_lo + label).astype(dtype), k, (c_lo, c_lo + ids.size)
 
 
-def _cluster_proposal(piece: Rows, label, salt: int, parts=None):
+def _cluster_proposal(piece: Rows, label, lo: int, salt: int, parts=None):
     """Each node's best cluster by edge weight (its own wins ties; other ties fall by
     hash; with `parts`, among the clusters of its partition), for the nodes whose best
-    is another: (nodes, clusters, weights) or None. A cluster's id is one of its
-    nodes', so its partition is that node's."""
+    is another: (nodes, clusters, weights) or None. `label`, `parts`: of the nodes
+    [lo, lo + len(label)), the only clusters a node may join. A cluster's id is one of
+    its nodes', so its partition is that node's."""
     m = piece.num_rows
     nodes = piece.start + np.arange(m)
+    cols, rows, weights = piece.indices, piece.local_rows(), piece.entry_weights()
+    inside = (cols >= lo) & (cols < lo + label.size)
+    if not inside.all():                  # neighbours of other processes: not joinable
+        cols, rows, weights = cols[inside], rows[inside], weights[inside]
     counts = scipy.sparse.csr_matrix(
-        (piece.entry_weights().astype(np.float64), (piece.local_rows(), label[piece.indices])),
-        shape=(m, label.size))
+        (weights.astype(np.float64), (rows, label[cols - lo] - lo)), shape=(m, label.size))
     counts.sum_duplicates()
     if not counts.nnz:
         return None
     rows_len = np.diff(counts.indptr)
     row = np.repeat(np.arange(m), rows_len)
-    cand = counts.indices
-    own = label[nodes]
+    cand = counts.indices.astype(np.int64) + lo
+    own = label[nodes - lo]
     score = (counts.data + 0.5 * (cand == own[row])
              + 0.49 * _noise(nodes[row], cand, salt))
     if parts is not None:
-        score = np.where(parts[cand] == parts[nodes[row]], score, -np.inf)
+        score = np.where(parts[cand - lo] == parts[nodes[row] - lo], score, -np.inf)
     full = np.flatnonzero(rows_len)
     starts = counts.indptr[full]
     best = np.maximum.reduceat(score, starts)
@@ -206,22 +234,23 @@ def _cluster_proposal(piece: Rows, label, salt: int, parts=None):
     return nodes[full[movers]], target[movers], best[movers]
 
 
-def _join_clusters(proposal, label, size, size_of, limit) -> int:
+def _join_clusters(proposal, label, lo: int, size, size_of, limit) -> int:
     """Move the proposed nodes whose best cluster has room (ParHIP's rule: only the best
     is tried; a node whose best cluster is full stays this pass). Returns the moves."""
     if proposal is None or not proposal[0].size:
         return 0
     v, t, key = proposal
-    keep = label[v] != t                     # a node another piece moved meanwhile
+    v, t = v - lo, t - lo                    # local indices of nodes and clusters
+    keep = label[v] - lo != t                # a node another piece moved meanwhile
     amounts = size_of[v]
     keep &= ((size[t] + amounts) <= limit).all(axis=1)
     v, t, key, amounts = v[keep], t[keep], key[keep], amounts[keep]
     # Room of each request's cluster only: never a whole [clusters] array per piece.
     admit = _admit(t, key, amounts.astype(np.float64), (limit - size[t]).astype(np.float64))
     v, t, amounts = v[admit], t[admit], amounts[admit]
-    np.subtract.at(size, label[v], amounts)
+    np.subtract.at(size, label[v] - lo, amounts)
     np.add.at(size, t, amounts)
-    label[v] = t
+    label[v] = t + lo
     return int(v.size)
 
 
@@ -246,17 +275,26 @@ def _pipelined(pieces, propose, apply, workers: int = 2) -> int:
 
 
 def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
-             entries_per_range: int = 1 << 25, keep: float = 1.0, seed: int = 0):
+             entries_per_range: int = 1 << 25, keep: float = 1.0, seed: int = 0,
+             full_label: np.ndarray | None = None, own: tuple[int, int] | None = None):
     """The coarse graph of the clusters: an edge between two clusters weighs the sum of
     the edges between their members; none inside a cluster. On disk in `root` (one
     CSR per range of clusters), or in memory without `root`. keep < 1: each edge
     between clusters is kept with that probability and weighs w / keep (decided by a
     hash of its ends, the same both ways), so the coarse graph's cut weights are
-    unbiased and its size about `keep` times the full one's."""
+    unbiased and its size about `keep` times the full one's.
+
+    `label`: the cluster of each row [start, stop) of `adjacency`; `full_label`: of
+    every node (for the columns; `label` itself in one process); `own`: the clusters
+    [c_lo, c_hi) those rows form, the coarse graph's rows this process writes."""
+    lo = adjacency.start
+    full_label = label if full_label is None else full_label
+    c_lo, c_hi = own if own is not None else (0, num_clusters)
+
     def pairs():
         for rows in adjacency.ranges():
             u = rows.start + rows.local_rows().astype(np.int64)
-            a, b = label[u], label[rows.indices]
+            a, b = label[u - lo], full_label[rows.indices]
             between = np.flatnonzero(a != b)
             w = rows.entry_weights()[between]
             if keep < 1:
@@ -271,20 +309,23 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
                                       shape=(num_clusters, num_clusters))
         csr.sum_duplicates()
         return CSRAdjacency(csr, entries_per_range)
-    degree = np.zeros(num_clusters, np.int64)
+    degree = np.zeros(c_hi - c_lo, np.int64)
     for rows in adjacency.ranges():
-        degree += np.bincount(label[rows.start:rows.start + rows.num_rows],
-                              weights=np.diff(rows.indptr), minlength=num_clusters
+        first = rows.start - lo
+        degree += np.bincount(label[first:first + rows.num_rows] - c_lo,
+                              weights=np.diff(rows.indptr), minlength=c_hi - c_lo
                               ).astype(np.int64)
-    return build_disk_adjacency(root, num_clusters, range_bounds(degree, entries_per_range),
-                                pairs(), merge=True)
+    return build_disk_adjacency(root, num_clusters,
+                                c_lo + range_bounds(degree, entries_per_range), pairs(),
+                                merge=True)
 
 
-def _entries_between(adjacency, label: np.ndarray) -> int:
-    """Adjacency entries whose ends lie in different clusters: a coarse graph's size
-    before repeated pairs merge."""
-    return sum(int((label[rows.start + rows.local_rows().astype(np.int64)]
-                    != label[rows.indices]).sum())
+def _entries_between(adjacency, label: np.ndarray, full_label: np.ndarray) -> int:
+    """Adjacency entries of these rows whose ends lie in different clusters: a coarse
+    graph's size before repeated pairs merge."""
+    lo = adjacency.start
+    return sum(int((label[rows.start - lo + rows.local_rows().astype(np.int64)]
+                    != full_label[rows.indices]).sum())
                for rows in adjacency.ranges())
 
 
@@ -346,40 +387,68 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
 
 def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
            tolerance: float, *, passes: int = 6, seed: int = 0,
-           on_pass: Callable[[str, int, int], None] | None = None) -> np.ndarray:
+           on_pass: Callable[[str, int, int], None] | None = None,
+           group: Group | None = None) -> np.ndarray:
     """Label propagation under the balance constraints, then moves out of partitions
-    over a limit. Updates and returns `parts` (int32[n])."""
-    limits = weights.limits(num_parts, tolerance)
-    loads = weights.loads(parts, num_parts)
-    def run(salt: int, balance: bool) -> int:
-        return _pipelined(
-            _pieces(adjacency, num_parts * len(weights.columns)),
-            lambda piece: _move_proposal(piece, parts, weights, loads, limits, num_parts,
-                                         salt, balance),
-            lambda proposal: _move(proposal, parts, loads, limits, balance))
+    over a limit. `parts` (int32, every node's) is updated for the rows [start, stop)
+    of `adjacency` (`weights` are theirs) and, with several processes, exchanged after
+    every pass so each holds every node's again. Returns `parts`."""
+    group = group or Group.single()
+    lo, hi = adjacency.start, adjacency.stop
+    limits = balance_limits(group.sum(weights.totals(), "totals"), num_parts, tolerance)
+    loads = group.sum(weights.loads(parts[lo:hi], num_parts), "loads")
+    bounds = _node_bounds(adjacency, group)
+
+    def run(salt: int, balance: bool, turn: int | None = None) -> int:
+        nonlocal loads
+        if group.size == 1:
+            own_limits, own_loads = limits, loads           # moved in place
+        elif turn is None:
+            # Each process may take 1/N of every partition's room: together they reach
+            # the limits, and never pass them.
+            own_limits, own_loads = loads + (limits - loads) / group.size, loads.copy()
+        else:
+            # One process a pass, with all of the room and all of the excess: a unit
+            # weight that must move may fit nowhere in 1/N of a partition's room.
+            own_limits, own_loads = limits, loads.copy()
+        pieces = _pieces(adjacency, num_parts * len(weights.columns)) \
+            if turn in (None, group.rank) else iter(())
+        moved = _pipelined(
+            pieces,
+            lambda piece: _move_proposal(piece, parts, lo, weights, own_loads, own_limits,
+                                         num_parts, salt, balance),
+            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance))
+        if group.size > 1:
+            loads = loads + group.sum(own_loads - loads, "load changes")
+            group.share(parts, bounds, "parts")
+            moved = int(group.sum(moved, "moves"))
+        return moved
     for p in range(passes):
         moved = run(seed * 7919 + p, balance=False)
         if on_pass is not None:
             on_pass("refine", p, moved)
         if moved < max(1, parts.size // 1000):
             break
-    for p in range(4 * passes):
+    idle = 0                     # passes in a row that moved nothing
+    for p in range(4 * passes * group.size):
         if (loads <= limits + 1e-9).all():
             break
-        moved = run(seed * 7919 + 100 + p, balance=True)
+        moved = run(seed * 7919 + 100 + p, balance=True,
+                    turn=None if group.size == 1 else p % group.size)
         if on_pass is not None:
             on_pass("balance", p, moved)
-        if not moved:
+        idle = 0 if moved else idle + 1
+        if idle >= group.size:
             break
     return parts
 
 
-def _move_proposal(piece: Rows, parts, weights: NodeWeights, loads, limits,
+def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, limits,
                    num_parts: int, salt: int, balance: bool):
     """For the nodes of one piece, the partition each would best move to (most cut
     edges saved, room in every constraint; with `balance`, out of a partition over a
     limit, least cut added): (nodes, their partitions, targets, scores, weights [., C])
-    or None."""
+    or None. `weights` are those of the nodes from `lo` on."""
     m = piece.num_rows
     if not m:
         return None
@@ -389,7 +458,7 @@ def _move_proposal(piece: Rows, parts, weights: NodeWeights, loads, limits,
                         weights=piece.entry_weights(), minlength=m * num_parts
                         ).reshape(m, num_parts)
     gain = votes - votes[np.arange(m), own][:, None]            # cut weight saved
-    w = weights.take(nodes)                                      # [m, C]
+    w = weights.take(nodes - lo)                                 # [m, C]
     room = limits - loads                                        # [P, C]
     fits = (w[:, None, :] <= room[None] + 1e-9).all(axis=2)      # [m, P]
     fits[np.arange(m), own] = False
@@ -454,7 +523,7 @@ class MultilevelStats:
 def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: float = 0.05,
               seed: int = 0, coarse_entries: int = 1 << 26, workdir: str | None = None,
               cluster_fraction: float = 1 / 4, max_levels: int = 8, v_cycles: int = 1,
-              log: Callable[[str], None] | None = None
+              log: Callable[[str], None] | None = None, group: Group | None = None
               ) -> tuple[np.ndarray, MultilevelStats]:
     """int32[n]: the partition of each node of `adjacency` (symmetric, no self-loops).
 
@@ -463,85 +532,145 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     cluster_fraction: a cluster holds at most this fraction of a partition's nodes
     and in-edges. v_cycles: further rounds (ParHIP's V-cycles) that coarsen again
     with clusters inside the partitions found, so that refining a coarse level moves
-    whole clusters between partitions, then refine back down.
+    whole clusters between partitions, then refine back down. group: the processes
+    (each with its own rows of `adjacency` and their `weights`; see the module
+    docstring); every one returns every node's partition.
     """
+    group = group or Group.single()
     log = log or (lambda message: None)
     n = adjacency.num_nodes
+    if group.size > 1 and workdir is None:
+        raise ValueError("several processes partition through files: give a workdir")
     if num_parts == 1:
         return np.zeros(n, np.int32), MultilevelStats((n,), 0, False)
-    limit = weights.totals()[weights.size_columns()] / num_parts * cluster_fraction
-    limit = np.maximum(limit, 1.0)
+    totals = group.sum(weights.totals(), "totals")
+    limit = np.maximum(totals[weights.size_columns()] / num_parts * cluster_fraction, 1.0)
     coarsen = lambda parts, cycle: _coarsen(adjacency, weights, num_parts, limit,
                                             coarse_entries, max_levels, seed + 101 * cycle,
-                                            workdir, log, parts)
+                                            workdir, log, parts, group)
     levels, current, current_weights, _ = coarsen(None, 0)
-    csr = _sampled(current, coarse_entries, seed)
-    sparsified, coarse_seen = csr.nnz < current.num_entries, int(csr.nnz)
-    log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
-        + (" (a sample keeping every cut's expected weight)" if sparsified else ""))
-    dense = np.stack(current_weights.columns, axis=1).astype(np.float64)
-    parts = part_kway(csr, dense, num_parts, seed=seed, imbalance=tolerance,
-                      spill_dir=workdir).astype(np.int32)
-    del csr, dense
+    parts, coarse_seen, sparsified = _initial(current, current_weights, num_parts,
+                                              coarse_entries, tolerance, seed, workdir, log,
+                                              group)
     level_nodes = tuple(lvl[1].num_nodes for lvl in levels) + (current.num_nodes,)
     parts = _uncoarsen(levels, current, current_weights, parts, num_parts, tolerance, seed,
-                       log)
+                       log, group)
     for cycle in range(1, v_cycles + 1):
         levels, current, current_weights, coarse_parts = coarsen(parts, cycle)
         if not levels:
             break
         coarse_parts = refine(current, coarse_parts, current_weights, num_parts, tolerance,
-                              seed=seed + 101 * cycle)
+                              seed=seed + 101 * cycle, group=group)
         parts = _uncoarsen(levels, current, current_weights, coarse_parts, num_parts,
-                           tolerance, seed + 101 * cycle, log)
+                           tolerance, seed + 101 * cycle, log, group)
         log(f"  V-cycle {cycle} done")
     return parts, MultilevelStats(level_nodes, coarse_seen, sparsified)
 
 
+def _initial(current, current_weights: NodeWeights, num_parts: int, coarse_entries: int,
+             tolerance: float, seed: int, workdir, log, group: Group
+             ) -> tuple[np.ndarray, int, bool]:
+    """METIS on the coarsest graph (every process's rows of it, on the first process):
+    (every coarse node's partition, the entries METIS saw, whether they were a
+    sample)."""
+    whole, columns = current, current_weights.columns
+    if group.size > 1:
+        np.save(os.path.join(workdir, f"weights.{group.rank}.npy"),
+                np.stack(columns, axis=1).astype(np.int64))
+        roots = group.gather(np.array(current.root), "coarsest roots")
+        firsts = group.gather(current.first, "coarsest firsts")
+        if group.leader:
+            whole = Chained([DiskAdjacency.open(str(root), int(first))
+                             for root, first in zip(roots, firsts)])
+            stacked = np.concatenate([np.load(os.path.join(workdir, f"weights.{r}.npy"))
+                                      for r in range(group.size)])
+            columns = tuple(stacked.T)
+    facts = np.zeros(2, np.int64)
+    if group.leader:
+        csr = _sampled(whole, coarse_entries, seed)
+        facts[:] = csr.nnz, csr.nnz < whole.num_entries
+        log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
+            + (" (a sample keeping every cut's expected weight)" if facts[1] else ""))
+        dense = np.stack(columns, axis=1).astype(np.float64)
+        parts = part_kway(csr, dense, num_parts, seed=seed, imbalance=tolerance,
+                          spill_dir=workdir).astype(np.int32)
+        del csr, dense
+        if group.size > 1:
+            np.save(os.path.join(workdir, "coarsest-parts.npy"), parts)
+    facts = group.gather(facts, "initial partition")[0]
+    if group.size > 1:
+        if not group.leader:
+            parts = np.load(os.path.join(workdir, "coarsest-parts.npy"))
+        os.remove(os.path.join(workdir, f"weights.{group.rank}.npy"))
+        group.barrier("initial partition read")
+    return parts, int(facts[0]), bool(facts[1])
+
+
+def _node_bounds(adjacency, group: Group) -> np.ndarray:
+    """int64[N + 1]: the rows [bounds[r], bounds[r + 1]) each process holds."""
+    ranges = group.gather([adjacency.start, adjacency.stop], "rows")
+    return np.array([int(r[0]) for r in ranges] + [int(ranges[-1][1])], np.int64)
+
+
 def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entries: int,
-             max_levels: int, seed: int, workdir, log, parts=None):
+             max_levels: int, seed: int, workdir, log, parts=None, group: Group | None = None):
     """Contract clusters level by level until the graph has at most `coarse_entries`
-    entries (or the clusters stop shrinking): ([(label, finer adjacency, its weights)]
-    per level, the coarsest adjacency, its weights, and `parts` carried to it). With
-    `parts`, clusters stay inside them, so each coarse node has one partition."""
+    entries (or the clusters stop shrinking): ([(every node's cluster, finer adjacency,
+    its weights)] per level, the coarsest adjacency, its weights, and `parts` (every
+    node's) carried to it). With `parts`, clusters stay inside them, so each coarse
+    node has one partition."""
+    group = group or Group.single()
     levels = []
     current, current_weights = adjacency, weights
-    while current.num_entries > coarse_entries and len(levels) < max_levels:
-        label, k = cluster(current, current_weights, limit, seed=seed + len(levels),
-                           parts=parts,
-                           on_pass=lambda p, moved: log(f"  coarsening level "
-                                                        f"{len(levels) + 1} pass {p + 1}: "
-                                                        f"{moved:,} nodes joined a cluster"))
+    while (group.sum(current.num_entries, "entries") > coarse_entries
+           and len(levels) < max_levels):
+        lo, hi = current.start, current.stop
+        label, k, own = cluster(
+            current, current_weights, limit, seed=seed + len(levels),
+            parts=None if parts is None else parts[lo:hi], group=group,
+            on_pass=lambda p, moved: log(f"  coarsening level {len(levels) + 1} pass "
+                                         f"{p + 1}: {moved:,} nodes joined a cluster"))
         shrink = k / current.num_nodes
         log(f"  level {len(levels) + 1}: {current.num_nodes:,} -> {k:,} nodes")
         if k < num_parts * 4 or shrink > 0.9:
             break
-        root = None if workdir is None else os.path.join(workdir, f"level-{len(levels) + 1}")
+        if group.size > 1:
+            full_label = np.empty(current.num_nodes, label.dtype)
+            full_label[lo:hi] = label
+            group.share(full_label, _node_bounds(current, group), "labels")
+        else:
+            full_label = label
+        root = None if workdir is None else os.path.join(
+            workdir, f"level-{len(levels) + 1}", f"p{group.rank}")
         # A coarse graph far larger than METIS takes is sampled as it is written (its
         # size on disk bounded), keeping every cut's expected weight.
-        between = _entries_between(current, label)
+        between = int(group.sum(_entries_between(current, label, full_label), "between"))
         keep = min(1.0, SAMPLE_MARGIN * coarse_entries / max(between, 1))
         if keep < 1:
             log(f"  level {len(levels) + 1}: keeping {keep:.1%} of {between:,} entries "
                 f"between clusters")
-        coarse = contract(current, label, k, root, keep=keep, seed=seed + len(levels))
-        levels.append((label, current, current_weights))
+        coarse = contract(current, label, k, root, keep=keep, seed=seed + len(levels),
+                          full_label=full_label, own=own)
+        levels.append((full_label, current, current_weights))
         if parts is not None:
             coarse_parts = np.empty(k, np.int32)
-            coarse_parts[label] = parts
+            coarse_parts[full_label] = parts
             parts = coarse_parts
-        current, current_weights = coarse, current_weights.coarsen(label, k)
-        log(f"  level {len(levels)}: coarse graph {coarse.num_entries:,} entries")
+        current, current_weights = coarse, current_weights.coarsen(label - own[0],
+                                                                   own[1] - own[0])
+        log(f"  level {len(levels)}: coarse graph "
+            f"{int(group.sum(coarse.num_entries, 'entries')):,} entries")
     return levels, current, current_weights, parts
 
 
 def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: int,
-               tolerance: float, seed: int, log) -> np.ndarray:
+               tolerance: float, seed: int, log, group: Group | None = None) -> np.ndarray:
     """Project `parts` (of the coarsest graph `current`) down the levels (`_coarsen`'s),
     refining at each (coarse levels are cheap and move whole clusters; with no levels,
     `current` itself); deletes the coarse graphs on disk as it leaves them."""
     if not levels:
-        return refine(current, parts, current_weights, num_parts, tolerance, seed=seed)
+        return refine(current, parts, current_weights, num_parts, tolerance, seed=seed,
+                      group=group)
     for i in range(len(levels) - 1, -1, -1):
         label, finer, finer_weights = levels[i]
         parts = parts[label]
@@ -549,6 +678,7 @@ def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: 
             current.remove()
         current = finer
         parts = refine(current, parts, finer_weights, num_parts, tolerance, seed=seed + i,
+                       group=group,
                        on_pass=lambda kind, p, moved, i=i: log(
                            f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved"))
     return parts

@@ -1,0 +1,129 @@
+"""The processes of one partitioning job, and how they agree.
+
+`jgraph partition` run under `python -m jgraph.launch --num-processes N` (or SLURM's
+`srun`, Open MPI's `mpirun`) is N processes of one `jax.distributed` job. Each owns a
+contiguous range of the node ids (`Group.nodes`) and a share of the edge blocks, and
+they meet at barriers. What they exchange goes two ways:
+
+- small values (counts, loads, moves, a phase's facts) through the key-value store of
+  `jax.distributed`'s coordination service (`Group.gather`, `Group.sum`);
+- per-node arrays (a level's cluster labels, the partitions after a refinement pass)
+  through files in the job's work directory, which every process must see (the same
+  requirement as the output directory: one folder on a shared file system), each
+  process writing its own slice (`Group.share`).
+
+A process that dies fails the job: `jgraph.launch` stops the others and names it, and
+under SLURM or Open MPI the coordination service's heartbeat does the same. One
+process is `Group.single()`, whose every method does nothing or returns its input.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+
+# Barriers wait this long for a slow peer (a phase may run for an hour on one process
+# more than another); a peer that dies is noticed by the heartbeat well before.
+BARRIER_TIMEOUT_MS = 24 * 3600 * 1000
+
+
+class Group:
+    """`size` processes, this one `rank`; `client`: jax.distributed's coordination
+    client (None for one process); `scratch`: a folder every process sees, for the
+    per-node slices `share` exchanges (set with `use_scratch`)."""
+
+    def __init__(self, rank: int = 0, size: int = 1, client=None):
+        self.rank, self.size, self.client = rank, size, client
+        self.scratch: str | None = None
+        self._count = 0
+
+    @classmethod
+    def single(cls) -> Group:
+        return cls()
+
+    @classmethod
+    def from_jax(cls) -> Group:
+        """The running jax.distributed job's processes (one if none was started)."""
+        from jax._src import distributed
+        state = distributed.global_state
+        if state.client is None or (state.num_processes or 1) == 1:
+            return cls.single()
+        return cls(state.process_id, state.num_processes, state.client)
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    def use_scratch(self, folder: str) -> None:
+        self.scratch = folder
+
+    def nodes(self, n: int, rank: int | None = None) -> tuple[int, int]:
+        """The node ids [lo, hi) of process `rank` (this one by default): n split in
+        `size` contiguous, near-equal ranges."""
+        rank = self.rank if rank is None else rank
+        return n * rank // self.size, n * (rank + 1) // self.size
+
+    def mine(self, i: int) -> bool:
+        """Whether this process takes the i-th of a sequence of equal shares (edge
+        blocks, partitions): every size-th, from its rank."""
+        return i % self.size == self.rank
+
+    def _key(self, name: str) -> str:
+        self._count += 1
+        return f"jgraph-partition/{self._count}/{name}"
+
+    def barrier(self, name: str) -> None:
+        """Wait until every process reaches this barrier (each calls the same sequence
+        of barriers and gathers)."""
+        if self.size > 1:
+            self.client.wait_at_barrier(self._key(name), BARRIER_TIMEOUT_MS)
+
+    def gather(self, value, name: str = "gather") -> list:
+        """Every process's `value` (a numpy array or anything `np.save` takes with
+        pickling off: numbers, lists of numbers), in rank order."""
+        if self.size == 1:
+            return [value]
+        key = self._key(name)
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(value), allow_pickle=False)
+        self.client.key_value_set_bytes(f"{key}/{self.rank}", buf.getvalue())
+        out = []
+        for r in range(self.size):
+            raw = self.client.blocking_key_value_get_bytes(f"{key}/{r}", BARRIER_TIMEOUT_MS)
+            out.append(np.load(io.BytesIO(raw), allow_pickle=False))
+        # Nobody deletes a key another may still read: the next barrier ends its use.
+        self.barrier(name + " read")
+        self.client.key_value_delete(f"{key}/{self.rank}")
+        return out
+
+    def sum(self, value, name: str = "sum"):
+        """The sum over processes of `value` (an array or number), added in rank order,
+        so every process gets the same bits."""
+        if self.size == 1:
+            return value
+        parts = self.gather(np.asarray(value), name)
+        total = parts[0].copy()
+        for p in parts[1:]:
+            total = total + p
+        return total
+
+    def share(self, full: np.ndarray, bounds, name: str) -> np.ndarray:
+        """Fill `full` (a per-node array of which this process has written its own rows
+        [bounds[rank], bounds[rank + 1])) with every other process's rows, through a
+        file per process in the scratch folder. Returns `full`."""
+        if self.size == 1:
+            return full
+        if self.scratch is None:
+            raise RuntimeError("Group.share needs a scratch folder (use_scratch)")
+        path = lambda r: os.path.join(self.scratch, f"{name}.{r}.npy")
+        lo, hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
+        np.save(path(self.rank) + ".tmp.npy", full[lo:hi])
+        os.replace(path(self.rank) + ".tmp.npy", path(self.rank))
+        self.barrier(name + " written")
+        for r in range(self.size):
+            if r != self.rank:
+                full[int(bounds[r]):int(bounds[r + 1])] = np.load(path(r))
+        self.barrier(name + " read")
+        os.remove(path(self.rank))
+        return full
