@@ -11,6 +11,7 @@ import traceback
 
 import numpy as np
 
+from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.data import (
     GraphError,
     add_reverse_relations,
@@ -27,7 +28,6 @@ from jgraph.data import (
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
-from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked, peak_rss_bytes
 from jgraph.partition.group import Group
 from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
@@ -293,8 +293,7 @@ def exit_alone(error: BaseException) -> None:
     that wait for it at theirs, and `jgraph.launch` (or the heartbeat) stops them once
     it has gone."""
     from jgraph.cli.main import user_errors
-    if isinstance(error, (PartitionError, GraphError, OSError)) or isinstance(error,
-                                                                             user_errors()):
+    if isinstance(error, (PartitionError, GraphError, OSError, *user_errors())):
         detail = f"{error.strerror}: {error.filename}" if isinstance(error, OSError) \
             and error.filename else str(error)
         print(f"jgraph partition: error: {detail}", file=sys.stderr)

@@ -216,7 +216,8 @@ class NpyRows:
         if at < 0 or at + rows > self.shape[0]:
             raise RuntimeError(f"{self.path}: rows [{at}, {at + rows}) past its "
                                f"{self.shape[0]}")
-        data, offset = memoryview(values.reshape(-1).view(np.uint8)), self.offset + at * self.row_bytes
+        data = memoryview(values.reshape(-1).view(np.uint8))
+        offset = self.offset + at * self.row_bytes
         while data.nbytes:
             done = os.pwrite(self.fd, data, offset)
             data, offset = data[done:], offset + done

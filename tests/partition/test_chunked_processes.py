@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from jgraph.data import load_dataset, save_chunked, symmetrize
-from jgraph.partition import open_partitions, partition_graph
 from jgraph.partition import chunked as chunked_route
+from jgraph.partition import open_partitions, partition_graph
 from jgraph.partition.assignment import constraints_for
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked
 
