@@ -19,6 +19,12 @@ WORKDIR=/path/to/shared/runs/NAME-2x4           # placeholder
 # -- 1. Partition once, on one host, into as many partitions as the job has devices ------
 # (2 hosts x 4 GPUs = 8; --symmetrize / --add-reverse to match the config's data.*.)
 jgraph partition /path/to/DATASET.npz --num-parts 8 --out "$PARTS"
+# A graph larger than one host's memory, in the chunked format (`jgraph convert`): both
+# hosts partition it together, each its share, in bounded memory (CHUNKED and PARTS on
+# storage both see; plan it first with `jgraph partition --plan CHUNKED --num-parts 8
+# --processes 2`).
+mpirun -np 2 -H NODE0:1,NODE1:1 --map-by ppr:1:node --bind-to none -x PATH \
+    jgraph partition /path/to/shared/CHUNKED --num-parts 8 --out "$PARTS"
 
 # -- 2. Open MPI 4.x, one process per host with all 4 of its GPUs -----------------------
 # Run on NODE0: JAX takes the coordinator address from mpirun's host, and rank 0 runs it.

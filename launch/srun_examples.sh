@@ -22,6 +22,13 @@ WORKDIR=/path/to/shared/runs/NAME-2x4           # placeholder
 # dataset itself, example 5, to apply it).
 jgraph partition /path/to/DATASET.npz --num-parts 8 --out "$PARTS"
 
+# A graph larger than one host's memory, in the chunked format (`jgraph convert`): every
+# task partitions its share, in bounded memory (CHUNKED and PARTS on storage every task
+# sees; the work directory PARTS.work goes beside PARTS). Plan it first:
+#   jgraph partition --plan /path/to/shared/CHUNKED --num-parts 8 --processes 4
+srun --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=1 \
+    jgraph partition /path/to/shared/CHUNKED --num-parts 8 --out "$PARTS"
+
 # -- 2. Interactive allocation, one task per node with all 4 of its GPUs ------------------
 #   salloc --nodes=2 --ntasks-per-node=1 --gpus-per-node=4 --time=02:00:00
 # JAX_LOCAL_DEVICE_IDS: without it each task would use GPU 0 only.

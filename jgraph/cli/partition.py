@@ -73,6 +73,9 @@ def add_commands(sub) -> None:
     p.add_argument("--edges", help="with --plan and no dataset: directed edges as stored")
     p.add_argument("--feat", type=int, default=0,
                    help="with --plan and no dataset: float32 features per node")
+    p.add_argument("--processes", type=int, default=1,
+                   help="with --plan: the processes (hosts) the job will run as, under "
+                        "python -m jgraph.launch, srun or mpirun")
     p.add_argument("--method", choices=[m.value for m in Method],
                    help="node assignment method (default: multilevel for a chunked graph "
                         "directory, read in passes in memory bounded by its nodes; metis "
@@ -80,9 +83,10 @@ def add_commands(sub) -> None:
     p.add_argument("--range-entries", type=int, default=ChunkedOptions.range_entries,
                    help="chunked graphs: adjacency entries (and in-edges) per node range "
                         "on disk, the largest block a phase holds in memory")
-    p.add_argument("--coarse-entries", type=int, default=ChunkedOptions.coarse_entries,
+    p.add_argument("--coarse-entries", type=int,
                    help="chunked graphs: the largest coarse graph (adjacency entries) that "
-                        "METIS partitions")
+                        "METIS partitions, on the first process (default: 2^25 for one "
+                        "process, 1/N of it for N, at least 2^22)")
     p.add_argument("--assignment", metavar="FILE.npy",
                    help="each node's partition, made elsewhere (e.g. by ParMETIS across "
                         "hosts for a graph too large to partition on one machine): an "
@@ -169,11 +173,14 @@ def run_plan(args) -> int:
         nodes, edges = (_count(flag, text) for flag, text in (("--nodes", args.nodes),
                                                               ("--edges", args.edges)))
         sizes = GraphSizes(nodes, edges, node_data_bytes=nodes * (4 * args.feat + 8))
+    if args.processes < 1:
+        raise PartitionError(f"--processes must be >= 1, got {args.processes}")
     if args.json:
-        print(json.dumps({"sizes": dataclasses.asdict(sizes), "processes": 1,
-                          "phases": [dataclasses.asdict(row) for row in plan(sizes, options)]}))
+        print(json.dumps({"sizes": dataclasses.asdict(sizes), "processes": args.processes,
+                          "phases": [dataclasses.asdict(row)
+                                     for row in plan(sizes, options, args.processes)]}))
     else:
-        print(render(sizes, options))
+        print(render(sizes, options, args.processes))
     return 0
 
 

@@ -80,6 +80,9 @@ ROWS_PER_BLOCK, EDGES_PER_BLOCK = 1 << 20, 1 << 22
 # Temporary folders of the work directory that no phase after the named one reads.
 LEFTOVERS = {"assignment": ("adjacency", "coarse"), "partitions": ("buckets",)}
 IDENTITY_VERSION = 3
+# The largest coarse graph METIS partitions by default (adjacency entries), for one
+# process; `coarse_limit` divides it among processes, down to the second.
+COARSE_ENTRIES, MIN_COARSE_ENTRIES = 1 << 25, 1 << 22
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,23 +94,34 @@ class ChunkedOptions:
       num_parts, seed, tolerance: as for `partition_graph`.
       range_entries: adjacency entries (and in-edges) per node range on disk: the
         largest block a phase holds.
-      coarse_entries: the largest coarse graph METIS partitions (adjacency entries).
+      coarse_entries: the largest coarse graph METIS partitions (adjacency entries);
+        None: `coarse_limit(processes)`, which falls as processes are added.
     """
 
     num_parts: int
     seed: int = 0
     tolerance: float = 0.05
     range_entries: int = 1 << 25
-    coarse_entries: int = 1 << 25
+    coarse_entries: int | None = None
 
     def __post_init__(self):
         for name, least in (("num_parts", 1), ("range_entries", 1 << 10),
                             ("coarse_entries", 1 << 10)):
             value = getattr(self, name)
+            if value is None and name == "coarse_entries":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                     or value < least:
                 raise PartitionError(f"{name} (--{name.replace('_', '-')}) must be an "
                                      f"integer >= {least}, got {value!r}")
+
+
+def coarse_limit(processes: int = 1) -> int:
+    """The default `coarse_entries`: COARSE_ENTRIES for one process, 1/N of it for N
+    (at least MIN_COARSE_ENTRIES). METIS holds the coarsest graph whole on one process,
+    at about 100 bytes an entry (`jgraph.partition.plan`), the one part of the job
+    that does not divide; the rest of a process's memory falls as 1/N, and so does this."""
+    return max(COARSE_ENTRIES // max(processes, 1), MIN_COARSE_ENTRIES)
 
 
 def bounded_route(path, method) -> bool:
@@ -306,6 +320,8 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     each phase's seconds and peak RSS."""
     start = time.perf_counter()
     group = group or Group.single()
+    if options.coarse_entries is None:
+        options = dataclasses.replace(options, coarse_entries=coarse_limit(group.size))
     progress = progress if progress is not None and group.leader else Progress(enabled=False)
     graph = open_chunked(input_dir)
     _check_request(graph, options, group)
@@ -416,7 +432,7 @@ def _check_request(graph: ChunkedGraph, options: ChunkedOptions, group: Group) -
 
 def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
                   edge_data_bytes: int, num_parts: int,
-                  coarse_entries: int = ChunkedOptions.coarse_entries) -> dict[str, int]:
+                  coarse_entries: int = COARSE_ENTRIES) -> dict[str, int]:
     """Bytes of disk each part of a job needs: the temporary adjacency (its bucket
     records, then one CSR per range), the coarse graphs, the edge buckets, and the
     partition directory itself (CSC, edge ids, edge data, node data, node maps)."""
@@ -450,7 +466,7 @@ def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str,
     (`already`: bytes a resumed job's work directory holds, counted as room)."""
     node, edge = data_bytes(graph)
     need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts,
-                         options.coarse_entries)
+                         options.coarse_entries or COARSE_ENTRIES)
     where = where or "."
     while not os.path.isdir(where) and os.path.dirname(where) not in ("", where):
         where = os.path.dirname(where)          # the disk of the nearest folder that exists
@@ -501,7 +517,10 @@ class _Job:
 
     def scan(self) -> dict:
         n, group = self.n, self.group
-        counts = np.zeros((2, n), np.int64)              # in-degree, adjacency degree
+        # In-degree and adjacency degree of every node, over this process's blocks: a
+        # count below 2^31 when its blocks hold fewer edges than that.
+        mine = -(-self.graph.num_edges // group.size) + EDGES_PER_BLOCK
+        counts = np.zeros((2, n), np.int32 if 2 * mine < 2**31 else np.int64)
         loops = 0
         for _, _, chunk in self._edge_pass("scan (pass 1 of 3 over the edges)"):
             counts[0] += np.bincount(chunk.dst, minlength=n)
@@ -514,8 +533,8 @@ class _Job:
                 for name in named:
                     self.graph.split(t, name)      # checked: sorted, unique, in range
         if group.size == 1:
-            np.save(self.work.path("in_degree.npy"), counts[0])
-            np.save(self.work.path("degree.npy"), counts[1])
+            np.save(self.work.path("in_degree.npy"), counts[0].astype(np.int64))
+            np.save(self.work.path("degree.npy"), counts[1].astype(np.int64))
             return {"self_loops": loops}
         # Every process's counts summed over its own nodes, from the others' files.
         np.save(self.work.path(f"scan.{group.rank}.npy"), counts)
@@ -523,7 +542,7 @@ class _Job:
         paths = [self._node_array(name, np.int64) for name in ("in_degree", "degree")]
         group.barrier("scan counts written")
         total = sum(np.asarray(np.load(self.work.path(f"scan.{r}.npy"), mmap_mode="r")
-                               [:, self.lo:self.hi]) for r in range(group.size))
+                               [:, self.lo:self.hi], np.int64) for r in range(group.size))
         for row, path in enumerate(paths):
             out = NpyRows(path)
             out.write(self.lo, total[row])

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from jgraph.partition.chunked import PHASES, ChunkedOptions, data_bytes, estimate_disk
+from jgraph.partition.chunked import (
+    EDGES_PER_BLOCK,
+    PHASES,
+    ChunkedOptions,
+    coarse_limit,
+    data_bytes,
+    estimate_disk,
+)
 from jgraph.partition.multilevel import PIECE_ENTRIES
 
 # Memory per adjacency entry of the coarse graph METIS partitions: the sample read into
@@ -56,50 +63,64 @@ def plan_sizes(graph) -> GraphSizes:
                           for s in ("train", "val", "test")))
 
 
-def plan(sizes: GraphSizes, options: ChunkedOptions) -> list[PhasePlan]:
-    """The phases of `partition_chunked` on a graph of `sizes`, one process."""
+def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list[PhasePlan]:
+    """The phases of `partition_chunked` on a graph of `sizes` run by `processes`
+    processes: each one's memory (the first's, which also runs METIS), and the disk of
+    the whole job (every process's files in one shared work directory)."""
     n, e, chunk = sizes.num_nodes, sizes.num_edges, min(sizes.edges_per_chunk, sizes.num_edges)
+    chunk = min(chunk, EDGES_PER_BLOCK)                           # read a block at a time
     ids = 4 if n < 2**31 else 8
-    r, p = min(options.range_entries, 2 * e), options.num_parts
+    r, p, q = min(options.range_entries, 2 * e), options.num_parts, max(processes, 1)
+    if options.coarse_entries is None:
+        options = dataclasses.replace(options, coarse_entries=coarse_limit(q))
+    own = -(-n // q)                                              # a process's nodes
     disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
                          options.coarse_entries)
-    weights = (sizes.types + sizes.splits) * n + ids * n          # compact columns
+    weights = (sizes.types + sizes.splits) * own + ids * own      # compact columns
     edges_gb = e * 2 * ids                                        # src + dst chunks
     adjacency_read = 2 * e * ids
     piece = PIECE_ENTRIES * 64                                    # one piece's arrays
     coarse = min(options.coarse_entries, 2 * e)
+    # Held whole by every process when there are several: the level's cluster of every
+    # node (int32) while contracting and the partition of every node while refining.
+    shared = 8 * n if q > 1 else 0
     gib = lambda b: f"{b / 2**30:.1f} GiB"
+    share = "" if q == 1 else f", 1/{q} of them per process"
     rows = [
-        # in-degree and adjacency degree int64, one bincount's int64 [n]; a chunk as
-        # int64 ids, etype, the loop test and the kept copies.
-        # (A chunk's mapped pages count too: some 45 bytes an edge measured in all.)
-        PhasePlan("scan", 24 * n + 45 * chunk, 0, f"the edge chunks once ({gib(edges_gb)})"),
-        # degrees and their running sum; per chunk both directions as int64, the
-        # bucket records and their order; per range its records, keys and sorted keys.
-        PhasePlan("adjacency", max(16 * n + 130 * chunk, 28 * r), disk["adjacency"],
-                  f"the edge chunks once ({gib(edges_gb)})"),
+        # in-degree and adjacency degree over every node (each process counts its
+        # blocks' endpoints; int32 below 2^31 edges a process), one bincount's int64
+        # [n]; a block as int64 ids, etype, the loop test and the kept copies (mapped
+        # pages too: some 45 bytes an edge).
+        PhasePlan("scan", (8 if e // q < 2**30 else 16) * n + 8 * n + 45 * chunk, 0,
+                  f"the edge chunks once ({gib(edges_gb)}{share})"),
+        # degrees (a process's own) and their running sum; per block both directions as
+        # int64, the bucket records and their order; per range its records and keys.
+        PhasePlan("adjacency", max(16 * own + 130 * chunk, 28 * r), disk["adjacency"],
+                  f"the edge chunks once ({gib(edges_gb)}{share})"),
         # the balance weights; the finest level's cluster labels (int32), cluster sizes
         # and node sizes in nodes and edges (int64 [n, 2] each), the relabelling's
-        # temporaries; one piece; then METIS on the coarse graph.
+        # temporaries, of a process's own nodes; one piece; then METIS on the coarse
+        # graph, on the first process.
         PhasePlan("assignment",
-                  max(weights + 4 * n + 32 * n + 12 * n + piece,
-                      weights + 8 * n + METIS_ENTRY_BYTES * coarse),
+                  max(shared + weights + 4 * own + 32 * own + 12 * own + piece,
+                      shared + weights + 8 * own + METIS_ENTRY_BYTES * coarse),
                   disk["adjacency"] + disk["coarse"],
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
-                  f"({gib(adjacency_read)} each at the finest)"),
-        # parts, node_map, its inverse, argsort's and the type ids' temporaries.
-        PhasePlan("relabel", 36 * n, 16 * n, "nothing but the assignment"),
-        # parts and the inverse map; a chunk in new ids, its bucket records and order.
-        PhasePlan("bucketing", 12 * n + 110 * chunk, 16 * n + disk["buckets"],
-                  f"the edge chunks once ({gib(edges_gb)})"),
+                  f"({gib(adjacency_read)} each at the finest{share})"),
+        # a process's own nodes' partitions, their order, new ids and type ids.
+        PhasePlan("relabel", 36 * own, 16 * n, "nothing but the assignment"),
+        # every node's partition (int16) and new id (int32 below 2^31 nodes); a block in
+        # new ids, its bucket records and order.
+        PhasePlan("bucketing", (2 + ids) * n + 110 * chunk, 16 * n + disk["buckets"],
+                  f"the edge chunks once ({gib(edges_gb)}{share})"),
         # the halo marks, one partition's degrees and CSC offsets, one range of edge
         # records with its sort.
         PhasePlan("partitions", n + 16 * n // p + 50 * r, disk["output"] - sizes.node_data_bytes,
                   "the edge buckets once"),
-        # the inverse map (memory-mapped, as it is touched) and a chunk of rows, thrice.
-        PhasePlan("node data", 8 * n + 3 * max(sizes.node_data_bytes * (1 << 20)
-                                               // max(n, 1), 1),
-                  disk["output"], f"the node data once ({gib(sizes.node_data_bytes)})"),
+        # the inverse map (memory-mapped, as it is touched) and a block of rows, thrice.
+        PhasePlan("node data", 8 * n // q + 3 * max(sizes.node_data_bytes * (1 << 20)
+                                                    // max(n, 1), 1),
+                  disk["output"], f"the node data once ({gib(sizes.node_data_bytes)}{share})"),
     ]
     assert [row.phase for row in rows] == list(PHASES)
     return rows
@@ -107,7 +128,7 @@ def plan(sizes: GraphSizes, options: ChunkedOptions) -> list[PhasePlan]:
 
 def render(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> str:
     """The plan as a table, with the peak over the phases."""
-    rows = plan(sizes, options)
+    rows = plan(sizes, options, processes)
     gib = lambda b: f"{b / 2**30:.1f} GiB"
     lines = [f"plan: {sizes.num_nodes:,} nodes, {sizes.num_edges:,} edges, node data "
              f"{gib(sizes.node_data_bytes)}, {options.num_parts} parts, "

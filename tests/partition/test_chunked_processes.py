@@ -92,3 +92,19 @@ def test_other_inputs_are_refused_under_several_processes(tmp_path, shared_data)
                   timeout=60)
     assert proc.returncode != 0
     assert "several processes partition a chunked graph directory" in proc.stderr
+
+
+def test_the_plan_divides_memory_among_processes():
+    from jgraph.partition.chunked import MIN_COARSE_ENTRIES, coarse_limit
+    from jgraph.partition.plan import GraphSizes, plan
+    papers = GraphSizes(111_000_000, 3_200_000_000, 111_000_000 * 520)
+    one, eight, many = (plan(papers, ChunkedOptions(16), q) for q in (1, 8, 32))
+    peak = lambda rows: max(r.memory for r in rows)
+    assert peak(eight) < peak(one) / 1.5 and peak(many) <= peak(eight)
+    # No phase grows; what every process holds whole (the scan's counts of every node,
+    # one int32 of every node while partitioning) is the floor.
+    for a, b, c in zip(one, eight, many):
+        assert c.memory <= b.memory <= a.memory, a.phase
+        assert c.disk <= b.disk <= a.disk, a.phase      # one shared work directory
+    assert peak(many) <= 24 * papers.num_nodes
+    assert coarse_limit(1) > coarse_limit(4) >= MIN_COARSE_ENTRIES == coarse_limit(10**6)
