@@ -55,6 +55,7 @@ from jgraph.partition.adjacency import (
     build_disk_adjacency,
     range_bounds,
 )
+from jgraph.partition import compiled
 from jgraph.partition.group import Group
 from jgraph.partition.metis import part_kway
 
@@ -207,6 +208,10 @@ def _cluster_proposal(piece: Rows, label, lo: int, salt: int, parts=None):
     its nodes', so its partition is that node's."""
     m = piece.num_rows
     nodes = piece.start + np.arange(m)
+    if compiled.enabled():
+        target, best = compiled.cluster_rows(piece, label, lo, salt, parts)
+        movers = np.flatnonzero(target >= 0)
+        return (nodes[movers], target[movers], best[movers]) if movers.size else None
     cols, rows, weights = piece.indices, piece.local_rows(), piece.entry_weights()
     inside = (cols >= lo) & (cols < lo + label.size)
     if not inside.all():                  # neighbours of other processes: not joinable
@@ -292,7 +297,7 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
     c_lo, c_hi = own if own is not None else (0, num_clusters)
 
     def pairs():
-        for rows in adjacency.ranges():
+        for rows in _pieces(adjacency):          # a piece at a time: bounded temporaries
             u = rows.start + rows.local_rows().astype(np.int64)
             a, b = label[u - lo], full_label[rows.indices]
             between = np.flatnonzero(a != b)
@@ -326,7 +331,7 @@ def _entries_between(adjacency, label: np.ndarray, full_label: np.ndarray) -> in
     lo = adjacency.start
     return sum(int((label[rows.start - lo + rows.local_rows().astype(np.int64)]
                     != full_label[rows.indices]).sum())
-               for rows in adjacency.ranges())
+               for rows in _pieces(adjacency))
 
 
 def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
@@ -342,7 +347,7 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
     else:
         top = 1 << 16
         hist = np.zeros(top, np.int64)
-        for rows in adjacency.ranges():
+        for rows in _pieces(adjacency):
             hist += np.bincount(np.minimum(rows.entry_weights(), top - 1), minlength=top)
         weight = np.arange(top, dtype=np.float64)
         lo, hi = 0.0, 1.0
@@ -356,7 +361,7 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
         # stacked: no whole-graph coordinate lists.
         pieces = []
         n = adjacency.num_nodes
-        for rows in adjacency.ranges():
+        for rows in _pieces(adjacency):
             u = rows.start + rows.local_rows().astype(np.int64)
             v = rows.indices.astype(np.int64)
             w = rows.entry_weights().astype(np.float64)
@@ -454,6 +459,14 @@ def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, lim
         return None
     nodes = piece.start + np.arange(m)
     own = parts[nodes].astype(np.int64)
+    if compiled.enabled():
+        w = weights.take(nodes - lo)
+        target, best = compiled.move_rows(piece, parts, w, loads, limits, num_parts, salt,
+                                         balance)
+        movers = np.flatnonzero(target >= 0)
+        if not movers.size:
+            return None
+        return nodes[movers], own[movers], target[movers], best[movers], w[movers]
     votes = np.bincount(piece.local_rows().astype(np.int64) * num_parts + parts[piece.indices],
                         weights=piece.entry_weights(), minlength=m * num_parts
                         ).reshape(m, num_parts)

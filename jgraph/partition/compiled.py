@@ -1,0 +1,161 @@
+"""Compiled label-propagation kernels for the bounded-memory partitioner (optional).
+
+`jgraph.partition.multilevel` computes each piece's proposals (the cluster each node
+would join, the partition each would move to) with numpy and scipy: some 10M
+adjacency entries a second a thread, most of it building a sparse matrix of votes.
+With numba installed (`pip install "jgraph[fast]"`) the same proposals come from the
+loops below, one pass over each row's entries with a small hash table, several times
+faster; the numpy code stays the reference, and `tests/partition/test_compiled.py`
+checks that both give the same proposals, bit for bit (same votes, same scores, ties
+to the same candidate).
+
+`JGRAPH_PARTITION_KERNELS=numpy` in the environment turns them off.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:                                        # an optional extra: jgraph[fast]
+    import numba
+except ImportError:                         # pragma: no cover - depends on the install
+    numba = None
+
+
+def enabled() -> bool:
+    """Whether the compiled kernels run (numba installed and not turned off)."""
+    return numba is not None and os.environ.get("JGRAPH_PARTITION_KERNELS", "") != "numpy"
+
+
+if numba is not None:
+    _jit = numba.njit(cache=True, nogil=True)
+
+    @_jit
+    def _mix(a, b, salt):
+        """`multilevel._noise` of one (id, other) pair: float64 in [0, 1)."""
+        h = (np.uint64(a) * np.uint64(0x9E3779B97F4A7C15)) ^ \
+            ((np.uint64(b) + np.uint64(salt & 0xFFFFFFFF)) * np.uint64(0xC2B2AE3D27D4EB4F))
+        h ^= h >> np.uint64(29)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(32)
+        return np.float64(h >> np.uint64(11)) / 9007199254740992.0
+
+    @_jit
+    def _cluster_rows(start, indptr, indices, weights, label, lo, salt, parts, use_parts):
+        """For rows start.. of one piece: (target cluster or -1, its score) per row, as
+        `multilevel._cluster_proposal` chooses them."""
+        m = indptr.size - 1
+        size = label.size
+        target = np.full(m, -1, np.int64)
+        best_score = np.full(m, -np.inf, np.float64)
+        longest = 0
+        for i in range(m):
+            longest = max(longest, indptr[i + 1] - indptr[i])
+        cap = 1
+        while cap < 2 * longest + 2:
+            cap *= 2
+        keys = np.full(cap, -1, np.int64)
+        sums = np.zeros(cap, np.float64)
+        used = np.empty(max(longest, 1), np.int64)
+        for i in range(m):
+            v = start + i
+            k = 0
+            for e in range(indptr[i], indptr[i + 1]):
+                col = np.int64(indices[e])
+                if col < lo or col >= lo + size:
+                    continue
+                c = np.int64(label[col - lo])
+                slot = (c * 0x9E3779B1) & (cap - 1)
+                while keys[slot] != -1 and keys[slot] != c:
+                    slot = (slot + 1) & (cap - 1)
+                if keys[slot] == -1:
+                    keys[slot] = c
+                    sums[slot] = 0.0
+                    used[k] = slot
+                    k += 1
+                sums[slot] += np.float64(weights[e]) if weights.size else 1.0
+            own = np.int64(label[v - lo])
+            best, choice = -np.inf, np.int64(-1)
+            for j in range(k):
+                slot = used[j]
+                c = keys[slot]
+                score = sums[slot] + (0.5 if c == own else 0.0) + 0.49 * _mix(v, c, salt)
+                if use_parts and parts[c - lo] != parts[v - lo]:
+                    score = -np.inf
+                # numpy's order: the first candidate of the row (smallest id) among ties
+                if score > best or (score == best and c < choice):
+                    best, choice = score, c
+                keys[slot] = -1
+            if k and choice != own and best > -np.inf:
+                target[i] = choice
+                best_score[i] = best
+        return target, best_score
+
+    @_jit
+    def _move_rows(start, indptr, indices, weights, parts, w, loads, limits, num_parts,
+                   salt, balance):
+        """For rows start.. of one piece: (target partition or -1, its score) per row,
+        as `multilevel._move_proposal` chooses them (w: the rows' weights [m, C])."""
+        m = indptr.size - 1
+        c_count = loads.shape[1]
+        target = np.full(m, -1, np.int64)
+        best_score = np.full(m, -np.inf, np.float64)
+        votes = np.zeros(num_parts, np.float64)
+        over = np.zeros((num_parts, c_count), np.bool_)
+        for p in range(num_parts):
+            for c in range(c_count):
+                over[p, c] = loads[p, c] > limits[p, c] + 1e-9 if balance else False
+        for i in range(m):
+            v = start + i
+            for p in range(num_parts):
+                votes[p] = 0.0
+            for e in range(indptr[i], indptr[i + 1]):
+                votes[parts[indices[e]]] += np.float64(weights[e]) if weights.size else 1.0
+            own = np.int64(parts[v])
+            helps = False
+            if balance:
+                for c in range(c_count):
+                    if w[i, c] > 0 and over[own, c]:
+                        helps = True
+            best, choice = -np.inf, np.int64(-1)
+            for p in range(num_parts):
+                if p == own:
+                    score = -np.inf
+                else:
+                    fits = True
+                    for c in range(c_count):
+                        if not w[i, c] <= (limits[p, c] - loads[p, c]) + 1e-9:
+                            fits = False
+                    gain = votes[p] - votes[own]
+                    if balance:
+                        ok = fits and helps
+                    else:
+                        ok = fits and gain > 0
+                    score = gain if ok else -np.inf
+                score = score + 0.49 * _mix(v, p, salt)
+                if score > best:
+                    best, choice = score, np.int64(p)
+            if best > -np.inf:
+                target[i] = choice
+                best_score[i] = best
+        return target, best_score
+
+
+def cluster_rows(piece, label, lo: int, salt: int, parts):
+    """`_cluster_rows` for a `Rows` piece: (target or -1, score) per row."""
+    weights = piece.weights if piece.weights is not None else np.zeros(0, np.int64)
+    use_parts = parts is not None
+    return _cluster_rows(np.int64(piece.start), piece.indptr, piece.indices, weights, label,
+                         np.int64(lo), np.int64(salt),
+                         parts if use_parts else np.zeros(1, np.int32), use_parts)
+
+
+def move_rows(piece, parts, w, loads, limits, num_parts: int, salt: int, balance: bool):
+    """`_move_rows` for a `Rows` piece: (target or -1, score) per row."""
+    weights = piece.weights if piece.weights is not None else np.zeros(0, np.int64)
+    limits = np.broadcast_to(np.asarray(limits, np.float64), loads.shape)
+    return _move_rows(np.int64(piece.start), piece.indptr, piece.indices, weights, parts,
+                      np.ascontiguousarray(w, np.float64), np.asarray(loads, np.float64),
+                      np.ascontiguousarray(limits), np.int64(num_parts), np.int64(salt),
+                      bool(balance))

@@ -1,0 +1,90 @@
+"""The compiled label-propagation kernels (`jgraph.partition.compiled`, numba) propose
+what the numpy reference proposes, bit for bit: the same clusters and the same
+partitions, on unweighted and weighted (coarse) graphs, with and without partitions to
+stay in, in refinement and in balance moves, in one process's rows and in a slice of
+them."""
+import numpy as np
+import pytest
+import scipy.sparse
+
+from jgraph.data import load_dataset, symmetrize
+from jgraph.partition import compiled
+from jgraph.partition.adjacency import CSRAdjacency, Rows
+from jgraph.partition.multilevel import NodeWeights, cluster, contract, refine
+
+
+@pytest.fixture(scope="module")
+def facebook(shared_data):
+    graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+    src, dst, _ = graph.homogeneous_edges()
+    n = graph.total_nodes
+    keep = src != dst
+    csr = scipy.sparse.csr_matrix((np.ones(int(keep.sum()), np.int64), (src[keep], dst[keep])),
+                                  shape=(n, n))
+    adjacency = CSRAdjacency(csr, 20_000)
+    train = np.zeros(n, np.uint8)
+    train[graph.splits["_N"]["train"]] = 1
+    weights = NodeWeights(("nodes", "train", "edges"),
+                          (np.ones(n, np.uint8), train,
+                           np.asarray(csr.sum(axis=0)).ravel().astype(np.int64)))
+    return adjacency, weights
+
+
+def both(monkeypatch, run):
+    """run() with the kernels, then with numpy."""
+    assert compiled.enabled(), "numba is part of the test extra"
+    first = run()
+    monkeypatch.setenv("JGRAPH_PARTITION_KERNELS", "numpy")
+    assert not compiled.enabled()
+    second = run()
+    monkeypatch.delenv("JGRAPH_PARTITION_KERNELS")
+    return first, second
+
+
+def test_clusters_are_the_numpy_clusters(facebook, monkeypatch):
+    adjacency, weights = facebook
+    limit = weights.totals()[weights.size_columns()] / 8 / 4
+    parts = (np.arange(adjacency.num_nodes) * 7 % 5).astype(np.int32)
+    for given in (None, parts):
+        (a, ka, _), (b, kb, _) = both(monkeypatch, lambda given=given: cluster(
+            adjacency, weights, limit, seed=3, parts=given))
+        np.testing.assert_array_equal(a, b)
+        assert ka == kb < adjacency.num_nodes
+    # Weighted: a contracted graph, clustered again.
+    label, k, own = cluster(adjacency, weights, limit, seed=1)
+    coarse = contract(adjacency, label, k, None)
+    assert coarse.weighted
+    coarse_weights = weights.coarsen(label, k)
+    (a, _, _), (b, _, _) = both(monkeypatch, lambda: cluster(coarse, coarse_weights, limit,
+                                                             seed=5))
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("start", ["spread", "lopsided"])
+def test_refinement_and_balance_moves_are_the_numpy_moves(facebook, monkeypatch, start):
+    adjacency, weights = facebook
+    n = adjacency.num_nodes
+    rng = np.random.default_rng(0)
+    # lopsided: most nodes in two partitions, so balance moves run too.
+    initial = (rng.integers(0, 8, n) if start == "spread"
+               else np.where(rng.random(n) < 0.8, rng.integers(0, 2, n), rng.integers(0, 8, n)))
+    a, b = both(monkeypatch, lambda: refine(adjacency, initial.astype(np.int32).copy(),
+                                            weights, 8, 0.05, seed=2))
+    np.testing.assert_array_equal(a, b)
+    assert (a != initial).sum() > n // 100                 # nodes moved
+
+
+def test_a_slice_of_the_rows_proposes_as_numpy_does(facebook, monkeypatch):
+    """One process's rows (lo > 0), with neighbours outside them, weighted entries."""
+    adjacency, _ = facebook
+    csr = adjacency.csr
+    lo, hi = 5000, 12000
+    sub = csr[lo:hi]
+    piece = Rows(lo, sub.indptr.astype(np.int64), sub.indices,
+                 np.arange(sub.nnz, dtype=np.int64) % 3 + 1)
+    label = (np.arange(lo, hi) // 2 * 2).astype(np.int32)
+    from jgraph.partition.multilevel import _cluster_proposal
+    a, b = both(monkeypatch, lambda: _cluster_proposal(piece, label, lo, 11, None))
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert a[0].size > 0
