@@ -128,10 +128,7 @@ if numba is not None:
                         if not w[i, c] <= (limits[p, c] - loads[p, c]) + 1e-9:
                             fits = False
                     gain = votes[p] - votes[own]
-                    if balance:
-                        ok = fits and helps
-                    else:
-                        ok = fits and gain > 0
+                    ok = (fits and helps) if balance else (fits and gain > 0)
                     score = gain if ok else -np.inf
                 score = score + 0.49 * _mix(v, p, salt)
                 if score > best:

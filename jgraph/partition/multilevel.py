@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import scipy.sparse
 
+from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     Chained,
     CSRAdjacency,
@@ -55,7 +56,6 @@ from jgraph.partition.adjacency import (
     build_disk_adjacency,
     range_bounds,
 )
-from jgraph.partition import compiled
 from jgraph.partition.group import Group
 from jgraph.partition.metis import part_kway
 

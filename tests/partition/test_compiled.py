@@ -51,7 +51,7 @@ def test_clusters_are_the_numpy_clusters(facebook, monkeypatch):
         np.testing.assert_array_equal(a, b)
         assert ka == kb < adjacency.num_nodes
     # Weighted: a contracted graph, clustered again.
-    label, k, own = cluster(adjacency, weights, limit, seed=1)
+    label, k, _ = cluster(adjacency, weights, limit, seed=1)
     coarse = contract(adjacency, label, k, None)
     assert coarse.weighted
     coarse_weights = weights.coarsen(label, k)
