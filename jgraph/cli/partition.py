@@ -80,9 +80,10 @@ def add_commands(sub) -> None:
                    help="node assignment method (default: multilevel for a chunked graph "
                         "directory, read in passes in memory bounded by its nodes; metis "
                         "otherwise, which holds the whole graph; given with --assignment)")
-    p.add_argument("--range-entries", type=int, default=ChunkedOptions.range_entries,
+    p.add_argument("--range-entries", type=int,
                    help="chunked graphs: adjacency entries (and in-edges) per node range "
-                        "on disk, the largest block a phase holds in memory")
+                        "on disk, the largest block a phase holds in memory (default: 2^25 "
+                        "for one process, 1/N of it for N, at least 2^23)")
     p.add_argument("--coarse-entries", type=int,
                    help="chunked graphs: the largest coarse graph (adjacency entries) that "
                         "METIS partitions, on the first process (default: 2^25 for one "

@@ -83,6 +83,8 @@ IDENTITY_VERSION = 3
 # The largest coarse graph METIS partitions by default (adjacency entries), for one
 # process; `coarse_limit` divides it among processes, down to the second.
 COARSE_ENTRIES, MIN_COARSE_ENTRIES = 1 << 25, 1 << 22
+# The same for the node ranges (`range_limit`): the adjacency and in-edges per range.
+RANGE_ENTRIES, MIN_RANGE_ENTRIES = 1 << 25, 1 << 23
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +95,7 @@ class ChunkedOptions:
     Fields:
       num_parts, seed, tolerance: as for `partition_graph`.
       range_entries: adjacency entries (and in-edges) per node range on disk: the
-        largest block a phase holds.
+        largest block a phase holds; None: `range_limit(processes)`.
       coarse_entries: the largest coarse graph METIS partitions (adjacency entries);
         None: `coarse_limit(processes)`, which falls as processes are added.
     """
@@ -101,19 +103,31 @@ class ChunkedOptions:
     num_parts: int
     seed: int = 0
     tolerance: float = 0.05
-    range_entries: int = 1 << 25
+    range_entries: int | None = None
     coarse_entries: int | None = None
+
+    def resolved(self, processes: int) -> ChunkedOptions:
+        """These options with the defaults for `processes` processes filled in."""
+        return dataclasses.replace(
+            self, range_entries=self.range_entries or range_limit(processes),
+            coarse_entries=self.coarse_entries or coarse_limit(processes))
 
     def __post_init__(self):
         for name, least in (("num_parts", 1), ("range_entries", 1 << 10),
                             ("coarse_entries", 1 << 10)):
             value = getattr(self, name)
-            if value is None and name == "coarse_entries":
+            if value is None and name != "num_parts":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                     or value < least:
                 raise PartitionError(f"{name} (--{name.replace('_', '-')}) must be an "
                                      f"integer >= {least}, got {value!r}")
+
+
+def range_limit(processes: int = 1) -> int:
+    """The default `range_entries`: RANGE_ENTRIES for one process, 1/N of it for N (at
+    least MIN_RANGE_ENTRIES): a process's ranges and blocks are its budget's share."""
+    return max(RANGE_ENTRIES // max(processes, 1), MIN_RANGE_ENTRIES)
 
 
 def coarse_limit(processes: int = 1) -> int:
@@ -320,8 +334,7 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     each phase's seconds and peak RSS."""
     start = time.perf_counter()
     group = group or Group.single()
-    if options.coarse_entries is None:
-        options = dataclasses.replace(options, coarse_entries=coarse_limit(group.size))
+    options = options.resolved(group.size)
     progress = progress if progress is not None and group.leader else Progress(enabled=False)
     graph = open_chunked(input_dir)
     _check_request(graph, options, group)
@@ -466,7 +479,7 @@ def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str,
     (`already`: bytes a resumed job's work directory holds, counted as room)."""
     node, edge = data_bytes(graph)
     need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts,
-                         options.coarse_entries or COARSE_ENTRIES)
+                         options.coarse_entries)
     where = where or "."
     while not os.path.isdir(where) and os.path.dirname(where) not in ("", where):
         where = os.path.dirname(where)          # the disk of the nearest folder that exists

@@ -15,7 +15,6 @@ from jgraph.partition.chunked import (
     EDGES_PER_BLOCK,
     PHASES,
     ChunkedOptions,
-    coarse_limit,
     data_bytes,
     estimate_disk,
 )
@@ -70,9 +69,9 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     n, e, chunk = sizes.num_nodes, sizes.num_edges, min(sizes.edges_per_chunk, sizes.num_edges)
     chunk = min(chunk, EDGES_PER_BLOCK)                           # read a block at a time
     ids = 4 if n < 2**31 else 8
-    r, p, q = min(options.range_entries, 2 * e), options.num_parts, max(processes, 1)
-    if options.coarse_entries is None:
-        options = dataclasses.replace(options, coarse_entries=coarse_limit(q))
+    q = max(processes, 1)
+    options = options.resolved(q)
+    r, p = min(options.range_entries, 2 * e), options.num_parts
     own = -(-n // q)                                              # a process's nodes
     disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
                          options.coarse_entries)
