@@ -40,14 +40,12 @@ import json
 import os
 import resource
 import shutil
-import sys
-import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from jgraph.atomic import publish, writer, writer_alive
+from jgraph.atomic import publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.partition.adjacency import (
     DiskAdjacency,
@@ -57,6 +55,7 @@ from jgraph.partition.adjacency import (
     write_buckets,
 )
 from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError, fill_empty
+from jgraph.partition.files import NpyAppender, NpyRows, PhasePeak, peak_rss_bytes, preallocate
 from jgraph.partition.group import Group
 from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
 from jgraph.partition.store import (
@@ -68,6 +67,7 @@ from jgraph.partition.store import (
     read_meta,
     write_meta,
 )
+from jgraph.partition.work import Work
 from jgraph.progress import Progress
 
 WORK = ".work"
@@ -151,176 +151,6 @@ def train_nodes(graph: ChunkedGraph) -> int:
                 if "train" in named), default=0)
 
 
-def peak_rss_bytes() -> int:
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)
-
-
-class PhasePeak:
-    """A phase's peak RSS, sampled every `interval` seconds by a thread (Linux
-    /proc/self/statm; elsewhere the process's peak so far). Sampling leaves the kernel's
-    own peak alone, so `/usr/bin/time -v` still reports the whole job's."""
-
-    def __init__(self, interval: float = 0.02):
-        self.interval, self.peak = interval, _rss_now()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, _rss_now())
-
-    def __enter__(self) -> PhasePeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss_now())
-
-
-def _rss_now() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return peak_rss_bytes()
-
-
-class NpyAppender:
-    """A .npy file of known shape written front to back, a block at a time, through a
-    file rather than a memory map (a map's written pages count in the process's RSS
-    until it is closed). `append` takes the next rows; `close` checks they filled it."""
-
-    def __init__(self, path: str, dtype, shape: tuple[int, ...]):
-        self.path, self.dtype, self.shape = path, np.dtype(dtype), tuple(shape)
-        self.rows = 0
-        self.file = open(path, "wb")  # noqa: SIM115 (closed by close())
-        np.lib.format.write_array_header_2_0(
-            self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
-                        "fortran_order": False, "shape": self.shape})
-
-    def append(self, values: np.ndarray, at: int | None = None) -> None:
-        """The next rows; `at` (optional): the row they must start at."""
-        if at is not None and at != self.rows:
-            raise RuntimeError(f"{self.path}: rows from {at} written after {self.rows}")
-        values = np.ascontiguousarray(values, self.dtype)
-        self.file.write(values.tobytes())
-        self.rows += values.shape[0] if values.ndim else 1
-
-    def close(self) -> None:
-        self.file.close()
-        if self.rows != self.shape[0]:
-            raise RuntimeError(f"{self.path}: {self.rows} rows written of {self.shape[0]}")
-
-
-def preallocate(path: str, dtype, shape: tuple[int, ...]) -> None:
-    """A .npy file of `shape` whose rows are written later, in any order and by any
-    process (`write_rows`): its header, then its full length unwritten (sparse)."""
-    with open(path, "wb") as f:
-        np.lib.format.write_array_header_2_0(
-            f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                "fortran_order": False, "shape": tuple(shape)})
-        f.truncate(f.tell() + np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)))
-
-
-class NpyRows:
-    """A preallocated .npy file (`preallocate`) open for writing rows in place."""
-
-    def __init__(self, path: str):
-        with open(path, "rb") as f:
-            np.lib.format.read_magic(f)
-            shape, _, dtype = np.lib.format.read_array_header_2_0(f)   # as preallocate wrote
-            self.offset = f.tell()
-        self.path, self.shape, self.dtype = path, shape, dtype
-        self.row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
-        self.fd = os.open(path, os.O_WRONLY)
-
-    def write(self, at: int, values: np.ndarray) -> None:
-        """Rows [at, at + len(values))."""
-        values = np.ascontiguousarray(values, self.dtype)
-        rows = values.shape[0] if values.ndim else 1
-        if at < 0 or at + rows > self.shape[0]:
-            raise RuntimeError(f"{self.path}: rows [{at}, {at + rows}) past its "
-                               f"{self.shape[0]}")
-        data = memoryview(values.reshape(-1).view(np.uint8))
-        offset = self.offset + at * self.row_bytes
-        while data.nbytes:
-            done = os.pwrite(self.fd, data, offset)
-            data, offset = data[done:], offset + done
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-class _Work:
-    """The work directory: which phases finished (with their seconds and peak RSS)."""
-
-    def __init__(self, root: str, identity: dict, progress: Progress, group: Group):
-        self.root, self.group = root, group
-        self.record = os.path.join(root, "job.json")
-        if not group.leader:               # the first process decides; the others follow
-            group.barrier("work directory")
-            with open(self.record) as f:
-                self.state = json.load(f)
-            return
-        state = None
-        owner = _read(os.path.join(root, "writer"))
-        if owner and owner != writer() and writer_alive(owner):
-            raise PartitionError(f"{root}: another job ({owner}) is writing this partition "
-                                 f"directory; wait for it, or give another --out")
-        if os.path.isdir(root):
-            try:
-                with open(self.record) as f:
-                    state = json.load(f)
-            except (OSError, ValueError):
-                state = None
-            staged = os.path.isfile(os.path.join(root, "out", "node_map.npy"))
-            relabelled = state is not None and "relabel" in state.get("phases", {})
-            if (state is None or state.get("identity") != identity
-                    or state.get("publishing") or (relabelled and not staged)):
-                progress.note(f"{root}: left by a different, finished or unreadable job; "
-                              f"starting over")
-                shutil.rmtree(root)
-                state = None
-            elif state["phases"]:
-                progress.note(f"resuming after phase {list(state['phases'])[-1]!r} "
-                              f"({root})")
-        os.makedirs(root, exist_ok=True)
-        with open(os.path.join(root, "writer"), "w") as f:
-            f.write(writer())
-        self.state = state or {"identity": identity, "phases": {}}
-        self._save()
-        group.barrier("work directory")
-
-    def _save(self) -> None:
-        if not self.group.leader:
-            return
-        with open(self.record + ".tmp", "w") as f:
-            json.dump(self.state, f, indent=1)
-        os.replace(self.record + ".tmp", self.record)
-
-    def publishing(self) -> None:
-        self.state["publishing"] = True
-        self._save()
-
-    def done(self, phase: str) -> bool:
-        return phase in self.state["phases"]
-
-    def finish(self, phase: str, seconds: float, peaks: list[int], **facts) -> None:
-        """Record a finished phase: its seconds, its peak RSS (the largest process's,
-        and with several processes each one's), and what it found."""
-        record = {"seconds": seconds, "peak_rss_bytes": max(peaks)}
-        if len(peaks) > 1:
-            record["peak_rss_bytes_per_process"] = peaks
-        self.state["phases"][phase] = {**record, **facts}
-        self._save()
-
-    def path(self, *names: str) -> str:
-        return os.path.join(self.root, *names)
-
-
 def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
                       options: ChunkedOptions, *, overwrite: bool = False,
                       progress: Progress | None = None,
@@ -344,7 +174,7 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     identity = {"input": os.path.realpath(graph.root), "files": _stamp(graph),
                 "options": dataclasses.asdict(options), "processes": group.size,
                 "version": IDENTITY_VERSION}
-    work = _Work(out + WORK, identity, progress, group)
+    work = Work(out + WORK, identity, progress, group)
     _open_files_for(graph, options)
     if group.leader:
         try:
@@ -386,14 +216,6 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     shutil.rmtree(work.root, ignore_errors=True)
     group.barrier("published")
     return meta
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def _stamp(graph: ChunkedGraph) -> list:
@@ -497,7 +319,7 @@ class _Job:
     each reads what earlier phases left in the work directory, so any of them can be
     the first of a resumed job."""
 
-    def __init__(self, graph: ChunkedGraph, options: ChunkedOptions, work: _Work,
+    def __init__(self, graph: ChunkedGraph, options: ChunkedOptions, work: Work,
                  staging: str, progress: Progress, group: Group):
         self.graph, self.options, self.work, self.staging = graph, options, work, staging
         self.progress, self.group = progress, group

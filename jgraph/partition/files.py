@@ -1,0 +1,118 @@
+"""The files of a bounded-memory partitioning job, and what it measures of itself.
+
+`.npy` files written a block at a time: front to back through a file (`NpyAppender`),
+or preallocated and written in place, in any order and by any process (`preallocate`,
+`NpyRows`); neither maps the file, whose written pages would count in the process's
+memory. `PhasePeak` samples a phase's peak resident memory.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+
+import numpy as np
+
+
+def peak_rss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+class PhasePeak:
+    """A phase's peak RSS, sampled every `interval` seconds by a thread (Linux
+    /proc/self/statm; elsewhere the process's peak so far). Sampling leaves the kernel's
+    own peak alone, so `/usr/bin/time -v` still reports the whole job's."""
+
+    def __init__(self, interval: float = 0.02):
+        self.interval, self.peak = interval, _rss_now()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, _rss_now())
+
+    def __enter__(self) -> PhasePeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_now())
+
+
+def _rss_now() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return peak_rss_bytes()
+
+
+class NpyAppender:
+    """A .npy file of known shape written front to back, a block at a time, through a
+    file rather than a memory map (a map's written pages count in the process's RSS
+    until it is closed). `append` takes the next rows; `close` checks they filled it."""
+
+    def __init__(self, path: str, dtype, shape: tuple[int, ...]):
+        self.path, self.dtype, self.shape = path, np.dtype(dtype), tuple(shape)
+        self.rows = 0
+        self.file = open(path, "wb")  # noqa: SIM115 (closed by close())
+        np.lib.format.write_array_header_2_0(
+            self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                        "fortran_order": False, "shape": self.shape})
+
+    def append(self, values: np.ndarray, at: int | None = None) -> None:
+        """The next rows; `at` (optional): the row they must start at."""
+        if at is not None and at != self.rows:
+            raise RuntimeError(f"{self.path}: rows from {at} written after {self.rows}")
+        values = np.ascontiguousarray(values, self.dtype)
+        self.file.write(values.tobytes())
+        self.rows += values.shape[0] if values.ndim else 1
+
+    def close(self) -> None:
+        self.file.close()
+        if self.rows != self.shape[0]:
+            raise RuntimeError(f"{self.path}: {self.rows} rows written of {self.shape[0]}")
+
+
+def preallocate(path: str, dtype, shape: tuple[int, ...]) -> None:
+    """A .npy file of `shape` whose rows are written later, in any order and by any
+    process (`write_rows`): its header, then its full length unwritten (sparse)."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_2_0(
+            f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                "fortran_order": False, "shape": tuple(shape)})
+        f.truncate(f.tell() + np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)))
+
+
+class NpyRows:
+    """A preallocated .npy file (`preallocate`) open for writing rows in place."""
+
+    def __init__(self, path: str):
+        with open(path, "rb") as f:
+            np.lib.format.read_magic(f)
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)   # as preallocate wrote
+            self.offset = f.tell()
+        self.path, self.shape, self.dtype = path, shape, dtype
+        self.row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+        self.fd = os.open(path, os.O_WRONLY)
+
+    def write(self, at: int, values: np.ndarray) -> None:
+        """Rows [at, at + len(values))."""
+        values = np.ascontiguousarray(values, self.dtype)
+        rows = values.shape[0] if values.ndim else 1
+        if at < 0 or at + rows > self.shape[0]:
+            raise RuntimeError(f"{self.path}: rows [{at}, {at + rows}) past its "
+                               f"{self.shape[0]}")
+        data = memoryview(values.reshape(-1).view(np.uint8))
+        offset = self.offset + at * self.row_bytes
+        while data.nbytes:
+            done = os.pwrite(self.fd, data, offset)
+            data, offset = data[done:], offset + done
+
+    def close(self) -> None:
+        os.close(self.fd)
