@@ -47,6 +47,7 @@ import numpy as np
 
 from jgraph.atomic import publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
+from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     DiskAdjacency,
     bucket_of,
@@ -55,7 +56,14 @@ from jgraph.partition.adjacency import (
     write_buckets,
 )
 from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError, fill_empty
-from jgraph.partition.files import NpyAppender, NpyRows, PhasePeak, peak_rss_bytes, preallocate
+from jgraph.partition.files import (
+    NpyAppender,
+    NpyRows,
+    PhasePeak,
+    peak_rss_bytes,
+    preallocate,
+    rss_bytes,
+)
 from jgraph.partition.group import Group
 from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
 from jgraph.partition.store import (
@@ -218,6 +226,26 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     return meta
 
 
+def _edge_order(block: np.ndarray) -> np.ndarray:
+    """The order of a bucket's edge records (`_record`) by (destination, relation,
+    source), equal ones in edge-id order however the processes' blocks interleaved.
+    One sort of 64-bit keys where the three fit in one and no two edges share a key
+    (a simple graph): several times faster than sorting by four keys, which remains
+    for the rest."""
+    if not block.size:
+        return np.zeros(0, np.int64)
+    bits = [int(block[name].max()).bit_length() for name in ("dst", "etype", "src")]
+    if sum(bits) <= 63:
+        key = ((block["dst"].astype(np.int64) << (bits[1] + bits[2]))
+               | (block["etype"].astype(np.int64) << bits[2]) | block["src"].astype(np.int64))
+        order = np.argsort(key)
+        key = key[order]
+        if not (key[1:] == key[:-1]).any():
+            return order
+        del key, order
+    return np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
+
+
 def _stamp(graph: ChunkedGraph) -> list:
     """The input's identity: metadata.json's and every chunk file's size and time (a
     stat a file), so a job does not resume over an input changed since it began."""
@@ -358,11 +386,11 @@ class _Job:
         counts = np.zeros((2, n), np.int32 if 2 * mine < 2**31 else np.int64)
         loops = 0
         for _, _, chunk in self._edge_pass("scan (pass 1 of 3 over the edges)"):
-            counts[0] += np.bincount(chunk.dst, minlength=n)
+            compiled.count_into(counts[0], chunk.dst)
             keep = chunk.src != chunk.dst
             loops += int(keep.size - keep.sum())
-            counts[1] += np.bincount(chunk.src[keep], minlength=n)
-            counts[1] += np.bincount(chunk.dst[keep], minlength=n)
+            compiled.count_into(counts[1], chunk.src[keep])
+            compiled.count_into(counts[1], chunk.dst[keep])
         if group.leader:
             for t, named in self.graph.splits.items():
                 for name in named:
@@ -468,7 +496,8 @@ class _Job:
                                  coarse_entries=self.options.coarse_entries, workdir=coarse,
                                  group=self.group,
                                  log=lambda message: self.progress.note(
-                                     f"{message} [{time.perf_counter() - began:.0f}s]"))
+                                     f"{message} [{time.perf_counter() - began:.0f}s, "
+                                     f"{rss_bytes() / 2**30:.2f} GiB]"))
         if self.group.leader:
             parts = fill_empty(parts, self.options.num_parts)
             np.save(self.work.path("parts.npy"),
@@ -635,9 +664,7 @@ class _Job:
             first, last = np.searchsorted(bounds, [lo, hi])
             for b in range(first, last):
                 block = self._bucket(b, None, record)
-                # Equal (destination, relation, source) edges in edge-id order, however
-                # the processes' blocks interleaved.
-                order = np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
+                order = _edge_order(block)
                 block = block[order]
                 at = int(indptr[bounds[b] - lo])       # buckets in order: appended
                 out["indices"].append(block["src"], at)

@@ -44,7 +44,12 @@ if numba is not None:
     @_jit
     def _cluster_rows(start, indptr, indices, weights, label, lo, salt, parts, use_parts):
         """For rows start.. of one piece: (target cluster or -1, its score) per row, as
-        `multilevel._cluster_proposal` chooses them."""
+        `multilevel._cluster_proposal` chooses them.
+
+        Edge weights are integers and the bonus and noise add less than 1, so the best
+        cluster is among those with the largest sum: only those are scored. Each row
+        first gathers its neighbours' clusters (independent loads the processor
+        overlaps), then sums them in a hash table sized to the row."""
         m = indptr.size - 1
         size = label.size
         target = np.full(m, -1, np.int64)
@@ -58,34 +63,51 @@ if numba is not None:
         keys = np.full(cap, -1, np.int64)
         sums = np.zeros(cap, np.float64)
         used = np.empty(max(longest, 1), np.int64)
+        found = np.empty(max(longest, 1), np.int64)
+        weighted = weights.size > 0
         for i in range(m):
             v = start + i
-            k = 0
-            for e in range(indptr[i], indptr[i + 1]):
+            a, b = indptr[i], indptr[i + 1]
+            n_found = 0
+            for e in range(a, b):
                 col = np.int64(indices[e])
-                if col < lo or col >= lo + size:
-                    continue
-                c = np.int64(label[col - lo])
-                slot = (c * 0x9E3779B1) & (cap - 1)
+                if col >= lo and col < lo + size:
+                    found[n_found] = label[col - lo]
+                    used[n_found] = e
+                    n_found += 1
+            row_cap = 1
+            while row_cap < 2 * n_found + 2:
+                row_cap *= 2
+            k = 0
+            for j in range(n_found):
+                c = found[j]
+                slot = (c * 0x9E3779B1) & (row_cap - 1)
                 while keys[slot] != -1 and keys[slot] != c:
-                    slot = (slot + 1) & (cap - 1)
+                    slot = (slot + 1) & (row_cap - 1)
+                w = np.float64(weights[used[j]]) if weighted else 1.0
                 if keys[slot] == -1:
                     keys[slot] = c
-                    sums[slot] = 0.0
-                    used[k] = slot
+                    sums[slot] = w
+                    used[k] = slot          # entries j >= k are read no more
                     k += 1
-                sums[slot] += np.float64(weights[e]) if weights.size else 1.0
+                else:
+                    sums[slot] += w
             own = np.int64(label[v - lo])
+            top = -np.inf
+            for j in range(k):
+                slot = used[j]
+                if (not use_parts or parts[keys[slot] - lo] == parts[v - lo]) \
+                        and sums[slot] > top:
+                    top = sums[slot]
             best, choice = -np.inf, np.int64(-1)
             for j in range(k):
                 slot = used[j]
                 c = keys[slot]
-                score = sums[slot] + (0.5 if c == own else 0.0) + 0.49 * _mix(v, c, salt)
-                if use_parts and parts[c - lo] != parts[v - lo]:
-                    score = -np.inf
-                # numpy's order: the first candidate of the row (smallest id) among ties
-                if score > best or (score == best and c < choice):
-                    best, choice = score, c
+                if sums[slot] == top and (not use_parts or parts[c - lo] == parts[v - lo]):
+                    score = sums[slot] + (0.5 if c == own else 0.0) + 0.49 * _mix(v, c, salt)
+                    # numpy's order: the first candidate of the row (smallest id) among ties
+                    if score > best or (score == best and c < choice):
+                        best, choice = score, c
                 keys[slot] = -1
             if k and choice != own and best > -np.inf:
                 target[i] = choice
@@ -96,47 +118,82 @@ if numba is not None:
     def _move_rows(start, indptr, indices, weights, parts, w, loads, limits, num_parts,
                    salt, balance):
         """For rows start.. of one piece: (target partition or -1, its score) per row,
-        as `multilevel._move_proposal` chooses them (w: the rows' weights [m, C])."""
+        as `multilevel._move_proposal` chooses them (w: the rows' weights [m, C]), and
+        the rows' weight to other partitions than their own.
+
+        Outside balance moves only partitions with more of a row's weight than its
+        own can be chosen (a positive gain): the others are never scored."""
         m = indptr.size - 1
         c_count = loads.shape[1]
         target = np.full(m, -1, np.int64)
         best_score = np.full(m, -np.inf, np.float64)
         votes = np.zeros(num_parts, np.float64)
+        external = 0.0
         over = np.zeros((num_parts, c_count), np.bool_)
         for p in range(num_parts):
             for c in range(c_count):
                 over[p, c] = loads[p, c] > limits[p, c] + 1e-9 if balance else False
+        longest = 1
+        for i in range(m):
+            longest = max(longest, indptr[i + 1] - indptr[i])
+        found = np.empty(longest, parts.dtype)
+        weighted = weights.size > 0
         for i in range(m):
             v = start + i
-            for p in range(num_parts):
-                votes[p] = 0.0
-            for e in range(indptr[i], indptr[i + 1]):
-                votes[parts[indices[e]]] += np.float64(weights[e]) if weights.size else 1.0
+            a, b = indptr[i], indptr[i + 1]
+            for e in range(a, b):                      # gathered first: loads overlap
+                found[e - a] = parts[indices[e]]
+            total = 0.0
+            for e in range(a, b):
+                x = np.float64(weights[e]) if weighted else 1.0
+                votes[found[e - a]] += x
+                total += x
             own = np.int64(parts[v])
+            external += total - votes[own]
             helps = False
             if balance:
                 for c in range(c_count):
                     if w[i, c] > 0 and over[own, c]:
                         helps = True
             best, choice = -np.inf, np.int64(-1)
-            for p in range(num_parts):
-                if p == own:
-                    score = -np.inf
-                else:
+            if helps or (not balance and total > votes[own]):
+                for p in range(num_parts):
+                    gain = votes[p] - votes[own]
+                    if p == own or not (balance or gain > 0):
+                        continue
                     fits = True
                     for c in range(c_count):
                         if not w[i, c] <= (limits[p, c] - loads[p, c]) + 1e-9:
                             fits = False
-                    gain = votes[p] - votes[own]
-                    ok = (fits and helps) if balance else (fits and gain > 0)
-                    score = gain if ok else -np.inf
-                score = score + 0.49 * _mix(v, p, salt)
-                if score > best:
-                    best, choice = score, np.int64(p)
+                            break
+                    if not fits:
+                        continue
+                    score = gain + 0.49 * _mix(v, p, salt)
+                    if score > best:
+                        best, choice = score, np.int64(p)
+            for e in range(a, b):
+                votes[found[e - a]] = 0.0
             if best > -np.inf:
                 target[i] = choice
                 best_score[i] = best
-        return target, best_score
+        return target, best_score, external
+
+
+if numba is not None:
+    @_jit
+    def _count_into(counts, ids):
+        for i in ids:
+            counts[i] += 1
+
+
+def count_into(counts: np.ndarray, ids: np.ndarray) -> None:
+    """counts[i] += the occurrences of i in `ids`, in place: O(len(ids)) where
+    np.bincount over every node costs O(len(counts)) a call (the scan's per-node
+    degrees, a block of edges at a time)."""
+    if enabled():
+        _count_into(counts, ids)
+    else:
+        counts += np.bincount(ids, minlength=counts.size).astype(counts.dtype, copy=False)
 
 
 def cluster_rows(piece, label, lo: int, salt: int, parts):
@@ -149,7 +206,8 @@ def cluster_rows(piece, label, lo: int, salt: int, parts):
 
 
 def move_rows(piece, parts, w, loads, limits, num_parts: int, salt: int, balance: bool):
-    """`_move_rows` for a `Rows` piece: (target or -1, score) per row."""
+    """`_move_rows` for a `Rows` piece: (target or -1, score) per row, and the rows'
+    weight to other partitions."""
     weights = piece.weights if piece.weights is not None else np.zeros(0, np.int64)
     limits = np.broadcast_to(np.asarray(limits, np.float64), loads.shape)
     return _move_rows(np.int64(piece.start), piece.indptr, piece.indices, weights, parts,

@@ -20,6 +20,11 @@ def peak_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
+def rss_bytes() -> int:
+    """The process's resident memory now (Linux; elsewhere its peak so far)."""
+    return _rss_now()
+
+
 class PhasePeak:
     """A phase's peak RSS, sampled every `interval` seconds by a thread (Linux
     /proc/self/statm; elsewhere the process's peak so far). Sampling leaves the kernel's

@@ -66,6 +66,8 @@ PIECE_ENTRIES, PIECE_ROWS = 1 << 22, 1 << 17
 # A coarse graph is written whole while it has at most this many times the entries
 # METIS takes (`coarse_entries`); beyond, a sample of that size.
 SAMPLE_MARGIN = 4
+# A coarse graph's size is estimated on about this many of the finer graph's entries.
+BETWEEN_SAMPLE_ENTRIES = 1 << 26
 # The most METIS's edge weights may add up to (it sums them in 32-bit integers).
 METIS_WEIGHT_TOTAL = 1 << 30
 
@@ -176,28 +178,39 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int =
     clusters of its own partition; a node joins only clusters of its process's nodes."""
     group = group or Group.single()
     lo, hi = adjacency.start, adjacency.stop
-    cols = weights.size_columns()
-    size_of = np.stack([weights.columns[c] for c in cols], axis=1).astype(np.int64)  # [m, S]
+    columns = [weights.columns[c] for c in weights.size_columns()]
+    size_of = lambda v: np.stack([c[v] for c in columns], axis=1).astype(np.int64)
+    # Cluster sizes never pass the limit by more than one node's weight: int32 where
+    # that fits (4 bytes a node and size column instead of 8).
+    most = max(int(c.max()) if c.size else 0 for c in columns) + float(np.max(limit))
+    size = np.stack(columns, axis=1).astype(np.int32 if most < 2**31 - 1 else np.int64)
     dtype = np.int32 if adjacency.num_nodes < 2**31 else np.int64
-    label = np.arange(lo, hi, dtype=dtype)
-    size = size_of.copy()                       # cluster id = its first node's id
+    label = np.arange(lo, hi, dtype=dtype)       # cluster id = its first node's id
     for p in range(passes):
         salt = seed * 1009 + p
         moved = _pipelined(
             _pieces(adjacency),
-            lambda piece, salt=salt: _cluster_proposal(piece, label, lo, salt, parts),
+            lambda piece, _, salt=salt: _cluster_proposal(piece, label, lo, salt, parts),
             lambda proposal: _join_clusters(proposal, label, lo, size, size_of, limit))
         moved = int(group.sum(moved, "cluster moves"))
         if on_pass is not None:
             on_pass(p, moved)
         if moved < max(1, adjacency.num_nodes // 200):
             break
-    ids, label = np.unique(label, return_inverse=True)
-    counts = [int(c) for c in group.gather(ids.size, "clusters")]
+    size = None                                  # freed before numbering
+    # Clusters numbered in the order of their ids (np.unique's order), without a sort.
+    present = np.zeros(hi - lo, bool)
+    present[label - lo] = True
+    count = int(present.sum())
+    counts = [int(c) for c in group.gather(count, "clusters")]
     c_lo = sum(counts[:group.rank])
     k = sum(counts)
     dtype = np.int32 if k < 2**31 else np.int64
-    return (c_lo + label).astype(dtype), k, (c_lo, c_lo + ids.size)
+    number = np.cumsum(present, dtype=dtype)
+    del present
+    number += c_lo - 1
+    label = number[label - lo]
+    return label, k, (c_lo, c_lo + count)
 
 
 def _cluster_proposal(piece: Rows, label, lo: int, salt: int, parts=None):
@@ -241,41 +254,66 @@ def _cluster_proposal(piece: Rows, label, lo: int, salt: int, parts=None):
 
 def _join_clusters(proposal, label, lo: int, size, size_of, limit) -> int:
     """Move the proposed nodes whose best cluster has room (ParHIP's rule: only the best
-    is tried; a node whose best cluster is full stays this pass). Returns the moves."""
+    is tried; a node whose best cluster is full stays this pass). `size` [m, S]: each
+    cluster's size (updated at once); `size_of(v)` int64[len(v), S]: nodes' own.
+    Returns (the moves, the commit that writes their labels: `_pipelined`)."""
     if proposal is None or not proposal[0].size:
-        return 0
+        return 0, None
     v, t, key = proposal
     v, t = v - lo, t - lo                    # local indices of nodes and clusters
     keep = label[v] - lo != t                # a node another piece moved meanwhile
-    amounts = size_of[v]
+    amounts = size_of(v)
     keep &= ((size[t] + amounts) <= limit).all(axis=1)
     v, t, key, amounts = v[keep], t[keep], key[keep], amounts[keep]
     # Room of each request's cluster only: never a whole [clusters] array per piece.
     admit = _admit(t, key, amounts.astype(np.float64), (limit - size[t]).astype(np.float64))
     v, t, amounts = v[admit], t[admit], amounts[admit]
+    amounts = amounts.astype(size.dtype)
     np.subtract.at(size, label[v] - lo, amounts)
     np.add.at(size, t, amounts)
-    label[v] = t + lo
-    return int(v.size)
+
+    def commit():
+        label[v] = t + lo
+    return int(v.size), commit
 
 
-def _pipelined(pieces, propose, apply, workers: int = 2) -> int:
-    """sum(apply(propose(piece))) over the pieces in order, `workers` pieces at a time:
-    their proposals are computed together in threads (numpy's large operations release
-    the GIL), all against the state left by the batches before, then applied in order
-    in this thread, each checked again against the state as it stands. Nothing changes
-    the state while proposals are computed, so the result does not depend on timing."""
-    total = 0
+def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
+               workers: int = 2):
+    """sum(decide(propose(piece))) over the pieces in order, `workers` pieces at a
+    time, the proposals computed in threads (the kernels and numpy's large operations
+    release the GIL).
+
+    A batch's proposals are computed while the batch before is decided in this thread:
+    `decide(proposal)` returns (its result, a commit: the writes the proposals read, or
+    None), and the commits are made once the next batch's proposals are done. So every
+    batch's proposals see exactly the state the batches two before it left (and
+    `propose(piece, snapshot())`, a copy taken as the batch starts, of what `decide`
+    updates at once), whatever the timing: the result is deterministic. Each decision
+    is checked again against the state as it stands. `total`: the sum's start (a
+    number, or an array when `decide` returns arrays)."""
+    def settle(proposals):
+        nonlocal total
+        commits = []
+        for proposal in proposals:
+            result, commit = decide(proposal)
+            total += result
+            commits.append(commit)
+        return commits
+
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        batch = []
-        for piece in itertools.chain(pieces, [None]):
-            if piece is not None:
-                batch.append(piece)
-                if len(batch) < workers:
-                    continue
-            for proposal in list(pool.map(propose, batch)):     # all computed first
-                total += apply(proposal)
-            batch = []
+        waiting = []                         # the batch proposed, not yet decided
+        pieces = iter(pieces)
+        while batch := list(itertools.islice(pieces, workers)):
+            state = snapshot()
+            futures = [pool.submit(propose, piece, state) for piece in batch]
+            commits = settle(waiting)        # meanwhile
+            waiting = [future.result() for future in futures]
+            for commit in commits:
+                if commit is not None:
+                    commit()
+        for commit in settle(waiting):
+            if commit is not None:
+                commit()
     return total
 
 
@@ -325,13 +363,23 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
                                 merge=True)
 
 
-def _entries_between(adjacency, label: np.ndarray, full_label: np.ndarray) -> int:
-    """Adjacency entries of these rows whose ends lie in different clusters: a coarse
-    graph's size before repeated pairs merge."""
+def _entries_between(adjacency, label: np.ndarray, full_label: np.ndarray,
+                     group: Group) -> int:
+    """About how many adjacency entries (of every process's rows) have their ends in
+    different clusters: a coarse graph's size before repeated pairs merge, to choose
+    how much of it to keep. Counted on an evenly spread sample of the pieces (some
+    2^26 entries in all; every piece of a graph smaller than that), so it costs a
+    small part of a pass over the adjacency."""
     lo = adjacency.start
-    return sum(int((label[rows.start - lo + rows.local_rows().astype(np.int64)]
-                    != full_label[rows.indices]).sum())
-               for rows in _pieces(adjacency))
+    total = int(group.sum(adjacency.num_entries, "entries"))
+    stride = max(1, total // BETWEEN_SAMPLE_ENTRIES)
+    counted = np.zeros(2, np.int64)                       # (between, visited)
+    for i, rows in enumerate(_pieces(adjacency)):
+        if i % stride == 0:
+            counted += (int((label[rows.start - lo + rows.local_rows().astype(np.int64)]
+                             != full_label[rows.indices]).sum()), rows.indices.size)
+    between, visited = group.sum(counted, "between")
+    return int(round(between / max(visited, 1) * total)) if stride > 1 else int(between)
 
 
 def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
@@ -383,8 +431,15 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
     total = float(csr.data.sum()) if csr.nnz else 0.0
     if total > METIS_WEIGHT_TOTAL:
         csr.data = np.maximum(np.rint(csr.data * (METIS_WEIGHT_TOTAL / total)), 1)
+    # In the 32-bit arrays METIS takes (the total is below 2^30, ids below 2^31 and the
+    # entries within METIS's limit), so that it is handed these arrays without copies.
+    csr = csr.tocsr()
+    if csr.shape[0] < 2**31 and csr.nnz < 2**31:
+        return scipy.sparse.csr_matrix(
+            (csr.data.astype(np.int32), csr.indices.astype(np.int32, copy=False),
+             csr.indptr.astype(np.int32, copy=False)), shape=csr.shape, copy=False)
     csr.data = csr.data.astype(np.int64)
-    return csr.tocsr()
+    return csr
 
 
 # -- refinement ---------------------------------------------------------------------------
@@ -392,19 +447,23 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
 
 def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
            tolerance: float, *, passes: int = 6, seed: int = 0,
-           on_pass: Callable[[str, int, int], None] | None = None,
+           min_gain: float = 0.0, on_pass: Callable[..., None] | None = None,
            group: Group | None = None) -> np.ndarray:
     """Label propagation under the balance constraints, then moves out of partitions
     over a limit. `parts` (int32, every node's) is updated for the rows [start, stop)
     of `adjacency` (`weights` are theirs) and, with several processes, exchanged after
-    every pass so each holds every node's again. Returns `parts`."""
+    every pass so each holds every node's again. Refinement stops after `passes`, or
+    sooner when a pass moves fewer than one node in 1,000 or saves less than
+    `min_gain` of the cut it started from. `on_pass(kind, pass, moves, saved, cut)`
+    hears of each pass. Returns `parts`."""
     group = group or Group.single()
     lo, hi = adjacency.start, adjacency.stop
     limits = balance_limits(group.sum(weights.totals(), "totals"), num_parts, tolerance)
     loads = group.sum(weights.loads(parts[lo:hi], num_parts), "loads")
     bounds = _node_bounds(adjacency, group)
 
-    def run(salt: int, balance: bool, turn: int | None = None) -> int:
+    def run(salt: int, balance: bool, turn: int | None = None) -> tuple[int, float, float]:
+        """One pass: (moves, cut weight saved, cut weight before it)."""
         nonlocal loads
         if group.size == 1:
             own_limits, own_loads = limits, loads           # moved in place
@@ -418,30 +477,33 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
             own_limits, own_loads = limits, loads.copy()
         pieces = _pieces(adjacency, num_parts * len(weights.columns)) \
             if turn in (None, group.rank) else iter(())
-        moved = _pipelined(
+        done = _pipelined(
             pieces,
-            lambda piece: _move_proposal(piece, parts, lo, weights, own_loads, own_limits,
-                                         num_parts, salt, balance),
-            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance))
+            lambda piece, loads_then: _move_proposal(piece, parts, lo, weights, loads_then,
+                                                     own_limits, num_parts, salt, balance),
+            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance),
+            np.zeros(3), snapshot=own_loads.copy)
         if group.size > 1:
             loads = loads + group.sum(own_loads - loads, "load changes")
             group.share(parts, bounds, "parts")
-            moved = int(group.sum(moved, "moves"))
-        return moved
+            done = group.sum(done, "moves")
+        # Every cut edge is seen from both ends.
+        return int(done[0]), float(done[1]), float(done[2]) / 2
     for p in range(passes):
-        moved = run(seed * 7919 + p, balance=False)
+        moved, saved, cut = run(seed * 7919 + p, balance=False)
         if on_pass is not None:
-            on_pass("refine", p, moved)
-        if moved < max(1, parts.size // 1000):
+            on_pass("refine", p, moved, saved, cut)
+        # Converged: few nodes move, or what they save is a small part of the cut.
+        if moved < max(1, parts.size // 1000) or saved < min_gain * cut:
             break
     idle = 0                     # passes in a row that moved nothing
     for p in range(4 * passes * group.size):
         if (loads <= limits + 1e-9).all():
             break
-        moved = run(seed * 7919 + 100 + p, balance=True,
-                    turn=None if group.size == 1 else p % group.size)
+        moved, saved, cut = run(seed * 7919 + 100 + p, balance=True,
+                                turn=None if group.size == 1 else p % group.size)
         if on_pass is not None:
-            on_pass("balance", p, moved)
+            on_pass("balance", p, moved, saved, cut)
         idle = 0 if moved else idle + 1
         if idle >= group.size:
             break
@@ -452,25 +514,29 @@ def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, lim
                    num_parts: int, salt: int, balance: bool):
     """For the nodes of one piece, the partition each would best move to (most cut
     edges saved, room in every constraint; with `balance`, out of a partition over a
-    limit, least cut added): (nodes, their partitions, targets, scores, weights [., C])
-    or None. `weights` are those of the nodes from `lo` on."""
+    limit, least cut added): ((nodes, their partitions, targets, scores, weights
+    [., C]) or None, the piece's edge weight to other partitions than its nodes'
+    own). `weights` are those of the nodes from `lo` on. A score is the cut weight the
+    move saves plus a tie-breaking noise below 0.49."""
     m = piece.num_rows
     if not m:
-        return None
+        return None, 0.0
     nodes = piece.start + np.arange(m)
     own = parts[nodes].astype(np.int64)
     if compiled.enabled():
         w = weights.take(nodes - lo)
-        target, best = compiled.move_rows(piece, parts, w, loads, limits, num_parts, salt,
-                                         balance)
+        target, best, external = compiled.move_rows(piece, parts, w, loads, limits,
+                                                    num_parts, salt, balance)
         movers = np.flatnonzero(target >= 0)
         if not movers.size:
-            return None
-        return nodes[movers], own[movers], target[movers], best[movers], w[movers]
+            return None, external
+        return (nodes[movers], own[movers], target[movers], best[movers], w[movers]), external
     votes = np.bincount(piece.local_rows().astype(np.int64) * num_parts + parts[piece.indices],
                         weights=piece.entry_weights(), minlength=m * num_parts
                         ).reshape(m, num_parts)
-    gain = votes - votes[np.arange(m), own][:, None]            # cut weight saved
+    mine = votes[np.arange(m), own]
+    external = float((votes.sum(axis=1) - mine).sum())
+    gain = votes - mine[:, None]                                 # cut weight saved
     w = weights.take(nodes - lo)                                 # [m, C]
     room = limits - loads                                        # [P, C]
     fits = (w[:, None, :] <= room[None] + 1e-9).all(axis=2)      # [m, P]
@@ -487,16 +553,20 @@ def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, lim
     best = score[np.arange(m), target]
     movers = np.flatnonzero(np.isfinite(best))
     if not movers.size:
-        return None
-    return nodes[movers], own[movers], target[movers], best[movers], w[movers]
+        return None, external
+    return (nodes[movers], own[movers], target[movers], best[movers], w[movers]), external
 
 
-def _move(proposal, parts, loads, limits, balance: bool) -> int:
+def _move(proposed, parts, loads, limits, balance: bool) -> np.ndarray:
     """Apply a `_move_proposal` against the loads as they stand: best first, as many as
     each target has room for (and with `balance`, no more than each source partition
-    needs to get within its limits). Updates parts and loads; returns the moves."""
+    needs to get within its limits). Updates loads at once; returns (float64[3]: the
+    moves, the cut weight they save (each against the partitions as the proposal saw
+    them) and the piece's weight to other partitions before; the commit that writes
+    the moved nodes' partitions: `_pipelined`)."""
+    proposal, external = proposed
     if proposal is None:
-        return 0
+        return np.array([0.0, 0.0, external]), None
     nodes, own, target, best, w = proposal
     keep = parts[nodes] == own               # a node another piece moved meanwhile
     nodes, own, target, best, w = (a[keep] for a in (nodes, own, target, best, w))
@@ -505,19 +575,25 @@ def _move(proposal, parts, loads, limits, balance: bool) -> int:
     if balance and nodes.size:
         excess = np.maximum(loads - limits, 0.0)                 # [P, C]
         order = np.lexsort((-best, own))
-        nodes, own, target, w = nodes[order], own[order], target[order], w[order]
+        nodes, own, target, best, w = (nodes[order], own[order], target[order],
+                                       best[order], w[order])
         cum = np.cumsum(w, axis=0)
         first = np.searchsorted(own, own, side="left")
         # What the movers before this one, from the same source, take away.
         before = cum - w - np.where(first[:, None] > 0, cum[np.maximum(first - 1, 0)], 0.0)
         still = ((excess[own] - before > 1e-9) & (w > 0)).any(axis=1)
-        nodes, own, target, w = nodes[still], own[still], target[still], w[still]
+        nodes, own, target, best, w = (nodes[still], own[still], target[still],
+                                       best[still], w[still])
     if not nodes.size:
-        return 0
+        return np.array([0.0, 0.0, external]), None
     np.subtract.at(loads, own, w)
     np.add.at(loads, target, w)
-    parts[nodes] = target
-    return int(nodes.size)
+
+    def commit():
+        parts[nodes] = target
+    # Weights are integers and the noise below 0.49 (added after the gain, which is
+    # rounded back): the floor of a score is its gain.
+    return np.array([float(nodes.size), float(np.floor(best).sum()), external]), commit
 
 
 # -- the whole scheme -------------------------------------------------------------------
@@ -601,7 +677,7 @@ def _initial(current, current_weights: NodeWeights, num_parts: int, coarse_entri
     facts = np.zeros(2, np.int64)
     if group.leader:
         csr = _sampled(whole, coarse_entries, seed)
-        facts[:] = csr.nnz, csr.nnz < whole.num_entries
+        facts[:] = csr.nnz, whole.num_entries > coarse_entries
         log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
             + (" (a sample keeping every cut's expected weight)" if facts[1] else ""))
         dense = np.stack(columns, axis=1).astype(np.float64)
@@ -657,10 +733,10 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
             workdir, f"level-{len(levels) + 1}", f"p{group.rank}")
         # A coarse graph far larger than METIS takes is sampled as it is written (its
         # size on disk bounded), keeping every cut's expected weight.
-        between = int(group.sum(_entries_between(current, label, full_label), "between"))
+        between = _entries_between(current, label, full_label, group)
         keep = min(1.0, SAMPLE_MARGIN * coarse_entries / max(between, 1))
         if keep < 1:
-            log(f"  level {len(levels) + 1}: keeping {keep:.1%} of {between:,} entries "
+            log(f"  level {len(levels) + 1}: keeping {keep:.1%} of about {between:,} entries "
                 f"between clusters")
         coarse = contract(current, label, k, root, keep=keep, seed=seed + len(levels),
                           full_label=full_label, own=own)
@@ -692,6 +768,7 @@ def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: 
         current = finer
         parts = refine(current, parts, finer_weights, num_parts, tolerance, seed=seed + i,
                        group=group,
-                       on_pass=lambda kind, p, moved, i=i: log(
-                           f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved"))
+                       on_pass=lambda kind, p, moved, saved, cut, i=i: log(
+                           f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved, "
+                           f"cut {cut:,.0f} - {saved:,.0f}"))
     return parts
