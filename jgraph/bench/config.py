@@ -70,7 +70,9 @@ class TrainBench:
     profiler trace, "" = none). model: hidden, aggregator; num_layers = one per fanout.
     task: node (classification over train_idx) or link (prediction over the graph's
     edges, split as `link` says; batch_size counts positive edges). breakdown: also
-    time each phase of the step (`jgraph.bench.profile`; node classification).
+    time each phase of the step (`jgraph.bench.profile`; node classification). steps:
+    time this many steps (after one warm-up step) instead of whole epochs (0), for
+    graphs whose epoch is long: each is a step of the same epoch order.
     """
 
     data: DataConfig = WORKLOAD_DATA
@@ -80,10 +82,14 @@ class TrainBench:
     task: Task = Task.NODE
     link: LinkConfig = LinkConfig()
     breakdown: bool = False
+    steps: int = 0
 
     def __post_init__(self):
         _check_devices(self.data)
         check_layers(self.model, self.train)
+        if self.steps < 0:
+            raise ConfigError(f"steps is {self.steps}: the steps to time (0 = whole "
+                              f"epochs), not negative")
         if self.task is Task.LINK and (self.breakdown or self.train.profile):
             raise ConfigError("breakdown (and profile, which implies it) times the phases "
                               "of node classification's step; run task=link without it")

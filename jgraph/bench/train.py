@@ -4,7 +4,8 @@ Partition GRAPH into one partition per device and train GraphSAGE (3 layers, hid
 256, mean aggregator, fanouts 15,10,5, batch 1024 per device, Adam) on its `train_idx`
 with the fused step `jgraph train` uses: sample, fetch features and labels through
 the exchange, forward, backward, update. The step is compiled (timed on its own), one
-warm-up epoch runs, then `epochs` measured ones.
+warm-up epoch runs, then `epochs` measured ones (or, with `steps`, one warm-up step
+and that many measured steps: a graph whose epoch is long).
 
 Figures: `seeds_per_s` (real training seeds, padding excluded), `step_seconds` (mean
 wall time of a step), `compile_seconds` (of which `lower_seconds` traced and lowered
@@ -27,6 +28,7 @@ from jgraph.bench.common import partition_on_mesh
 from jgraph.bench.config import TrainBench
 from jgraph.bench.profile import phase_breakdown
 from jgraph.exchange import ExchangeStats
+from jgraph.partition.files import peak_rss_bytes
 from jgraph.progress import Progress
 from jgraph.train.experiment import Task
 from jgraph.train.run import (
@@ -71,24 +73,32 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         step = lowered.compile()
         compile_s = time.perf_counter() - start
 
-    def epoch(e, state):
+    def epoch(e, state, indices):
         order = loader.epoch_order(e)
         outs = []
-        for i in progress.iterate(range(steps), f"epoch {e}"):
-            state, metrics = step(state, data, order, jnp.int32(i), job.stop_votes())
+        for i in progress.iterate(indices, f"epoch {e}"):
+            state, metrics = step(state, data, order, jnp.int32(i % steps), job.stop_votes())
             outs.append(metrics)
         jax.block_until_ready((state, outs))
         return state, outs
 
-    with progress.phase("warm-up epoch"):
-        state, _ = epoch(0, state)
-    with progress.phase(f"{cfg.train.epochs} measured epoch(s)"):
-        start = time.perf_counter()
-        outs = []
-        for e in range(1, cfg.train.epochs + 1):
-            state, got = epoch(e, state)
-            outs += got
-        seconds = time.perf_counter() - start
+    if cfg.steps:                     # a few steps, not whole epochs
+        with progress.phase("warm-up step"):
+            state, _ = epoch(0, state, [0])
+        with progress.phase(f"{cfg.steps} measured step(s)"):
+            start = time.perf_counter()
+            state, outs = epoch(1, state, range(cfg.steps))
+            seconds = time.perf_counter() - start
+    else:
+        with progress.phase("warm-up epoch"):
+            state, _ = epoch(0, state, range(steps))
+        with progress.phase(f"{cfg.train.epochs} measured epoch(s)"):
+            start = time.perf_counter()
+            outs = []
+            for e in range(1, cfg.train.epochs + 1):
+                state, got = epoch(e, state, range(steps))
+                outs += got
+            seconds = time.perf_counter() - start
     outs = jax.device_get(outs)
     # A step whose sample outgrew the capacities is refused (and, in `jgraph train`,
     # run again): count the seeds of the applied steps only.
@@ -122,12 +132,15 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         "hidden": cfg.model.hidden, "aggregator": cfg.model.aggregator.value,
         "fanouts": list(cfg.train.fanouts) if job.samples else None,
         "batch_size": cfg.train.batch_size if job.samples else None, "optimizer": "adam",
-        "epochs": cfg.train.epochs,
+        "epochs": 0 if cfg.steps else cfg.train.epochs,
         "steps": len(outs),
         "edges_per_epoch" if link else "seeds_per_epoch": loader.num_seeds,
         "seconds": seconds, "edges_per_s" if link else "seeds_per_s": seeds / seconds,
         "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "lower_seconds": lower_s,
+        # The process's peak memory: the host's copy of the partitions and, on CPU,
+        # the simulated devices' buffers.
+        "peak_rss_bytes": peak_rss_bytes(),
         "final_loss": float(outs[-1]["loss"]),
         "strategy": job.exchange.config.strategy.value, "precision": cfg.train.precision.value,
         "sampler": cfg.train.sampler.value,

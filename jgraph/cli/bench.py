@@ -207,6 +207,8 @@ def add_commands(sub) -> None:
     flag("--fanouts", "train.fanouts", "neighbours per hop, seeds outward; one GraphSAGE "
          "layer per hop")
     _epoch_flags(tr, "TrainBench")
+    flag("--steps", "steps", "time this many steps (after one warm-up step) instead of "
+         "whole epochs (0): for a graph whose epoch is long")
     flag("--hidden", "model.hidden", "hidden width")
     flag("--aggregator", "model.aggregator", "GraphSAGE aggregator")
     flag("--precision", "train.precision", "what the layers compute in (bf16: float32 "

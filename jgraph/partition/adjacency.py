@@ -9,6 +9,7 @@ range sized to a bounded number of entries).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -257,48 +258,21 @@ def write_buckets(root: str, num_nodes: int, bounds: np.ndarray,
 
 
 def sort_ranges(root: str, num_nodes: int, bounds: np.ndarray, *, merge: bool,
-                writers: int = 1, first: int = 0, progress=None) -> DiskAdjacency:
+                writers: int = 1, first: int = 0, progress=None,
+                workers: int = 2) -> DiskAdjacency:
     """`build_disk_adjacency`'s second half: the ranges of `bounds`, numbered from
     `first` among the bucket files (which every one of `writers` wrote), each sorted
-    into its CSR, in turn."""
+    into its CSR, `workers` ranges at a time in threads (numpy's and scipy's sorts
+    release the GIL; memory is that many ranges)."""
     bounds = np.asarray(bounds, np.int64)
-    ids = np.int32 if num_nodes < 2**31 else np.int64
-    record = _bucket_record(num_nodes, merge)
-    total = 0
-    for k in range(bounds.size - 1):
-        paths = [_bucket_file(root, first + k, w) for w in range(writers)]
-        block = np.concatenate([np.fromfile(path, record) for path in paths])
-        m = int(bounds[k + 1] - bounds[k])
-        if merge:
-            csr = scipy.sparse.csr_matrix((block["w"], (block["row"], block["col"])),
-                                          shape=(m, num_nodes))
-            csr.sum_duplicates()
-            indptr, indices, weights = csr.indptr.astype(np.int64), csr.indices, csr.data
-        elif ids is np.int32:
-            # One sort of (row, col) keys: no argsort's gather, and columns in order.
-            key = np.sort(block["row"].astype(np.int64) << 32 | block["col"].astype(np.int64))
-            indices = (key & 0xFFFFFFFF).astype(np.int32)
-            indptr = np.concatenate([[0], np.cumsum(np.bincount(key >> 32, minlength=m),
-                                                    dtype=np.int64)])
-            weights = None
-            del key
-        else:
-            order = np.lexsort((block["col"], block["row"]))
-            indices = block["col"][order]
-            indptr = np.concatenate([[0], np.cumsum(np.bincount(block["row"], minlength=m),
-                                                    dtype=np.int64)])
-            weights = None
-        del block
-        stem = os.path.join(root, f"range-{first + k:05d}")
-        np.save(f"{stem}.indptr.npy", indptr)
-        np.save(f"{stem}.indices.npy", np.asarray(indices, ids))
-        if weights is not None:
-            np.save(f"{stem}.weights.npy", np.asarray(weights, np.int64))
-        total += int(indptr[-1])
-        for path in paths:
-            os.remove(path)
+
+    def one(k: int) -> int:
+        entries = _sort_range(root, num_nodes, bounds, k, first, writers, merge)
         if progress is not None:
             progress.update(1)
+        return entries
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        total = sum(pool.map(one, range(bounds.size - 1)))
     adjacency = DiskAdjacency(root, int(num_nodes), tuple(int(b) for b in bounds), total,
                               merge, first)
     record_path = _record(root, first)
@@ -307,3 +281,42 @@ def sort_ranges(root: str, num_nodes: int, bounds: np.ndarray, *, merge: bool,
                    "num_entries": total, "weighted": merge}, f)
     os.replace(record_path + ".tmp", record_path)
     return adjacency
+
+
+def _sort_range(root: str, num_nodes: int, bounds: np.ndarray, k: int, first: int,
+                writers: int, merge: bool) -> int:
+    """Range k of `bounds`: its bucket files sorted into `range-<first + k>.*.npy`, the
+    buckets removed. Returns its entries."""
+    ids = np.int32 if num_nodes < 2**31 else np.int64
+    record = _bucket_record(num_nodes, merge)
+    paths = [_bucket_file(root, first + k, w) for w in range(writers)]
+    block = np.concatenate([np.fromfile(path, record) for path in paths])
+    m = int(bounds[k + 1] - bounds[k])
+    if merge:
+        csr = scipy.sparse.csr_matrix((block["w"], (block["row"], block["col"])),
+                                      shape=(m, num_nodes))
+        csr.sum_duplicates()
+        indptr, indices, weights = csr.indptr.astype(np.int64), csr.indices, csr.data
+    elif ids is np.int32:
+        # One sort of (row, col) keys: no argsort's gather, and columns in order.
+        key = np.sort(block["row"].astype(np.int64) << 32 | block["col"].astype(np.int64))
+        indices = (key & 0xFFFFFFFF).astype(np.int32)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(key >> 32, minlength=m),
+                                                dtype=np.int64)])
+        weights = None
+        del key
+    else:
+        order = np.lexsort((block["col"], block["row"]))
+        indices = block["col"][order]
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(block["row"], minlength=m),
+                                                dtype=np.int64)])
+        weights = None
+    del block
+    stem = os.path.join(root, f"range-{first + k:05d}")
+    np.save(f"{stem}.indptr.npy", indptr)
+    np.save(f"{stem}.indices.npy", np.asarray(indices, ids))
+    if weights is not None:
+        np.save(f"{stem}.weights.npy", np.asarray(weights, np.int64))
+    for path in paths:
+        os.remove(path)
+    return int(indptr[-1])

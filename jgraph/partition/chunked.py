@@ -226,6 +226,14 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     return meta
 
 
+def _memory_since_last() -> str:
+    """The memory held now and at most since the last log line, for a log line."""
+    now = rss_bytes() / 2**30
+    if PhasePeak.current is None:
+        return f"{now:.2f} GiB"
+    return f"{now:.2f} GiB, at most {PhasePeak.current.since_last() / 2**30:.2f}"
+
+
 def _edge_order(block: np.ndarray) -> np.ndarray:
     """The order of a bucket's edge records (`_record`) by (destination, relation,
     source), equal ones in edge-id order however the processes' blocks interleaved.
@@ -497,7 +505,7 @@ class _Job:
                                  group=self.group,
                                  log=lambda message: self.progress.note(
                                      f"{message} [{time.perf_counter() - began:.0f}s, "
-                                     f"{rss_bytes() / 2**30:.2f} GiB]"))
+                                     f"{_memory_since_last()}]"))
         if self.group.leader:
             parts = fill_empty(parts, self.options.num_parts)
             np.save(self.work.path("parts.npy"),

@@ -186,6 +186,46 @@ if numba is not None:
             counts[i] += 1
 
 
+if numba is not None:
+    @_jit
+    def _between_rows(start, indptr, indices, weights, label, lo, full_label, keep, seed):
+        """`multilevel.contract`'s entries of one piece: (row's cluster, column's
+        cluster, weight) of the entries between two clusters, each kept with
+        probability `keep` (by a hash of its ends) and then weighing w / keep."""
+        m = indptr.size - 1
+        e = indptr[m] - indptr[0]
+        a_out = np.empty(e, label.dtype)
+        b_out = np.empty(e, full_label.dtype)
+        w_out = np.empty(e, np.int64)
+        weighted = weights.size > 0
+        k = 0
+        for i in range(m):
+            u = start + i
+            a = label[u - lo]
+            for j in range(indptr[i], indptr[i + 1]):
+                col = np.int64(indices[j])
+                b = full_label[col]
+                if a == b:
+                    continue
+                w = np.float64(weights[j]) if weighted else 1.0
+                if keep < 1.0:
+                    if not _mix(min(u, col), max(u, col), seed) < keep:
+                        continue
+                    w = max(np.rint(w / keep), 1.0)
+                a_out[k] = a
+                b_out[k] = b
+                w_out[k] = np.int64(w)
+                k += 1
+        return a_out[:k], b_out[:k], w_out[:k]
+
+
+def between_rows(piece, label, lo: int, full_label, keep: float, seed: int):
+    """`_between_rows` for a `Rows` piece."""
+    weights = piece.weights if piece.weights is not None else np.zeros(0, np.int64)
+    return _between_rows(np.int64(piece.start), piece.indptr, piece.indices, weights, label,
+                         np.int64(lo), full_label, np.float64(keep), np.int64(seed))
+
+
 def count_into(counts: np.ndarray, ids: np.ndarray) -> None:
     """counts[i] += the occurrences of i in `ids`, in place: O(len(ids)) where
     np.bincount over every node costs O(len(counts)) a call (the scan's per-node

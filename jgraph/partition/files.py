@@ -30,20 +30,32 @@ class PhasePeak:
     /proc/self/statm; elsewhere the process's peak so far). Sampling leaves the kernel's
     own peak alone, so `/usr/bin/time -v` still reports the whole job's."""
 
+    current: PhasePeak | None = None      # the phase being sampled, if any
+
     def __init__(self, interval: float = 0.02):
         self.interval, self.peak = interval, _rss_now()
+        self.recent = self.peak                # the peak since `since_last` last asked
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, _rss_now())
+            now = _rss_now()
+            self.peak, self.recent = max(self.peak, now), max(self.recent, now)
+
+    def since_last(self) -> int:
+        """The peak since the last call (or the phase's start): what a step between
+        two log lines held at most."""
+        recent, self.recent = max(self.recent, _rss_now()), _rss_now()
+        return recent
 
     def __enter__(self) -> PhasePeak:
         self._thread.start()
+        PhasePeak.current = self
         return self
 
     def __exit__(self, *exc) -> None:
+        PhasePeak.current = None
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, _rss_now())

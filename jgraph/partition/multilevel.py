@@ -336,6 +336,9 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
 
     def pairs():
         for rows in _pieces(adjacency):          # a piece at a time: bounded temporaries
+            if compiled.enabled():
+                yield compiled.between_rows(rows, label, lo, full_label, keep, seed)
+                continue
             u = rows.start + rows.local_rows().astype(np.int64)
             a, b = label[u - lo], full_label[rows.indices]
             between = np.flatnonzero(a != b)
@@ -738,8 +741,9 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
         if keep < 1:
             log(f"  level {len(levels) + 1}: keeping {keep:.1%} of about {between:,} entries "
                 f"between clusters")
-        coarse = contract(current, label, k, root, keep=keep, seed=seed + len(levels),
-                          full_label=full_label, own=own)
+        # Ranges of 2^24 entries: `sort_ranges` sorts two at a time.
+        coarse = contract(current, label, k, root, 1 << 24, keep=keep,
+                          seed=seed + len(levels), full_label=full_label, own=own)
         levels.append((full_label, current, current_weights))
         if parts is not None:
             coarse_parts = np.empty(k, np.int32)

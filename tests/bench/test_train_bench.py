@@ -55,6 +55,25 @@ def test_bench_train_prints_one_json_line_counting_every_seed_once_per_epoch(
     assert np.isfinite(row["final_loss"]) and row["final_loss"] > 0
 
 
+def test_bench_train_steps_times_that_many_steps_not_epochs(capsys,
+                                                            cora_train_seeds_per_part):
+    """--steps 5: five steps of one epoch's order, wrapping around past its last step,
+    each counting the seeds it trains; the peak memory reported."""
+    code = main(["bench", "train", "cora", "--steps", "5", *SMALL])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    row = json.loads(out.strip().splitlines()[-1])
+    assert row["steps"] == 5 and row["epochs"] == 0
+    assert row["step_seconds"] * 5 == pytest.approx(row["seconds"])
+    per_epoch = -(-max(cora_train_seeds_per_part) // 64)
+    # The loader spreads an epoch's seeds evenly over its steps (cora's 2 parts hold
+    # 70 train seeds each: 2 steps of 35 per device), so 5 steps train 2.5 epochs'.
+    assert per_epoch == 2 and all(seeds % per_epoch == 0
+                                  for seeds in cora_train_seeds_per_part)
+    assert row["seeds_per_s"] * row["seconds"] == pytest.approx(5 / per_epoch * CORA_TRAIN)
+    assert row["peak_rss_bytes"] > 2**20
+
+
 def test_bench_train_full_mode_takes_one_step_an_epoch_over_every_training_seed(capsys):
     code = main(["bench", "train", "cora", "--epochs", str(EPOCHS), "--mode", "full",
                  *SMALL])
@@ -94,6 +113,7 @@ def test_bench_train_on_a_graph_it_cannot_train_exits_2_naming_what_is_missing(
     (["--fanouts", "5,0"], "train.fanouts = [5, 0]: a fanout is a neighbour count"),
     (["--hidden", "0"], "model.hidden must be >= 1"),
     (["--growth", "1"], "exchange.growth must be > 1"),
+    (["--steps", "-1"], "steps is -1"),
     (["--precision", "f16"], "train.precision: 'f16' is not one of ['f32', 'bf16']"),
 ])
 def test_bad_bench_train_arguments_exit_2_naming_the_value(capsys, argv, message):

@@ -364,3 +364,21 @@ def test_chunks_read_in_blocks_give_the_same_partitions(tmp_path, monkeypatch):
     monkeypatch.setattr(chunked_route, "ROWS_PER_BLOCK", 77)
     partition_chunked(tmp_path / "in", tmp_path / "blocks", options)
     assert_same_partitions(str(tmp_path / "blocks"), str(tmp_path / "whole"))
+
+
+@pytest.mark.parametrize("repeats", [False, True])
+def test_edge_order_is_the_four_key_order(repeats):
+    """A bucket's edges in (destination, relation, source, edge id) order: the one-key
+    sort where keys are unique, the four-key sort where a multigraph repeats edges."""
+    rng = np.random.default_rng(5)
+    n = 4000
+    block = np.empty(n, np.dtype([("src", np.int64), ("dst", np.int32), ("etype", np.int32),
+                                  ("eid", np.int64)]))
+    block["src"] = rng.integers(0, 1 << 30, n)
+    block["dst"] = rng.integers(0, 300, n)
+    block["etype"] = rng.integers(0, 3, n)
+    block["eid"] = rng.permutation(n)
+    if repeats:
+        block[n // 2:][["src", "dst", "etype"]] = block[:n // 2][["src", "dst", "etype"]]
+    expected = np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
+    np.testing.assert_array_equal(block[chunked_route._edge_order(block)], block[expected])

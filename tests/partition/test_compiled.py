@@ -88,3 +88,35 @@ def test_a_slice_of_the_rows_proposes_as_numpy_does(facebook, monkeypatch):
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert a[0].size > 0
+
+
+@pytest.mark.parametrize("keep", [1.0, 0.3])
+def test_contraction_is_the_numpy_contraction(facebook, monkeypatch, keep):
+    """The coarse graph's entries (sampled or whole, unweighted and weighted) and the
+    disk CSR they are written into: the same with the kernels as with numpy."""
+    adjacency, weights = facebook
+    limit = weights.totals()[weights.size_columns()] / 8 / 4
+    label, k, _ = cluster(adjacency, weights, limit, seed=1)
+    a, b = both(monkeypatch, lambda: contract(adjacency, label, k, None, keep=keep, seed=4))
+    assert (a.csr != b.csr).nnz == 0 and a.csr.nnz > 0
+    # Weighted rows, kept by the hash of their ends.
+    coarse = a
+    label2, k2, _ = cluster(coarse, weights.coarsen(label, k), limit, seed=2)
+    a2, b2 = both(monkeypatch, lambda: contract(coarse, label2, k2, None, keep=keep, seed=5))
+    assert (a2.csr != b2.csr).nnz == 0 and a2.csr.nnz > 0
+    assert k2 < k
+
+
+def test_counting_is_bincount(monkeypatch):
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 1000, 50_000).astype(np.int32)
+
+    def run():
+        counts = np.full(1000, 7, np.int32)
+        compiled.count_into(counts, ids)
+        compiled.count_into(counts, ids[::3])
+        return counts
+    a, b = both(monkeypatch, run)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, 7 + np.bincount(ids, minlength=1000)
+                                  + np.bincount(ids[::3], minlength=1000))
