@@ -393,12 +393,16 @@ class _Job:
         mine = -(-self.graph.num_edges // group.size) + EDGES_PER_BLOCK
         counts = np.zeros((2, n), np.int32 if 2 * mine < 2**31 else np.int64)
         loops = 0
+        # Degree = in-degree + out-degree - 2 per self-loop: two counting passes over a
+        # block, not three (each is a random access per edge into [n]).
         for _, _, chunk in self._edge_pass("scan (pass 1 of 3 over the edges)"):
             compiled.count_into(counts[0], chunk.dst)
-            keep = chunk.src != chunk.dst
-            loops += int(keep.size - keep.sum())
-            compiled.count_into(counts[1], chunk.src[keep])
-            compiled.count_into(counts[1], chunk.dst[keep])
+            compiled.count_into(counts[1], chunk.src)
+            loop = chunk.src == chunk.dst
+            if loop.any():
+                np.subtract.at(counts[1], chunk.src[loop], 2)
+                loops += int(loop.sum())
+        counts[1] += counts[0]
         if group.leader:
             for t, named in self.graph.splits.items():
                 for name in named:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jgraph.partition import compiled
 from jgraph.partition.chunked import (
     EDGES_PER_BLOCK,
     PHASES,
@@ -20,11 +21,17 @@ from jgraph.partition.chunked import (
 )
 from jgraph.partition.multilevel import PIECE_ENTRIES
 
-# Memory per adjacency entry of the coarse graph METIS partitions: the sample read into
-# memory and its CSR (some 60 bytes), and METIS with the finer levels of its own
-# coarsening on disk (`jgraph.partition.metis`, some 40): the 100M-edge R-MAT's
-# assignment peaked at 3.5 GB with a 33.6M-entry coarse graph.
-METIS_ENTRY_BYTES = 100
+# Memory per adjacency entry of the coarse graph METIS partitions: its CSR in the
+# 32-bit arrays METIS takes (12 bytes), and METIS with the finer levels of its own
+# coarsening on disk (`jgraph.partition.metis`): the 1B-edge R-MAT's assignment held
+# 0.9 GB more while METIS ran on a 33.5M-entry coarse graph.
+METIS_ENTRY_BYTES = 40
+# What every process holds before a phase holds anything: the interpreter with numpy,
+# scipy, the compiled kernels and JAX (which the command line imports), some 0.25 GB.
+BASELINE_BYTES = 300 << 20
+# A contraction sorts two ranges of 2^24 coarse entries at once (`sort_ranges`), each
+# its records and scipy's sum of repeated entries: some 44 bytes an entry.
+CONTRACT_BYTES = 2 * 44 * (1 << 24)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +82,8 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     own = -(-n // q)                                              # a process's nodes
     disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
                          options.coarse_entries)
-    weights = (sizes.types + sizes.splits) * own + ids * own      # compact columns
+    # compact columns, and the in-degrees (int64, mapped from the scan's file)
+    weights = (sizes.types + sizes.splits) * own + 8 * own
     edges_gb = e * 2 * ids                                        # src + dst chunks
     adjacency_read = 2 * e * ids
     piece = PIECE_ENTRIES * 64                                    # one piece's arrays
@@ -85,40 +93,47 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     shared = 8 * n if q > 1 else 0
     gib = lambda b: f"{b / 2**30:.1f} GiB"
     share = "" if q == 1 else f", 1/{q} of them per process"
+    base = BASELINE_BYTES
     rows = [
-        # in-degree and adjacency degree over every node (each process counts its
-        # blocks' endpoints; int32 below 2^31 edges a process), one bincount's int64
-        # [n]; a block as int64 ids, etype, the loop test and the kept copies (mapped
-        # pages too: some 45 bytes an edge).
-        PhasePlan("scan", (8 if e // q < 2**30 else 16) * n + 8 * n + 45 * chunk, 0,
-                  f"the edge chunks once ({gib(edges_gb)}{share})"),
+        # in-degree and out-degree over every node (each process counts its blocks'
+        # endpoints; int32 below 2^31 edges a process), without numba one bincount's
+        # int64 [n]; a block as int64 ids, etype and the loop test (mapped pages too:
+        # some 45 bytes an edge).
+        PhasePlan("scan", base + (8 if e // q < 2**30 else 16) * n
+                  + (0 if compiled.enabled() else 8 * n) + 45 * chunk,
+                  0, f"the edge chunks once ({gib(edges_gb)}{share})"),
         # degrees (a process's own) and their running sum; per block both directions as
-        # int64, the bucket records and their order; per range its records and keys.
-        PhasePlan("adjacency", max(16 * own + 130 * chunk, 28 * r), disk["adjacency"],
-                  f"the edge chunks once ({gib(edges_gb)}{share})"),
-        # the balance weights; the finest level's cluster labels (int32), cluster sizes
-        # and node sizes in nodes and edges (int64 [n, 2] each), the relabelling's
-        # temporaries, of a process's own nodes; one piece; then METIS on the coarse
-        # graph, on the first process.
+        # int64, the bucket records and their order; then two ranges sorted at once,
+        # each its records and keys.
+        PhasePlan("adjacency", base + max(16 * own + 130 * chunk, 2 * 28 * r),
+                  disk["adjacency"], f"the edge chunks once ({gib(edges_gb)}{share})"),
+        # the balance weights and each node's partition or cluster (int32) of a
+        # process's own nodes, the levels' cluster of each node and the coarse nodes'
+        # weights (some 8 bytes a finest node in all); then the largest of:
+        # clustering's cluster sizes in nodes and edges (int32 [n, 2]) and its
+        # numbering (a bool and an int32 a node) with a piece; a contraction's two
+        # ranges; METIS on the coarse graph (the first process).
         PhasePlan("assignment",
-                  max(shared + weights + 4 * own + 32 * own + 12 * own + piece,
-                      shared + weights + 8 * own + METIS_ENTRY_BYTES * coarse),
+                  base + shared + weights + 4 * own + 8 * own
+                  + max(8 * own + 5 * own + piece, CONTRACT_BYTES,
+                        METIS_ENTRY_BYTES * coarse),
                   disk["adjacency"] + disk["coarse"],
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
                   f"({gib(adjacency_read)} each at the finest{share})"),
         # a process's own nodes' partitions, their order, new ids and type ids.
-        PhasePlan("relabel", 36 * own, 16 * n, "nothing but the assignment"),
-        # every node's partition (int16) and new id (int32 below 2^31 nodes); a block in
-        # new ids, its bucket records and order.
-        PhasePlan("bucketing", (2 + ids) * n + 110 * chunk, 16 * n + disk["buckets"],
-                  f"the edge chunks once ({gib(edges_gb)}{share})"),
+        PhasePlan("relabel", base + 36 * own, 16 * n, "nothing but the assignment"),
+        # every node's partition (int16) and new id (int64, mapped as it is read); a
+        # block in new ids, its bucket records and order.
+        PhasePlan("bucketing", base + (2 + 8) * n + 110 * chunk,
+                  16 * n + disk["buckets"], f"the edge chunks once ({gib(edges_gb)}{share})"),
         # the halo marks, one partition's degrees and CSC offsets, one range of edge
-        # records with its sort.
-        PhasePlan("partitions", n + 16 * n // p + 50 * r, disk["output"] - sizes.node_data_bytes,
-                  "the edge buckets once"),
+        # records (at most a partition's in-edges, 1.05 of the mean) with its sort
+        # keys, order and sorted copy.
+        PhasePlan("partitions", base + n + 16 * n // p + 70 * min(r, -(-e * 21 // (20 * p))),
+                  disk["output"] - sizes.node_data_bytes, "the edge buckets once"),
         # the inverse map (memory-mapped, as it is touched) and a block of rows, thrice.
-        PhasePlan("node data", 8 * n // q + 3 * max(sizes.node_data_bytes * (1 << 20)
-                                                    // max(n, 1), 1),
+        PhasePlan("node data", base + 8 * n // q + 3 * max(sizes.node_data_bytes * (1 << 20)
+                                                           // max(n, 1), 1),
                   disk["output"], f"the node data once ({gib(sizes.node_data_bytes)}{share})"),
     ]
     assert [row.phase for row in rows] == list(PHASES)

@@ -382,3 +382,27 @@ def test_edge_order_is_the_four_key_order(repeats):
         block[n // 2:][["src", "dst", "etype"]] = block[:n // 2][["src", "dst", "etype"]]
     expected = np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
     np.testing.assert_array_equal(block[chunked_route._edge_order(block)], block[expected])
+
+
+def test_the_scan_counts_every_node_s_in_degree_and_adjacency_degree(tmp_path, monkeypatch):
+    """in_degree: edges into each node, self-loops included; degree: the node's entries
+    in the symmetric adjacency, which leaves self-loops out (the adjacency's node ranges
+    are sized by it). Read from a job stopped after its scan, against numpy."""
+    graph = hetero_graph()
+    save_chunked(graph, tmp_path / "in", edges_per_chunk=900, rows_per_chunk=100)
+
+    def killed(self):
+        raise KeyboardInterrupt("stopped after the scan")
+    monkeypatch.setattr(chunked_route._Job, "adjacency", killed)
+    with pytest.raises(KeyboardInterrupt):
+        partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(3, **SMALL))
+    work = Path(str(tmp_path / "out") + chunked_route.WORK)
+    src, dst, _ = graph.homogeneous_edges()
+    n = graph.total_nodes
+    loop = src == dst
+    assert loop.sum() >= 10
+    np.testing.assert_array_equal(np.load(work / "in_degree.npy"),
+                                  np.bincount(dst, minlength=n))
+    np.testing.assert_array_equal(np.load(work / "degree.npy"),
+                                  np.bincount(src[~loop], minlength=n)
+                                  + np.bincount(dst[~loop], minlength=n))
