@@ -506,6 +506,7 @@ class _Job:
                                  self.options.num_parts, tolerance=self.options.tolerance,
                                  seed=self.options.seed,
                                  coarse_entries=self.options.coarse_entries, workdir=coarse,
+                                 range_entries=self.options.range_entries,
                                  group=self.group,
                                  log=lambda message: self.progress.note(
                                      f"{message} [{time.perf_counter() - began:.0f}s, "

@@ -615,8 +615,8 @@ class MultilevelStats:
 def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: float = 0.05,
               seed: int = 0, coarse_entries: int = 1 << 26, workdir: str | None = None,
               cluster_fraction: float = 1 / 4, max_levels: int = 8, v_cycles: int = 1,
-              log: Callable[[str], None] | None = None, group: Group | None = None
-              ) -> tuple[np.ndarray, MultilevelStats]:
+              range_entries: int = 1 << 25, log: Callable[[str], None] | None = None,
+              group: Group | None = None) -> tuple[np.ndarray, MultilevelStats]:
     """int32[n]: the partition of each node of `adjacency` (symmetric, no self-loops).
 
     coarse_entries: the largest coarse graph (adjacency entries) METIS partitions;
@@ -624,7 +624,9 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     cluster_fraction: a cluster holds at most this fraction of a partition's nodes
     and in-edges. v_cycles: further rounds (ParHIP's V-cycles) that coarsen again
     with clusters inside the partitions found, so that refining a coarse level moves
-    whole clusters between partitions, then refine back down. group: the processes
+    whole clusters between partitions, then refine back down. range_entries: a coarse
+    graph is written in ranges of half that many entries (two are sorted at once).
+    group: the processes
     (each with its own rows of `adjacency` and their `weights`; see the module
     docstring); every one returns every node's partition.
     """
@@ -639,7 +641,7 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     limit = np.maximum(totals[weights.size_columns()] / num_parts * cluster_fraction, 1.0)
     coarsen = lambda parts, cycle: _coarsen(adjacency, weights, num_parts, limit,
                                             coarse_entries, max_levels, seed + 101 * cycle,
-                                            workdir, log, parts, group)
+                                            workdir, log, parts, group, range_entries // 2)
     levels, current, current_weights, _ = coarsen(None, 0)
     parts, coarse_seen, sparsified = _initial(current, current_weights, num_parts,
                                               coarse_entries, tolerance, seed, workdir, log,
@@ -705,7 +707,8 @@ def _node_bounds(adjacency, group: Group) -> np.ndarray:
 
 
 def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entries: int,
-             max_levels: int, seed: int, workdir, log, parts=None, group: Group | None = None):
+             max_levels: int, seed: int, workdir, log, parts=None, group: Group | None = None,
+             entries_per_range: int = 1 << 24):
     """Contract clusters level by level until the graph has at most `coarse_entries`
     entries (or the clusters stop shrinking): ([(every node's cluster, finer adjacency,
     its weights)] per level, the coarsest adjacency, its weights, and `parts` (every
@@ -741,8 +744,7 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
         if keep < 1:
             log(f"  level {len(levels) + 1}: keeping {keep:.1%} of about {between:,} entries "
                 f"between clusters")
-        # Ranges of 2^24 entries: `sort_ranges` sorts two at a time.
-        coarse = contract(current, label, k, root, 1 << 24, keep=keep,
+        coarse = contract(current, label, k, root, entries_per_range, keep=keep,
                           seed=seed + len(levels), full_label=full_label, own=own)
         levels.append((full_label, current, current_weights))
         if parts is not None:

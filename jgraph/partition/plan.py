@@ -29,9 +29,10 @@ METIS_ENTRY_BYTES = 40
 # What every process holds before a phase holds anything: the interpreter with numpy,
 # scipy, the compiled kernels and JAX (which the command line imports), some 0.25 GB.
 BASELINE_BYTES = 300 << 20
-# A contraction sorts two ranges of 2^24 coarse entries at once (`sort_ranges`), each
-# its records and scipy's sum of repeated entries: some 44 bytes an entry.
-CONTRACT_BYTES = 2 * 44 * (1 << 24)
+# A contraction sorts two ranges of half `--range-entries` coarse entries at once
+# (`sort_ranges`), each its records and scipy's sum of repeated entries: some 48 bytes
+# an entry (1.6 GB more on the 1B-edge R-MAT, ranges of 2^24).
+CONTRACT_ENTRY_BYTES = 48
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,10 +98,10 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     rows = [
         # in-degree and out-degree over every node (each process counts its blocks'
         # endpoints; int32 below 2^31 edges a process), without numba one bincount's
-        # int64 [n]; a block as int64 ids, etype and the loop test (mapped pages too:
-        # some 45 bytes an edge).
+        # int64 [n]; a split's ids (int64, checked sorted and in range); a block as
+        # int64 ids, etype and the loop test (mapped pages too: some 45 bytes an edge).
         PhasePlan("scan", base + (8 if e // q < 2**30 else 16) * n
-                  + (0 if compiled.enabled() else 8 * n) + 45 * chunk,
+                  + (0 if compiled.enabled() else 8 * n) + 8 * n + 45 * chunk,
                   0, f"the edge chunks once ({gib(edges_gb)}{share})"),
         # degrees (a process's own) and their running sum; per block both directions as
         # int64, the bucket records and their order; then two ranges sorted at once,
@@ -109,13 +110,14 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
                   disk["adjacency"], f"the edge chunks once ({gib(edges_gb)}{share})"),
         # the balance weights and each node's partition or cluster (int32) of a
         # process's own nodes, the levels' cluster of each node and the coarse nodes'
-        # weights (some 8 bytes a finest node in all); then the largest of:
+        # weights (some 8 bytes a finest node in all), and in the V-cycle every node's
+        # partition and the first cycle's levels (12 more); then the largest of:
         # clustering's cluster sizes in nodes and edges (int32 [n, 2]) and its
         # numbering (a bool and an int32 a node) with a piece; a contraction's two
         # ranges; METIS on the coarse graph (the first process).
         PhasePlan("assignment",
-                  base + shared + weights + 4 * own + 8 * own
-                  + max(8 * own + 5 * own + piece, CONTRACT_BYTES,
+                  base + shared + weights + 4 * own + 8 * own + 12 * own
+                  + max(8 * own + 5 * own + piece, CONTRACT_ENTRY_BYTES * r,
                         METIS_ENTRY_BYTES * coarse),
                   disk["adjacency"] + disk["coarse"],
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
@@ -124,12 +126,13 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
         PhasePlan("relabel", base + 36 * own, 16 * n, "nothing but the assignment"),
         # every node's partition (int16) and new id (int64, mapped as it is read); a
         # block in new ids, its bucket records and order.
-        PhasePlan("bucketing", base + (2 + 8) * n + 110 * chunk,
+        PhasePlan("bucketing", base + (2 + 8) * n + 160 * chunk,
                   16 * n + disk["buckets"], f"the edge chunks once ({gib(edges_gb)}{share})"),
         # the halo marks, one partition's degrees and CSC offsets, one range of edge
-        # records (at most a partition's in-edges, 1.05 of the mean) with its sort
-        # keys, order and sorted copy.
-        PhasePlan("partitions", base + n + 16 * n // p + 70 * min(r, -(-e * 21 // (20 * p))),
+        # records (at most a partition's in-edges, 1.05 of the mean) read into one
+        # array, its sort keys, order and sorted copy, and the columns as written:
+        # some 100 bytes an edge.
+        PhasePlan("partitions", base + n + 16 * n // p + 100 * min(r, -(-e * 21 // (20 * p))),
                   disk["output"] - sizes.node_data_bytes, "the edge buckets once"),
         # the inverse map (memory-mapped, as it is touched) and a block of rows, thrice.
         PhasePlan("node data", base + 8 * n // q + 3 * max(sizes.node_data_bytes * (1 << 20)
