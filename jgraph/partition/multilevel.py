@@ -23,7 +23,7 @@ pass, as ParHIP (Meyerhenke, Sanders, Schulz 2017) does across machines:
 Memory: a few int32/int64 arrays over the nodes (the cluster and partition of each
 node, cluster sizes, the balance weights in compact dtypes) plus one range of the
 adjacency. Label propagation moves the nodes of a piece of a range at once, against
-the partitions and loads as they stand after the pieces before.
+the partitions and loads as the pieces two batches before left them (`_pipelined`).
 
 Several processes (`jgraph.partition.group.Group`) each hold the rows of their own
 node range (the adjacency's `start`..`stop`) and the per-node arrays of those rows
