@@ -649,6 +649,7 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     level_nodes = tuple(lvl[1].num_nodes for lvl in levels) + (current.num_nodes,)
     parts = _uncoarsen(levels, current, current_weights, parts, num_parts, tolerance, seed,
                        log, group)
+    levels = current = current_weights = None       # not held while coarsening again
     for cycle in range(1, v_cycles + 1):
         levels, current, current_weights, coarse_parts = coarsen(parts, cycle)
         if not levels:
@@ -657,6 +658,7 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
                               seed=seed + 101 * cycle, group=group)
         parts = _uncoarsen(levels, current, current_weights, coarse_parts, num_parts,
                            tolerance, seed + 101 * cycle, log, group)
+        levels = current = current_weights = coarse_parts = None
         log(f"  V-cycle {cycle} done")
     return parts, MultilevelStats(level_nodes, coarse_seen, sparsified)
 
