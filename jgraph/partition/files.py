@@ -46,7 +46,8 @@ class PhasePeak:
     def since_last(self) -> int:
         """The peak since the last call (or the phase's start): what a step between
         two log lines held at most."""
-        recent, self.recent = max(self.recent, _rss_now()), _rss_now()
+        now = _rss_now()
+        recent, self.recent = max(self.recent, now), now
         return recent
 
     def __enter__(self) -> PhasePeak:

@@ -450,15 +450,15 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
 
 def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
            tolerance: float, *, passes: int = 6, seed: int = 0,
-           min_gain: float = 0.0, on_pass: Callable[..., None] | None = None,
+           on_pass: Callable[..., None] | None = None,
            group: Group | None = None) -> np.ndarray:
     """Label propagation under the balance constraints, then moves out of partitions
     over a limit. `parts` (int32, every node's) is updated for the rows [start, stop)
     of `adjacency` (`weights` are theirs) and, with several processes, exchanged after
     every pass so each holds every node's again. Refinement stops after `passes`, or
-    sooner when a pass moves fewer than one node in 1,000 or saves less than
-    `min_gain` of the cut it started from. `on_pass(kind, pass, moves, saved, cut)`
-    hears of each pass. Returns `parts`."""
+    sooner when a pass moves fewer than one node in 1,000. `on_pass(kind, pass, moves,
+    saved, cut)` hears of each pass (the cut weight it started from and saved).
+    Returns `parts`."""
     group = group or Group.single()
     lo, hi = adjacency.start, adjacency.stop
     limits = balance_limits(group.sum(weights.totals(), "totals"), num_parts, tolerance)
@@ -496,8 +496,7 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
         moved, saved, cut = run(seed * 7919 + p, balance=False)
         if on_pass is not None:
             on_pass("refine", p, moved, saved, cut)
-        # Converged: few nodes move, or what they save is a small part of the cut.
-        if moved < max(1, parts.size // 1000) or saved < min_gain * cut:
+        if moved < max(1, parts.size // 1000):
             break
     idle = 0                     # passes in a row that moved nothing
     for p in range(4 * passes * group.size):
