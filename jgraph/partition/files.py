@@ -21,8 +21,13 @@ def peak_rss_bytes() -> int:
 
 
 def rss_bytes() -> int:
-    """The process's resident memory now (Linux; elsewhere its peak so far)."""
-    return _rss_now()
+    """The process's resident memory now (Linux /proc/self/statm; elsewhere its peak
+    so far)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return peak_rss_bytes()
 
 
 class PhasePeak:
@@ -33,20 +38,20 @@ class PhasePeak:
     current: PhasePeak | None = None      # the phase being sampled, if any
 
     def __init__(self, interval: float = 0.02):
-        self.interval, self.peak = interval, _rss_now()
+        self.interval, self.peak = interval, rss_bytes()
         self.recent = self.peak                # the peak since `since_last` last asked
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            now = _rss_now()
+            now = rss_bytes()
             self.peak, self.recent = max(self.peak, now), max(self.recent, now)
 
     def since_last(self) -> int:
         """The peak since the last call (or the phase's start): what a step between
         two log lines held at most."""
-        now = _rss_now()
+        now = rss_bytes()
         recent, self.recent = max(self.recent, now), now
         return recent
 
@@ -59,15 +64,7 @@ class PhasePeak:
         PhasePeak.current = None
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, _rss_now())
-
-
-def _rss_now() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return peak_rss_bytes()
+        self.peak = max(self.peak, rss_bytes())
 
 
 class NpyAppender:

@@ -300,6 +300,11 @@ def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
             commits.append(commit)
         return commits
 
+    def apply(commits):
+        for commit in commits:
+            if commit is not None:
+                commit()
+
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         waiting = []                         # the batch proposed, not yet decided
         pieces = iter(pieces)
@@ -308,12 +313,8 @@ def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
             futures = [pool.submit(propose, piece, state) for piece in batch]
             commits = settle(waiting)        # meanwhile
             waiting = [future.result() for future in futures]
-            for commit in commits:
-                if commit is not None:
-                    commit()
-        for commit in settle(waiting):
-            if commit is not None:
-                commit()
+            apply(commits)
+        apply(settle(waiting))
     return total
 
 
@@ -382,7 +383,7 @@ def _entries_between(adjacency, label: np.ndarray, full_label: np.ndarray,
             counted += (int((label[rows.start - lo + rows.local_rows().astype(np.int64)]
                              != full_label[rows.indices]).sum()), rows.indices.size)
     between, visited = group.sum(counted, "between")
-    return int(round(between / max(visited, 1) * total)) if stride > 1 else int(between)
+    return int(round(between / max(visited, 1) * total))      # exact when every piece is
 
 
 def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
