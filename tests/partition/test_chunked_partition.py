@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse
 
 from jgraph.cli.main import main
 from jgraph.data import DatasetError, Graph, SparseRows, load_dataset, save_chunked, symmetrize
@@ -406,3 +407,48 @@ def test_the_scan_counts_every_node_s_in_degree_and_adjacency_degree(tmp_path, m
     np.testing.assert_array_equal(np.load(work / "degree.npy"),
                                   np.bincount(src[~loop], minlength=n)
                                   + np.bincount(dst[~loop], minlength=n))
+
+
+def test_cut_weight_counts_the_weight_of_entries_whose_ends_are_apart():
+    from jgraph.partition.multilevel import cut_weight
+    rng = np.random.default_rng(3)
+    n = 300
+    a = scipy.sparse.random(n, n, density=0.05, random_state=4, format="csr")
+    a.data = rng.integers(1, 9, a.nnz).astype(np.float64)
+    a = (a + a.T).tocsr()
+    parts = rng.integers(0, 4, n).astype(np.int32)
+    coo = a.tocoo()
+    expected = coo.data[parts[coo.row] != parts[coo.col]].sum()
+    assert cut_weight(CSRAdjacency(a, 97), parts) == expected
+
+
+def test_a_sampled_coarsest_graph_keeps_the_metis_trial_with_the_least_cut(shared_data,
+                                                                             monkeypatch):
+    """Each METIS trial partitions another sample; the partition kept is the trial whose
+    cut of the whole coarsest graph is least (every trial's cut is logged)."""
+    from jgraph.partition import multilevel
+    from jgraph.partition.assignment import undirected_adjacency
+    graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+    constraints = constraints_for(graph)
+    adjacency = undirected_adjacency(graph)
+    w = constraints.weights
+    weights = multilevel.NodeWeights(constraints.names,
+                                     tuple(w[:, c] for c in range(w.shape[1])))
+    tried = []
+    real = multilevel.part_kway
+
+    def recorded(csr, *args, **kwargs):
+        parts = real(csr, *args, **kwargs)
+        tried.append(parts.astype(np.int32))
+        return parts
+    monkeypatch.setattr(multilevel, "part_kway", recorded)
+    lines = []
+    whole = CSRAdjacency(adjacency)
+    parts, _, sampled = multilevel._initial(whole, weights, 8, adjacency.nnz // 3, 0.05,
+                                            seed=0, workdir=None, log=lines.append,
+                                            group=multilevel.Group.single())
+    assert sampled and len(tried) == multilevel.METIS_TRIALS
+    cuts = [multilevel.cut_weight(whole, p) for p in tried]
+    assert len(set(cuts)) > 1                 # the samples differ
+    np.testing.assert_array_equal(parts, tried[int(np.argmin(cuts))])
+    assert sum("METIS sample" in line for line in lines) == multilevel.METIS_TRIALS
