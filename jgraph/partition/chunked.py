@@ -62,6 +62,7 @@ from jgraph.partition.files import (
     PhasePeak,
     peak_rss_bytes,
     preallocate,
+    release_memory,
     rss_bytes,
 )
 from jgraph.partition.group import Group
@@ -205,6 +206,7 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
             with progress.phase(name), PhasePeak() as peak:
                 began = time.perf_counter()
                 facts = run() or {}
+            release_memory()
             peaks = [int(p) for p in group.gather(peak.peak, f"{name} peak")]
             work.finish(name, time.perf_counter() - began, peaks, **facts)
         # What a finished phase leaves behind for no later one goes only once it is

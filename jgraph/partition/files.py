@@ -7,6 +7,8 @@ memory. `PhasePeak` samples a phase's peak resident memory.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import resource
 import sys
@@ -18,6 +20,25 @@ import numpy as np
 def peak_rss_bytes() -> int:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def release_memory() -> None:
+    """Hand the allocator's free pages back to the system (glibc's `malloc_trim`), so
+    that what a phase freed stops counting in the process's resident memory: freed
+    blocks below glibc's (rising) mmap threshold stay in the heap otherwise, and on the
+    2^23-node R-MAT in 4 processes the first one kept some 0.45 GiB from METIS through
+    every later phase. A no-op where there is no glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def rss_bytes() -> int:

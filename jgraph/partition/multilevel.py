@@ -56,6 +56,7 @@ from jgraph.partition.adjacency import (
     build_disk_adjacency,
     range_bounds,
 )
+from jgraph.partition.files import release_memory
 from jgraph.partition.group import Group
 from jgraph.partition.metis import part_kway
 
@@ -710,6 +711,7 @@ def _initial(current, current_weights: NodeWeights, num_parts: int, coarse_entri
         if best is not None:
             parts = best[1]
         del dense, best
+        release_memory()                 # what METIS and the samples held
         if group.size > 1:
             np.save(os.path.join(workdir, "coarsest-parts.npy"), parts)
     facts = group.gather(facts, "initial partition")[0]
