@@ -17,9 +17,9 @@ import jax.numpy as jnp
 
 import jgraph
 from jgraph.data import normalize_features
-from jgraph.train.evaluate import evaluate_splits
-from jgraph.train.experiment import Inference
-from jgraph.train.run import build_run
+from jgraph.jobs import build_run
+from jgraph.jobs.evaluate import evaluate_splits
+from jgraph.jobs.experiment import Inference
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ _LAZY = {
     **dict.fromkeys(["GraphSAGE", "LayerStack", "MessagePassing", "ModelSpec", "RGCN",
                      "register_model"], "jgraph.models"),
     **dict.fromkeys(["CheckpointConfig", "DataConfig", "Experiment", "LinkConfig",
-                     "ModelConfig", "TrainConfig"], "jgraph.train.experiment"),
+                     "ModelConfig", "TrainConfig"], "jgraph.jobs.experiment"),
     "evaluate": "jgraph.train.api",
     "load_config": "jgraph.train.api",
     "use_devices": "jgraph.cli.devices",

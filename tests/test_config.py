@@ -95,7 +95,7 @@ def test_missing_and_malformed_files_are_reported(tmp_path):
 ])
 def test_control_variates_refuse_what_their_estimator_cannot_do_naming_the_key(settings,
                                                                                  message):
-    from jgraph.train.experiment import Experiment as Run
+    from jgraph.jobs.experiment import Experiment as Run
     base = ["train.sampler=control_variate", "model.dropout=0"]
     with pytest.raises(ConfigError) as err:
         override(Run(), base + settings)

@@ -1,7 +1,10 @@
-"""The README's code and the examples run as written: the README's Python blocks in
-order in one fresh process (they build on each other), and every script in
-`examples/` with the small settings its docstring names, from a folder laid out like a
-checkout (`experiments/`, `examples/`, and `../shared` beside it)."""
+"""The documentation's code and the examples run as written: the shell commands of the
+README and of every guide in docs/ (each bash block in a folder of its own, its commands
+one after another), each page's Python blocks in order in one fresh process (they
+build on each other), and every script in `examples/` with the small settings its
+docstring names, from a folder laid out like a checkout (`experiments/`, `examples/`,
+and `../shared` beside it). docs/settings.md is what its generator writes now."""
+import importlib.util
 import os
 import re
 import shlex
@@ -15,6 +18,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("JGRAPH_SHARED_DATA", ROOT.parent / "shared" / "data"))
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
+# The pages whose code blocks run: the README, then the guides.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def page_name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
 def code_blocks(path: Path) -> list[tuple[str, int, str]]:
@@ -36,6 +45,11 @@ def checkout_like(tmp_path: Path) -> Path:
     return main
 
 
+def skip_without_shared_data(what: str, code: str) -> None:
+    if "../shared/" in code and not SHARED_DATA.exists():
+        pytest.skip(f"{what} reads ../shared/data ({SHARED_DATA} not found)")
+
+
 def run_python(code_or_path, cwd: Path, args=(), timeout: int = 600):
     cmd = ([sys.executable, str(code_or_path), *args] if isinstance(code_or_path, Path)
            else [sys.executable, "-c", code_or_path])
@@ -44,17 +58,19 @@ def run_python(code_or_path, cwd: Path, args=(), timeout: int = 600):
                           timeout=timeout)
 
 
-def test_every_readme_block_is_python_bash_or_a_plain_listing():
-    kinds = {lang for lang, _, _ in code_blocks(ROOT / "README.md")}
-    assert kinds <= {"python", "bash", "text", ""}, kinds
+def test_there_are_guides_and_every_block_is_python_bash_or_a_text_listing():
+    assert len(PAGES) > 10
+    for page in PAGES:
+        kinds = {lang for lang, _, _ in code_blocks(page)}
+        assert kinds <= {"python", "bash", "text"}, (page_name(page), kinds)
 
 
-# Shell commands of the README that this test does not run, and why.
+# Shell commands of the docs that this test does not run, and why.
 NOT_RUN = {
     "pip install": "installs the package this test runs from",
     "python -m pytest": "the test suite itself (CI runs it)",
 }
-# Appended to every `jgraph train` the README shows: its commands, on small settings
+# Appended to every `jgraph train` the docs show: its commands, on small settings
 # (one epoch: every command still partitions, compiles, trains, evaluates and writes
 # its result; a resumed run takes the steps after the checkpoint's).
 SMALL_TRAINING = ["--set", "train.epochs=1"]
@@ -83,26 +99,29 @@ def small(argv: list[str]) -> list[str]:
     return argv + SMALL_TRAINING if "train" in argv and "jgraph" in argv else argv
 
 
-def test_the_readme_shell_blocks_are_commands_of_jgraph_or_named_as_not_run():
-    for lang, line, code in code_blocks(ROOT / "README.md"):
-        if lang == "bash":
-            for command in shell_commands(code):
-                assert command.split()[0] in ("jgraph", "python"), (line, command)
+def test_the_shell_blocks_are_commands_of_jgraph_or_named_as_not_run():
+    for page in PAGES:
+        for lang, line, code in code_blocks(page):
+            if lang == "bash":
+                for command in shell_commands(code):
+                    assert command.split()[0] in ("jgraph", "python"), (page_name(page), line,
+                                                                        command)
 
 
-def readme_shell_blocks() -> list[tuple[int, list[str]]]:
-    """(first line, commands) of each README bash block that has commands to run."""
-    blocks = [(line, shell_commands(code)) for lang, line, code in code_blocks(ROOT / "README.md")
-              if lang == "bash"]
-    return [(line, commands) for line, commands in blocks if commands]
+def shell_blocks() -> list[tuple[str, int, list[str]]]:
+    """(page, first line, commands) of each bash block that has commands to run."""
+    blocks = [(page_name(page), line, shell_commands(code))
+              for page in PAGES for lang, line, code in code_blocks(page) if lang == "bash"]
+    return [(page, line, commands) for page, line, commands in blocks if commands]
 
 
 # Each block on its own (in its own folder; a block's commands build on each other,
 # blocks do not), so that the suite's workers share them.
 @pytest.mark.slow      # trains, resumes, launches two processes, builds for H100
-@pytest.mark.parametrize("line,commands", readme_shell_blocks(),
-                         ids=[f"line{line}" for line, _ in readme_shell_blocks()])
-def test_the_readme_shell_blocks_run(tmp_path, line, commands, epoch_bound_flags):
+@pytest.mark.parametrize("page,line,commands", shell_blocks(),
+                         ids=[f"{page}:{line}" for page, line, _ in shell_blocks()])
+def test_the_shell_blocks_run(tmp_path, page, line, commands, epoch_bound_flags):
+    skip_without_shared_data(f"{page} line {line}", " ".join(commands))
     main = checkout_like(tmp_path)
     jgraph = shutil.which("jgraph") or str(Path(sys.executable).parent / "jgraph")
     for command in commands:
@@ -116,24 +135,49 @@ def test_the_readme_shell_blocks_run(tmp_path, line, commands, epoch_bound_flags
             env["XLA_FLAGS"] = epoch_bound_flags
         out = subprocess.run(argv, cwd=main, capture_output=True, text=True, timeout=600,
                              env=env)
-        assert out.returncode == 0, (f"README.md line {line}: {command}", out.stderr[-3000:])
+        assert out.returncode == 0, (f"{page} line {line}: {command}", out.stderr[-3000:])
 
 
-@pytest.mark.slow      # partitions facebook_musae and compiles 8-device programs
-def test_the_readme_python_blocks_run_in_order(tmp_path):
-    if not SHARED_DATA.exists():
-        pytest.skip(f"the README reads ../shared/data ({SHARED_DATA} not found)")
-    blocks = [(line, code) for lang, line, code in code_blocks(ROOT / "README.md")
+def printed_true_first(printed: list[str]) -> None:
+    assert any(p.startswith("True ") for p in printed)      # the fetched rows are the features
+
+
+def printed_two_blocks(printed: list[str]) -> None:
+    assert printed[-1].startswith("2 ")                    # two blocks, then sampled edges
+
+
+def printed_two_accuracies(printed: list[str]) -> None:
+    accuracies = [float(x) for x in printed[-1].split()]   # jgraph.train, then jgraph.evaluate
+    assert accuracies[0] > 0.5 and accuracies[1] == pytest.approx(accuracies[0], abs=0.002)
+
+
+# What a page's Python blocks print, checked beyond their running without an error.
+PRINTS = {
+    "docs/exchange.md": printed_true_first,
+    "docs/sampling.md": printed_two_blocks,
+    "docs/training.md": printed_two_accuracies,
+}
+
+
+def python_pages() -> list[str]:
+    return [page_name(page) for page in PAGES
+            if any(lang == "python" for lang, _, _ in code_blocks(page))]
+
+
+def test_the_pages_whose_output_is_checked_have_python_blocks():
+    assert set(PRINTS) <= set(python_pages())
+
+
+@pytest.mark.slow      # partitions facebook_musae, compiles 8-device programs, trains
+@pytest.mark.parametrize("page", python_pages())
+def test_a_pages_python_blocks_run_in_order_in_one_process(tmp_path, page):
+    blocks = [(line, code) for lang, line, code in code_blocks(ROOT / page)
               if lang == "python"]
-    assert len(blocks) >= 3
-    script = "\n".join(f"# README.md line {line}\n{code}" for line, code in blocks)
+    script = "\n".join(f"# {page} line {line}\n{code}" for line, code in blocks)
+    skip_without_shared_data(page, script)
     out = run_python(script, checkout_like(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
-    printed = out.stdout.splitlines()
-    assert any(p.startswith("True ") for p in printed)   # the fetched rows are the features
-    assert any(p.startswith("2 ") for p in printed)      # the sampling block's two blocks
-    accuracies = [float(x) for x in printed[-1].split()]  # jgraph.train, then jgraph.evaluate
-    assert accuracies[0] > 0.5 and accuracies[1] == pytest.approx(accuracies[0], abs=0.002)
+    PRINTS.get(page, lambda printed: None)(out.stdout.splitlines())
 
 
 # Each example with the small settings the test runs it with (its docstring's figures
@@ -180,3 +224,35 @@ def test_an_example_runs_and_prints_the_lines_its_docstring_shows(tmp_path, name
     printed = [shape(line) for line in out.stdout.splitlines()]
     for line in expected_output(ROOT / "examples" / name):
         assert shape(line) in printed, (line, out.stdout)
+
+
+# -- docs/settings.md, generated from the config classes ------------------------------------
+
+def settings_generator():
+    """docs/make_settings.py, the script that writes docs/settings.md, as a module."""
+    path = ROOT / "docs" / "make_settings.py"
+    spec = importlib.util.spec_from_file_location("make_settings", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_settings_page_is_what_its_generator_writes_now():
+    generator = settings_generator()
+    page = ROOT / "docs" / "settings.md"
+    assert page.read_text() == generator.render(), (
+        f"docs/settings.md is not what the config classes give now: run "
+        f"`{generator.GENERATOR}` from the repository's root")
+
+
+def test_every_setting_has_a_note_and_the_supplement_only_fills_gaps():
+    """A setting the docstrings leave out gets its note from the generator's SUPPLEMENT;
+    once its class's docstring describes it, the supplement's entry must go."""
+    generator = settings_generator()
+    notes = generator.field_notes()
+    assert all(notes.values()), [key for key, note in notes.items() if not note]
+    described = {f"{section}.{name}" if section else name
+                 for section, cls in generator.sections()
+                 for name in generator.docstring_notes(cls)[1]}
+    supplement = set(generator.SUPPLEMENT)
+    assert supplement <= set(notes) - described, supplement & described

@@ -11,12 +11,12 @@ from typing import NamedTuple
 import jax
 
 from jgraph.data import DatasetError, load_dataset, symmetrize
+from jgraph.jobs.experiment import DataConfig
 from jgraph.mesh import first_devices
 from jgraph.partition import Method, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.chunked import METHOD, ChunkedOptions, bounded_route, partition_chunked
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph, make_mesh
-from jgraph.train.experiment import DataConfig
 
 
 @contextlib.contextmanager
@@ -31,7 +31,7 @@ def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Prog
     it exits. The graph must be homogeneous with every array of `node_data` and a
     non-empty split of each name in `splits`, else DatasetError names `bench` and what
     it needs. held_out: graph -> (graph, edge splits), applied before symmetrizing
-    (link prediction's `jgraph.train.run.held_out_edges`).
+    (link prediction's `jgraph.jobs.run.held_out_edges`).
     """
     spec, num_parts, method = data.path, data.num_parts, (data.method or Method.METIS).value
     mesh = make_mesh(num_parts, first_devices(num_parts))

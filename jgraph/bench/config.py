@@ -14,8 +14,7 @@ import dataclasses
 
 from jgraph.config import ConfigError
 from jgraph.exchange import ExchangeConfig, Strategy
-from jgraph.kernels.sample import IMPLS
-from jgraph.train.experiment import (
+from jgraph.jobs.experiment import (
     DataConfig,
     Experiment,
     LinkConfig,
@@ -24,6 +23,7 @@ from jgraph.train.experiment import (
     TrainConfig,
     check_layers,
 )
+from jgraph.kernels.sample import IMPLS
 
 # The benchmark workload: DGL's GraphSAGE reference on one device, the setting the peer
 # benchmarks (`../shared/peers`) run: 3 layers of fanouts 15, 10, 5, batches of 1024

@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jgraph.jobs.step import NodeClassification, StepData, TrainState
 from jgraph.mesh import REPLICATED, ROWS
-from jgraph.train.step import NodeClassification, StepData, TrainState
 
 PHASES = ("sample", "exchange", "gather", "forward", "backward", "optimizer", "host")
 

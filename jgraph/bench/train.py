@@ -28,16 +28,16 @@ from jgraph.bench.common import partition_on_mesh
 from jgraph.bench.config import TrainBench
 from jgraph.bench.profile import phase_breakdown
 from jgraph.exchange import ExchangeStats
-from jgraph.partition.files import peak_rss_bytes
-from jgraph.progress import Progress
-from jgraph.train.experiment import Task
-from jgraph.train.run import (
-    build_run,
+from jgraph.jobs import build_run
+from jgraph.jobs.experiment import Task
+from jgraph.jobs.run import (
     calibrated_exchange,
     calibrated_sampler,
     check_stats,
     held_out_edges,
 )
+from jgraph.partition.files import peak_rss_bytes
+from jgraph.progress import Progress
 
 PROFILE_STEPS = 5
 
@@ -135,7 +135,7 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         "epochs": 0 if cfg.steps else cfg.train.epochs,
         "steps": len(outs),
         "edges_per_epoch" if link else "seeds_per_epoch": loader.num_seeds,
-        "seconds": seconds, "edges_per_s" if link else "seeds_per_s": seeds / seconds,
+        "seconds": seconds, run.kind.rate: seeds / seconds,
         "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "lower_seconds": lower_s,
         # The process's peak memory: the host's copy of the partitions and, on CPU,

@@ -7,7 +7,7 @@ import json
 import os
 
 TARGETS = ["h100", "h200", "cpu"]   # jgraph.target.Target's values (no JAX import here)
-PROGRAMS = ["train", "eval", "full_graph"]   # jgraph.train.compile.Program's values
+PROGRAMS = ["train", "eval", "full_graph"]   # jgraph.jobs.programs.Program's values
 
 
 def add_commands(sub) -> None:
@@ -72,17 +72,17 @@ def run_compile(args) -> int:
     use_devices(1 if args.abstract and gpu else max(counts))
 
     from jgraph.config import load
+    from jgraph.jobs.experiment import Experiment
+    from jgraph.jobs.programs import Program
     from jgraph.progress import Progress
     from jgraph.target import Target
-    from jgraph.train.compile import Program
-    from jgraph.train.experiment import Experiment
     config = load(Experiment, args.config, args.assignments)
     progress = Progress(enabled=not args.json)
     target = Target(args.target)
     if args.abstract:
-        from jgraph.train.abstract import compile_abstract as compile_one
+        from jgraph.planner.compile import compile_abstract as compile_one
     else:
-        from jgraph.train.compile import compile_config as compile_one
+        from jgraph.planner.compile import compile_config as compile_one
     ok = True
     for devices in counts:
         report = compile_one(config, target, devices, progress, Program(args.program))

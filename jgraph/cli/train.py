@@ -50,8 +50,8 @@ def run_train(args) -> int:
     import jax
 
     from jgraph.config import load
+    from jgraph.jobs.experiment import Experiment
     from jgraph.progress import Progress
-    from jgraph.train.experiment import Experiment
     from jgraph.train.loop import Resume, RunStopped, train_and_evaluate
     from jgraph.train.report import strict_json
 
@@ -99,9 +99,9 @@ def run_eval(args) -> int:
     use_devices(args.devices if args.devices is not None else run_devices(args.workdir))
     import jax
 
+    from jgraph.jobs.experiment import Inference
     from jgraph.progress import Progress
-    from jgraph.train.evaluate import evaluate_run
-    from jgraph.train.experiment import Inference
+    from jgraph.train.model import evaluate_run
     from jgraph.train.report import strict_json
 
     splits = tuple(args.splits or ("val", "test"))

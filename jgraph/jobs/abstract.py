@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -25,31 +26,23 @@ from flax import nnx
 from jgraph.config import ConfigError
 from jgraph.data.synthetic import parse_spec
 from jgraph.exchange import Exchange
-from jgraph.mesh import REPLICATED, ROWS
-from jgraph.models.link import LinkPredictor
-from jgraph.partition import PartitionBook
-from jgraph.progress import Progress
-from jgraph.sampling import NeighborSampler, NodeLoader
-from jgraph.sampling.edges import EdgeLoader, EdgeOrder, NegativeSampler, TypeTable
-from jgraph.sharded.embedding import DistEmbedding
-from jgraph.sharded.graph import ShardedGraph, check_int32
-from jgraph.sharded.layout import RowLayout
-from jgraph.sharded.tensor import DistTensor
-from jgraph.target import Target, target_mesh
-from jgraph.train.compile import Program, Programs, compile_into, struct_on
-from jgraph.train.control_variate import CHUNK, ControlVariateClassification
-from jgraph.train.experiment import Experiment, HistoryInit, Mode, Sampler, Task
-from jgraph.train.full import FullBatchClassification
-from jgraph.train.inputs import NodeInputs
-from jgraph.train.link import LinkPrediction
-from jgraph.train.run import (
+from jgraph.jobs.experiment import Experiment, Task
+from jgraph.jobs.inputs import NodeInputs
+from jgraph.jobs.programs import Programs, struct_on
+from jgraph.jobs.run import (
     build_model,
     check_one_hot,
     dense_optimizer,
     input_width,
     sparse_optimizer,
 )
-from jgraph.train.step import NodeClassification
+from jgraph.mesh import REPLICATED, ROWS
+from jgraph.partition import PartitionBook
+from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sharded.embedding import DistEmbedding
+from jgraph.sharded.graph import ShardedGraph, check_int32
+from jgraph.sharded.layout import RowLayout
+from jgraph.sharded.tensor import DistTensor
 
 # What partitioning guarantees: every balanced count within this of the mean (the
 # default --balance-tolerance of `jgraph partition`).
@@ -114,7 +107,7 @@ def check_fanouts(name: str, fanouts) -> None:
                           f"whose width is the graph's largest in-degree; give fixed fanouts")
 
 
-def _loader(mesh, counts: np.ndarray, batch_size: int, drop_last: bool, seed: int
+def abstract_loader(mesh, counts: np.ndarray, batch_size: int, drop_last: bool, seed: int
             ) -> NodeLoader:
     """A `NodeLoader` of `counts[k]` seeds on device k, the seeds shape structs."""
     per_device = max(-(-int(counts.max()) // batch_size), 1) * batch_size
@@ -159,107 +152,50 @@ def abstract_graph(config: Experiment, counts: Counts, mesh) -> tuple[ShardedGra
     return graph, NodeInputs({"_N": features}, {}, {"_N": layout})
 
 
-def abstract_programs(config: Experiment, counts: Counts, mesh, platform: str) -> Programs:
-    """The `Programs` of a run on `counts` (its job a `NodeClassification`, or a
-    `LinkPrediction` for `task: link`), every array a shape struct placed on `mesh`."""
+class AbstractParts(NamedTuple):
+    """What every kind's abstract job is built from: the graph and its inputs (shape
+    structs), the training seeds' loader, and the job fields the kinds share (`tx`,
+    `sampler`, `exchange`, `inputs`, `seed`, `compute_dtype`)."""
+
+    graph: ShardedGraph
+    inputs: NodeInputs
+    seeds: NodeLoader
+    common: dict
+
+
+def abstract_parts(config: Experiment, counts: Counts, mesh, platform: str,
+                   full: bool = False) -> AbstractParts:
+    """The `AbstractParts` of a run on `counts`; full: one batch an epoch, every
+    device's training seeds at once (full-batch training, which samples nothing)."""
     t = config.train
-    full = t.mode is Mode.FULL
     if not full:
         check_fanouts("train.fanouts", t.fanouts)
     graph, inputs = abstract_graph(config, counts, mesh)
     check_one_hot(config, inputs)
     layout = inputs.layouts["_N"]
     train = counts.split(counts.train)
-    # Full-batch training: one batch an epoch, every device's training seeds at once.
-    seeds = _loader(mesh, train, max(int(train.max()), 1) if full else t.batch_size,
+    seeds = abstract_loader(mesh, train, max(int(train.max()), 1) if full else t.batch_size,
                     t.drop_last and not full, t.seed)
     common = dict(tx=dense_optimizer(config), sampler=NeighborSampler(t.fanouts),
                   exchange=Exchange(layout.offsets, config.exchange, platform=platform,
                                     planned=True),
                   inputs=inputs, seed=t.seed, compute_dtype=t.precision.dtype)
-    if config.task is Task.LINK:
-        params, job = _link_job(config, inputs, layout.offsets, seeds, common)
-        every = _loader(mesh, layout.counts, t.eval_batch_size, False, t.seed)
-        return Programs(job, graph, params, job.evaluating(every, t.eval_fanouts), None)
+    return AbstractParts(graph, inputs, seeds, common)
+
+
+def abstract_node_programs(config: Experiment, counts: Counts, parts: AbstractParts,
+                           make_job) -> Programs:
+    """The `Programs` of a node classification run on `counts`: the model, the labels,
+    the job `make_job(graphdef, params, labels)` makes, sampled evaluation of the
+    validation split and full-graph inference of val and test."""
+    t, graph, mesh = config.train, parts.graph, parts.seeds.mesh
+    layout = parts.inputs.layouts["_N"]
     rows = (mesh.size * graph.nodes_per_part,)
     labels = DistTensor(struct_on(mesh, ROWS, rows, jnp.int32), layout, config.data.label,
                         mesh)
-    graphdef, params = nnx.split(build_model(config, inputs, counts.classes, 1), nnx.Param)
-    if full:
-        job = FullBatchClassification(graphdef, loader=seeds, labels=labels, **common,
-                                      remat=t.rematerialize)
-    elif t.sampler is Sampler.CONTROL_VARIATE:
-        job = _control_variate_job(config, graph, graphdef, params, seeds, labels, common)
-    else:
-        job = NodeClassification(graphdef, loader=seeds, labels=labels, **common)
-    val = _loader(mesh, counts.split(counts.val), t.eval_batch_size, False, t.seed)
+    graphdef, params = nnx.split(build_model(config, parts.inputs, counts.classes, 1),
+                                 nnx.Param)
+    job = make_job(graphdef, params, labels)
+    val = abstract_loader(mesh, counts.split(counts.val), t.eval_batch_size, False, t.seed)
     masks = {s: struct_on(mesh, ROWS, rows, jnp.bool_) for s in ("val", "test")}
     return Programs(job, graph, params, job.evaluating(val, t.eval_fanouts), masks)
-
-
-def _control_variate_job(config: Experiment, graph: ShardedGraph, graphdef, params,
-                         seeds: NodeLoader, labels: DistTensor, common: dict
-                         ) -> ControlVariateClassification:
-    """The control-variate job of a graph of `graph`'s shapes: its P X sums and chunk
-    starts as shape structs, every partition's in-edge chunks at their bound (one per
-    node plus one per `CHUNK` edges), histories started from zeros (their shapes are
-    what the program reads)."""
-    t, mesh = config.train, seeds.mesh
-    n, e, parts = graph.nodes_per_part, graph.edges_per_part, mesh.size
-    model = nnx.merge(graphdef, params)
-    width = model.gnn.convs[0].fc_neigh.in_features
-    common = {**common, "sampler": NeighborSampler(t.fanouts[:-1])}
-    return ControlVariateClassification(
-        graphdef, loader=seeds, labels=labels, **common, graph=graph,
-        input_sums=struct_on(mesh, ROWS, (parts * n, width), jnp.float32),
-        chunk_start=struct_on(mesh, ROWS, (parts * n,), jnp.int32),
-        chunk_offsets=np.arange(parts + 1, dtype=np.int64) * (n + e // CHUNK),
-        widths=tuple(conv.fc_neigh.in_features for conv in model.gnn.convs[1:]),
-        history_init=HistoryInit.ZEROS, history_dtype=t.history_precision.dtype)
-
-
-def _link_job(config: Experiment, inputs: NodeInputs, offsets: np.ndarray,
-              seeds: NodeLoader, common: dict):
-    """(params, the `LinkPrediction` job) over positives dealt as `seeds` says, its
-    model reading `inputs`, nodes owned as `offsets` says; `common`: the fields it
-    shares with `NodeClassification`."""
-    link, hidden = config.link, config.model.hidden
-    # A node classifier of model.hidden classes has the link predictor's encoder and
-    # GNN: both embed nodes model.hidden wide.
-    classifier = build_model(config, inputs, hidden, 1)
-    model = LinkPredictor(classifier.encoder, classifier.gnn, link.decoder, hidden, 1,
-                          rngs=nnx.Rngs(config.train.seed))
-    graphdef, params = nnx.split(model, nnx.Param)
-    column = lambda: struct_on(seeds.mesh, ROWS, seeds.seeds.shape, jnp.int32)
-    # One node type: partition p's first id, and the nodes before each partition.
-    starts = offsets.astype(np.int32)
-    table = TypeTable(starts[:-1, None], starts[None], np.zeros(1, np.int32))
-    return params, LinkPrediction(
-        graphdef, loader=EdgeLoader(seeds, EdgeOrder(seeds.seeds, column(), column(),
-                                                     column())),
-        labels=None, **common, negatives=NegativeSampler(link.negatives,
-                                                         link.negative_sampler),
-        table=table, loss=link.loss, exclude=link.exclude)
-
-
-def compile_abstract(config: Experiment, target: Target, devices: int,
-                     progress: Progress | None = None,
-                     program: Program = Program.TRAIN) -> dict:
-    """Compile `program` (the training step by default) of `config` on `devices`
-    devices of `target` from the counts its synthetic data.path names; the report of
-    `compile_step`, plus the counts and what each device holds of the graph."""
-    progress = progress or Progress(enabled=False)
-    if program is Program.EVAL:
-        check_fanouts("train.eval_fanouts", config.train.eval_fanouts)
-    counts = counts_of(config, devices)
-    mesh = target_mesh(target, devices)
-    platform = "gpu" if target.is_gpu else "cpu"
-    programs = abstract_programs(config, counts, mesh, platform)
-    report = {"ok": False, "target": target.value, "devices": devices, "abstract": True,
-              "config": config.name, "graph": config.data.path, "nodes": counts.nodes,
-              "edges": counts.edges, "nodes_per_device": programs.graph.nodes_per_part,
-              "edges_per_device": programs.graph.edges_per_part,
-              "train_seeds_per_device": int(counts.split(counts.train).max()),
-              "strategy": programs.job.exchange.config.strategy.value}
-    return compile_into(report, target, programs, program, config, progress,
-                        " from counts")

@@ -40,15 +40,23 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
+from jgraph.config import ConfigError
 from jgraph.data.sparse import dense
 from jgraph.exchange import Exchange, ExchangeStats, Strategy
+from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
+from jgraph.jobs.experiment import Experiment, HistoryInit, Sampler
+from jgraph.jobs.kind import NodeKind
+from jgraph.jobs.metrics import masked_cross_entropy
+from jgraph.jobs.programs import Programs, struct_on
+from jgraph.jobs.run import Run, dense_optimizer, node_parts, seed_loader, with_caches
+from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
+from jgraph.jobs.windows import edge_window, full_graph_layers, local_inputs, window_aggregate
 from jgraph.mesh import REPLICATED, ROWS, rows_sharding
 from jgraph.models.sage import Aggregator, SAGEConv
 from jgraph.models.stack import MessagePassing, layer_input
+from jgraph.sampling import NeighborSampler
 from jgraph.sampling.blocks import Block
-from jgraph.train.experiment import HistoryInit
-from jgraph.train.step import NodeClassification, TrainState, masked_cross_entropy
-from jgraph.train.windows import edge_window, full_graph_layers, local_inputs, window_aggregate
+from jgraph.sharded import DistGraph
 
 CHUNK = 16
 """In-edges one request of the history fetch reads (see the module)."""
@@ -350,44 +358,47 @@ class ControlVariateClassification(NodeClassification):
                      info["degree"], tuple(history_src), tuple(history_sums))
 
     def batch_loss(self, params, embedding_rows, batch: Batch, key=None):
-        """(loss sum, (correct, count, logits, fresh rows of the layers above the first))."""
+        """(loss sum, `Outcome` whose out is (logits, the fresh rows of the layers above
+        the first))."""
         del embedding_rows, key            # no embeddings, no dropout (checked)
         model = nnx.merge(self.graphdef, params)
         x = dense(model.encoder(batch.rows, batch.valid)).astype(jnp.float32)
         logits, fresh = cv_forward(model.gnn, x, batch.input_sums, batch.degree,
                                    batch.blocks, batch.history_src, batch.history_sums)
         loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
-        return loss, (correct, count, (logits, tuple(fresh)))
+        return loss, Outcome(count, correct, count, (logits, tuple(fresh)))
 
-    def train_step(self, state: TrainState, data, order, index, stop):
-        """Per device: `NodeClassification.train_step` with the estimator, and every
-        fresh row the batch computed written to its node's history (a node computed on
-        several devices gets their mean). Refused, as a sampled step is, where the
-        sample or a history write did not fit its capacity."""
-        exchange = self.exchange
-        batch = self.batch_of(data, state.embeddings, order, index, state.step,
-                              state.histories)
-        grad_fn = jax.value_and_grad(self.batch_loss, has_aux=True)
-        (loss, (correct, count, (_, fresh))), grads = grad_fn(state.params, {}, batch)
-        total = jnp.maximum(lax.psum(count, exchange.axis), 1).astype(jnp.float32)
-        grads = jax.tree.map(lambda g: g / total, grads)
-        applied = (state.halted == 0) & (batch.stats[0].overflow == 0)
-        # Every write reaches its owner first: if one did not fit its capacity (a
-        # scatter_add moves one round), the step is refused and no table changes.
-        routed, write_stats = [], []
+    # The step is `NodeClassification.train_step` with the estimator, and every fresh
+    # row the batch computed written to its node's history (a node computed on several
+    # devices gets their mean). Refused, as a sampled step is, where the sample or a
+    # history write did not fit its capacity.
+
+    def training_batch(self, state: TrainState, data, order, index) -> Batch:
+        return self.batch_of(data, state.embeddings, order, index, state.step,
+                             state.histories)
+
+    def learned_rows(self, state: TrainState, batch: Batch) -> dict:
+        return {}                          # no learnable embeddings (checked)
+
+    def writes(self, batch: Batch, outcome: Outcome, row_grads: dict, applied) -> Writes:
+        """The fresh rows of each layer above the first sent to their nodes' owners."""
+        _, fresh = outcome.out
+        routed, stats = [], []
+        fit = jnp.ones((), bool)
         for layer, rows in enumerate(fresh, start=1):
             ids = batch.blocks[layer].src
-            got, st = route_rows(exchange, ids, ids >= 0, lax.stop_gradient(rows))
+            got, st = route_rows(self.exchange, ids, ids >= 0, lax.stop_gradient(rows))
             routed.append(got)
-            write_stats.append(st)
-            applied = applied & (st.overflow == 0)
-        new_state, metrics = self.commit(state, grads, {}, applied, stop, loss, correct,
-                                         count, total, (*batch.stats, tuple(write_stats)))
-        # Written in place where applied (a copy of a whole table would cost its size).
-        kept = tuple(store_rows(table, got, applied, data.graph.offsets, exchange.axis)
-                     for table, got in zip(state.histories, routed))
-        return dataclasses.replace(new_state, histories=kept), metrics
+            stats.append(st)
+            fit = fit & (st.overflow == 0)
+        return Writes({}, (tuple(stats),), fit, tuple(routed))
 
+    def written(self, state: TrainState, data, writes: Writes, applied) -> TrainState:
+        """The histories with the routed rows written in place where applied (a copy of
+        a whole table would cost its size)."""
+        kept = tuple(store_rows(table, got, applied, data.graph.offsets, self.exchange.axis)
+                     for table, got in zip(state.histories, writes.rest))
+        return dataclasses.replace(state, histories=kept)
 
 
 def route_rows(exchange: Exchange, ids, valid, rows):
@@ -453,3 +464,55 @@ def prepare(job: ControlVariateClassification, graph, chunk: int = CHUNK
                          f"{chunk}: {int(offsets[-1])} chunks do not fit int32 ids")
     return dataclasses.replace(job, graph=graph, input_sums=sums, chunk_start=start,
                                chunk_offsets=offsets)
+
+
+def layer_widths(gnn) -> tuple[int, ...]:
+    """The input width of each layer of `gnn` (checked by `check_model`: GraphSAGE)."""
+    return tuple(conv.fc_neigh.in_features for conv in gnn.convs)
+
+
+class ControlVariateNodes(NodeKind):
+    """Node classification with control-variate sampling (`train.sampler:
+    control_variate`): the layers above the input one draw fanouts[:-1]."""
+
+    sampler = Sampler.CONTROL_VARIATE
+
+    def build(self, config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
+        t, m = config.train, config.model
+        p = node_parts(config, dg)
+        model = nnx.merge(p.graphdef, p.params)
+        try:
+            check_model(model.gnn, m.dropout, m.input_dropout)
+            job = prepare(ControlVariateClassification(
+                p.graphdef, dense_optimizer(config), NeighborSampler(t.fanouts[:-1]),
+                seed_loader(config, dg, p.target, t.batch_size, t.drop_last),
+                dg.exchange(config.exchange, platform), p.inputs, p.labels, seed=t.seed,
+                compute_dtype=t.precision.dtype, widths=layer_widths(model.gnn)[1:],
+                history_init=t.history_init, history_dtype=t.history_precision.dtype),
+                dg.graph)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
+                   p.params, self)
+
+    def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
+        """The control-variate job of a graph of the counts' shapes: its P X sums and
+        chunk starts as shape structs, every partition's in-edge chunks at their bound
+        (one per node plus one per `CHUNK` edges), histories started from zeros (their
+        shapes are what the program reads)."""
+        t = config.train
+        parts = abstract_parts(config, counts, mesh, platform)
+        graph = parts.graph
+        n, e, devices = graph.nodes_per_part, graph.edges_per_part, mesh.size
+
+        def make_job(graphdef, params, labels):
+            widths = layer_widths(nnx.merge(graphdef, params).gnn)
+            common = {**parts.common, "sampler": NeighborSampler(t.fanouts[:-1])}
+            return ControlVariateClassification(
+                graphdef, loader=parts.seeds, labels=labels, **common, graph=graph,
+                input_sums=struct_on(mesh, ROWS, (devices * n, widths[0]), jnp.float32),
+                chunk_start=struct_on(mesh, ROWS, (devices * n,), jnp.int32),
+                chunk_offsets=np.arange(devices + 1, dtype=np.int64) * (n + e // CHUNK),
+                widths=widths[1:], history_init=HistoryInit.ZEROS,
+                history_dtype=t.history_precision.dtype)
+        return abstract_node_programs(config, counts, parts, make_job)

@@ -77,7 +77,7 @@ class Sampler(enum.Enum):
     """How a sampled step aggregates: `neighbor` (each layer over its sampled
     neighbours), or `control_variate` (VR-GCN: each layer above the first adds the exact
     sum of every neighbour's history to a correction from the sampled ones, so fanouts
-    as small as 1 train as all neighbours do; `jgraph.train.control_variate`)."""
+    as small as 1 train as all neighbours do; `jgraph.jobs.control_variate`)."""
 
     NEIGHBOR = "neighbor"
     CONTROL_VARIATE = "control_variate"
@@ -228,7 +228,7 @@ class TrainConfig:
     inference: how the final val/test evaluation runs (sampled or full).
     mode: sampled (minibatches of seeds with sampled neighbourhoods) or full
       (full-batch: one step an epoch over the whole graph, each layer walking every
-      in-edge in windows; `jgraph.train.full`). batch_size, fanouts and the sampler's
+      in-edge in windows; `jgraph.jobs.full`). batch_size, fanouts and the sampler's
       capacities do not apply to it.
     rematerialize: full-batch training's backward pass fetches each window's rows
       again instead of keeping them (per-device memory: the partition's own rows plus

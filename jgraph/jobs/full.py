@@ -2,7 +2,7 @@
 every training node of the whole graph, each layer computed for every owned node over
 its whole in-neighbourhood in windows whose source rows come through the exchange, and
 the backward pass fetching each window's rows again instead of keeping them
-(`jgraph.train.windows`). Per-device memory is the partition's own rows of each layer
+(`jgraph.jobs.windows`). Per-device memory is the partition's own rows of each layer
 plus one window, so it falls as devices are added.
 
 `FullBatchClassification` is a `NodeClassification` whose step does that: the same
@@ -14,20 +14,31 @@ evaluation is full-graph.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-from jgraph.train.step import NodeClassification, TrainState, masked_cross_entropy
-from jgraph.train.windows import WINDOW_FLOATS, full_graph_logits, labelled_rows
+from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
+from jgraph.jobs.experiment import Experiment, Mode
+from jgraph.jobs.inference import FullGraphEvaluator
+from jgraph.jobs.kind import NodeKind
+from jgraph.jobs.metrics import masked_cross_entropy
+from jgraph.jobs.programs import Programs
+from jgraph.jobs.run import Run, dense_optimizer, node_parts, seed_loader, with_caches
+from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
+from jgraph.jobs.windows import WINDOW_FLOATS, full_graph_logits, labelled_rows
+from jgraph.progress import Progress
+from jgraph.sampling import NeighborSampler
+from jgraph.sharded import DistGraph
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FullBatchClassification(NodeClassification):
     """remat: the backward pass fetches every window again (False: keeps their rows);
-    window_floats: each window's budget (`jgraph.train.windows.edge_window`)."""
+    window_floats: each window's budget (`jgraph.jobs.windows.edge_window`)."""
 
     remat: bool = True
     window_floats: int = WINDOW_FLOATS
@@ -44,14 +55,20 @@ class FullBatchClassification(NodeClassification):
         at = jnp.where(mask, layout.local_row(seeds, lax.axis_index(self.exchange.axis)), r)
         return jnp.zeros(r, bool).at[at].set(True, mode="drop")
 
-    def full_loss(self, params, tables, embeddings, data, train, key=None):
-        """(loss sum over this device's training rows, (correct, count, ids lost)).
-        tables: {ntype: this device's embedding rows} (differentiated)."""
-        if self.compute_dtype != jnp.float32:
-            params = jax.tree.map(self._compute, params)
-            tables = {t: x.astype(self.compute_dtype) for t, x in tables.items()}
+    def training_batch(self, state: TrainState, data, order, index) -> FullBatch:
+        return FullBatch(state.embeddings, data, self.train_mask(order))
+
+    def learned_rows(self, state: TrainState, batch: FullBatch) -> dict:
+        """Every row of this device's block of each learnable table."""
+        return {t: state.embeddings[t].table for t in self.inputs.embeddings}
+
+    def batch_loss(self, params, tables, batch: FullBatch, key=None):
+        """(loss sum over this device's training rows, `Outcome` whose out is the ids
+        the exchange lost). tables: {ntype: this device's embedding rows}."""
+        params, tables = self.computing(params, tables)
         model = nnx.merge(self.graphdef, params)
-        states = {t: embeddings[t]._replace(table=tables[t]) for t in tables}
+        states = {t: batch.embeddings[t]._replace(table=tables[t]) for t in tables}
+        data = batch.data
         features = data.features
         if self.compute_dtype != jnp.float32:
             features = jax.tree.map(self._compute, features)
@@ -60,32 +77,68 @@ class FullBatchClassification(NodeClassification):
                                          remat=self.remat)
         target, real = labelled_rows(logits.astype(jnp.float32), data.graph,
                                      self.labels.layout, data.labels, self.exchange.axis)
-        ok = real & train & (data.labels >= 0)
+        ok = real & batch.train & (data.labels >= 0)
         loss, correct, count = masked_cross_entropy(target, data.labels, ok)
-        return loss, (correct, count, lost)
+        return loss, Outcome(count, correct, count, lost)
 
-    def train_step(self, state: TrainState, data, order, index, stop):
-        """Per device: one optimizer step on the loss over every training node. The
-        state is left as it is (halted) if an exchange lost an id: one out of the
-        graph's range (windows move in as many rounds as they need, so none is ever
-        left out for want of room)."""
-        axis = self.exchange.axis
-        tables = {t: state.embeddings[t].table for t in self.inputs.embeddings}
-        grad_fn = jax.value_and_grad(self.full_loss, argnums=(0, 1), has_aux=True)
-        (loss, (correct, count, lost)), (grads, table_grads) = grad_fn(
-            state.params, tables, state.embeddings, data, self.train_mask(order),
-            self.dropout_key(state.step))
-        total = jnp.maximum(lax.psum(count, axis), 1).astype(jnp.float32)
-        grads = jax.tree.map(lambda g: g / total, grads)
-        applied = (state.halted == 0) & (lost == 0)
-        me = lax.axis_index(axis)
+    def fits(self, batch: FullBatch, outcome: Outcome):
+        """No exchange lost an id: one out of the graph's range (windows move in as many
+        rounds as they need, so none is ever left out for want of room)."""
+        return outcome.out == 0
+
+    def writes(self, batch: FullBatch, outcome: Outcome, row_grads: dict, applied) -> Writes:
+        """Every row of this device's block of each table, with its own gradient: no
+        routing (the rows are this device's own)."""
+        me = lax.axis_index(self.exchange.axis)
         routed = {}
         for t, table in self.inputs.embeddings.items():
-            # Every row of this device's block, each with its own gradient.
             layout = table.layout
             rows = jnp.arange(layout.rows_per_part, dtype=jnp.int32)
             owned = jnp.asarray(layout.starts, jnp.int32)[me] + rows
             real = rows < jnp.asarray(layout.counts, jnp.int32)[me]
-            routed[t] = (owned, table_grads[t].astype(jnp.float32) / total, real)
-        return self.commit(state, grads, routed, applied, stop, loss, correct, count, total,
-                           ())
+            routed[t] = (owned, row_grads[t].astype(jnp.float32), real)
+        return Writes(routed, (), jnp.ones((), bool))
+
+
+class FullBatch(NamedTuple):
+    """What a full-batch step computes on: the embedding tables' states, the step's
+    data and train, bool[r]: which of this device's labelled rows are training seeds.
+    stats: none (nothing is sampled; lost ids are the loss's `Outcome`)."""
+
+    embeddings: dict
+    data: Any
+    train: jax.Array
+    stats: tuple = ()
+
+
+class FullBatchNodes(NodeKind):
+    """Full-batch node classification (`train.mode: full`): one step an epoch over every
+    training node; validated full-graph each epoch."""
+
+    mode = Mode.FULL
+
+    def build(self, config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
+        t = config.train
+        p = node_parts(config, dg)
+        # One batch an epoch: every device's training seeds at once.
+        most = max(max(part.splits[p.target]["train"] for part in dg.meta.parts), 1)
+        job = FullBatchClassification(
+            p.graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
+            seed_loader(config, dg, p.target, most, False),
+            dg.exchange(config.exchange, platform), p.inputs, p.labels, seed=t.seed,
+            compute_dtype=t.precision.dtype, remat=t.rematerialize)
+        return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
+                   p.params, self)
+
+    def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
+        parts = abstract_parts(config, counts, mesh, platform, full=True)
+        return abstract_node_programs(
+            config, counts, parts, lambda graphdef, params, labels: FullBatchClassification(
+                graphdef, loader=parts.seeds, labels=labels, **parts.common,
+                remat=config.train.rematerialize))
+
+    def validation(self, run: Run, on_trace=None, progress: Progress | None = None):
+        """Full-graph, as it trains."""
+        if not run.has_split("val"):
+            return None
+        return FullGraphEvaluator(run, "val", on_trace)

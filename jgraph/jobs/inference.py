@@ -1,6 +1,6 @@
 """Distributed layer-wise full-graph inference (DGL's `inference`): every layer
 computed for every owned node over its whole in-neighbourhood, window by window
-(`jgraph.train.windows`), with the same parameters and layer code as sampled training,
+(`jgraph.jobs.windows`), with the same parameters and layer code as sampled training,
 scoring the splits of the labelled node type.
 """
 from __future__ import annotations
@@ -12,10 +12,9 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
+from jgraph.jobs.metrics import class_counts, masked_cross_entropy, scores
+from jgraph.jobs.windows import edge_window, full_graph_logits, labelled_rows
 from jgraph.mesh import REPLICATED, ROWS
-from jgraph.train.report import scores
-from jgraph.train.step import class_counts, masked_cross_entropy
-from jgraph.train.windows import edge_window, full_graph_logits, labelled_rows
 
 __all__ = ["edge_window", "full_graph_logits", "full_graph_program", "full_graph_scores",
            "split_masks"]

@@ -27,18 +27,39 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
+from jgraph.config import ConfigError
+from jgraph.jobs.abstract import abstract_loader, abstract_parts
+from jgraph.jobs.experiment import Experiment, Inference, LinkLoss, Task
+from jgraph.jobs.inputs import NodeInputs
+from jgraph.jobs.kind import JobKind
+from jgraph.jobs.programs import Programs, struct_on
+from jgraph.jobs.run import (
+    Run,
+    build_model,
+    check_features,
+    check_one_hot,
+    dense_optimizer,
+    input_width,
+    sparse_optimizer,
+    with_caches,
+)
+from jgraph.jobs.step import NodeClassification, Outcome, StepData
 from jgraph.mesh import REPLICATED, ROWS, replicated
-from jgraph.sampling import NodeLoader
+from jgraph.models import InputEncoder, ModelSpec
+from jgraph.models.link import LinkPredictor
+from jgraph.models.registry import build as build_model_named
+from jgraph.progress import Progress
+from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.edges import (
     EdgeBatch,
+    EdgeLoader,
+    EdgeOrder,
     NegativeSampler,
     TypeTable,
     exclude_pairs,
     link_seeds,
 )
 from jgraph.sharded.graph import ShardedGraph
-from jgraph.train.experiment import Inference, LinkLoss
-from jgraph.train.step import NodeClassification, StepData, TrainState
 
 
 def link_loss(pos, neg, mask, neg_mask, kind: LinkLoss):
@@ -109,6 +130,11 @@ class LinkPrediction(NodeClassification):
         return StepData(graph.specs(), self.inputs.specs(), REPLICATED,
                         self.inputs.cache_specs())
 
+    def full_graph_program(self, graph: ShardedGraph, masks=None, mesh=None):
+        """The program that embeds every owned node by layer-wise full-graph inference
+        (`full_graph_embedding_program`; link prediction has no splits of nodes)."""
+        return full_graph_embedding_program(self, graph, mesh)
+
     # -- inside the step -----------------------------------------------------------------
 
     def fetch_edges(self, data: StepData, embeddings, batch: EdgeBatch, step,
@@ -131,11 +157,9 @@ class LinkPrediction(NodeClassification):
                          (sample.stats, input_stats), lax.psum(excluded, axis))
 
     def batch_loss(self, params, embedding_rows, batch: LinkBatch, key=None):
-        """(loss sum, (weight, correct, count)) of one device's batch."""
-        rows = {**batch.rows, **embedding_rows}
-        if self.compute_dtype != jnp.float32:
-            params = jax.tree.map(self._compute, params)
-            rows = {t: r.astype(self.compute_dtype) for t, r in rows.items()}
+        """(loss sum, `Outcome` weighing the loss's terms: positives, and negatives for
+        BCE) of one device's batch."""
+        params, rows = self.computing(params, {**batch.rows, **embedding_rows})
         model = nnx.merge(self.graphdef, params)
         h = model(rows, batch.valid, batch.blocks, key).astype(jnp.float32)
         ends = batch.ends
@@ -144,14 +168,11 @@ class LinkPrediction(NodeClassification):
         neg = model.score(h_src[:, None, :], h[ends.neg], batch.etype[:, None])
         loss, weight, correct, count = link_loss(pos, neg, batch.mask, ends.neg_mask,
                                                  self.loss)
-        return loss, (weight, correct, count)
+        return loss, Outcome(weight, correct, count)
 
-    def train_step(self, state: TrainState, data: StepData, order, index, stop):
-        """As `NodeClassification.train_step`, on a batch of positive edges."""
-        batch = self.batch_of(data, state.embeddings, order, index, state.step)
-        (loss, (weight, correct, count)), grads = self.gradients(state, batch)
-        state, metrics = self.apply(state, batch, grads, weight, stop, loss, correct, count)
-        return state, {**metrics, "excluded": batch.excluded}
+    def step_metrics(self, batch: LinkBatch) -> dict:
+        """The pairs excluded from the batch's blocks (summed over devices)."""
+        return {"excluded": batch.excluded}
 
     def batch_of(self, data: StepData, embeddings, order, index, step) -> LinkBatch:
         """Training batch `index` of positive edges (see `NodeClassification.batch_of`),
@@ -293,7 +314,7 @@ class NodeEmbedder:
         self.compile_seconds: float | None = None
 
     def __call__(self, params, embeddings) -> np.ndarray:
-        from jgraph.train.run import check_stats
+        from jgraph.jobs.run import check_stats
         if self.compiled is None:
             start = time.perf_counter()
             self.compiled = self.program.lower(params, embeddings, self.data, self.order,
@@ -350,7 +371,7 @@ def full_graph_embedding_program(job: LinkPrediction, graph: ShardedGraph, mesh=
     """jit(shard_map(...)): (params, embeddings, data) -> (each device's own nodes'
     embeddings [n, D] row-sharded, ids lost by the exchange), on the job's mesh or on
     `mesh` (to build it for other hardware, see `jgraph.target`)."""
-    from jgraph.train.inference import full_graph_logits
+    from jgraph.jobs.inference import full_graph_logits
 
     def per_device(params, embeddings, data):
         model = nnx.merge(job.graphdef, params)
@@ -375,3 +396,117 @@ def full_graph_embeddings(run, params, embeddings) -> np.ndarray:
     h = h.reshape(dg.num_parts, -1, h.shape[-1])
     sizes = np.diff(np.asarray(dg.book.offsets))
     return np.concatenate([h[k, :sizes[k]] for k in range(dg.num_parts)]).astype(np.float32)
+
+
+class LinkPredictions(JobKind):
+    """Link prediction (`task: link`): a `LinkPrediction` job over the partition's
+    training edges; the model embeds nodes at model.hidden and scores edges, ranked
+    against fixed negatives (MRR, Hits@k)."""
+
+    task = Task.LINK
+    rate = "edges_per_s"
+    validation_key = "val_mrr"
+
+    def build(self, config: Experiment, dg, platform: str | None = None) -> Run:
+        t, m, link = config.train, config.model, config.link
+        if "train" not in dg.meta.edge_splits:
+            raise ConfigError(f"{dg.parts.root} holds no training edges for link prediction "
+                              f"(its edge splits: {sorted(dg.meta.edge_splits) or 'none'}); "
+                              f"give data.path a graph to split, not a node classification "
+                              f"partition")
+        check_features(config, dg)
+        num_relations = dg.graph.num_relations
+        # The encoder's last layer gives each node a hidden-wide embedding: that is the
+        # width one-hot inputs are laid out for (in place of node classification's
+        # classes).
+        width = input_width(config, m.hidden, num_relations)
+        inputs = NodeInputs.of(dg, feature=config.data.feature, embedding_dim=width,
+                               optimizer=sparse_optimizer(config), learnable=m.learnable_inputs)
+        check_one_hot(config, inputs)
+        rngs = nnx.Rngs(t.seed)
+        encoder = InputEncoder(inputs.widths(), tuple(inputs.features), width, rngs=rngs)
+        spec = ModelSpec(encoder.width, m.hidden, m.hidden, m.num_layers, num_relations,
+                         dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm,
+                         options=m)
+        try:
+            gnn = build_model_named(m.kind, spec, rngs)
+        except KeyError as err:
+            raise ConfigError(err.args[0]) from None
+        model = LinkPredictor(encoder, gnn, link.decoder, m.hidden, num_relations, rngs=rngs)
+        graphdef, params = nnx.split(model, nnx.Param)
+        try:
+            loader = EdgeLoader.from_split(dg, "train", batch_size=t.batch_size,
+                                           drop_last=t.drop_last, seed=t.seed)
+        except ValueError as e:
+            raise ConfigError(f"train.batch_size: {e}") from None
+        job = LinkPrediction(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
+                             loader, dg.exchange(config.exchange, platform), inputs, None,
+                             seed=t.seed, compute_dtype=t.precision.dtype,
+                             negatives=NegativeSampler(link.negatives, link.negative_sampler),
+                             table=TypeTable.of(dg), loss=link.loss, exclude=link.exclude)
+        return Run(config, dg, None, 0, with_caches(config, dg, job), params, self)
+
+    def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
+        """The link predictor over positives dealt as the training seeds, nodes owned
+        as the partitioning of the counts says; its evaluation embeds every node."""
+        t, link, hidden = config.train, config.link, config.model.hidden
+        parts = abstract_parts(config, counts, mesh, platform)
+        seeds, inputs = parts.seeds, parts.inputs
+        layout = inputs.layouts["_N"]
+        # A node classifier of model.hidden classes has the link predictor's encoder and
+        # GNN: both embed nodes model.hidden wide.
+        classifier = build_model(config, inputs, hidden, 1)
+        model = LinkPredictor(classifier.encoder, classifier.gnn, link.decoder, hidden, 1,
+                              rngs=nnx.Rngs(t.seed))
+        graphdef, params = nnx.split(model, nnx.Param)
+        column = lambda: struct_on(mesh, ROWS, seeds.seeds.shape, jnp.int32)
+        # One node type: partition p's first id, and the nodes before each partition.
+        starts = layout.offsets.astype(np.int32)
+        table = TypeTable(starts[:-1, None], starts[None], np.zeros(1, np.int32))
+        job = LinkPrediction(
+            graphdef, loader=EdgeLoader(seeds, EdgeOrder(seeds.seeds, column(), column(),
+                                                         column())),
+            labels=None, **parts.common,
+            negatives=NegativeSampler(link.negatives, link.negative_sampler),
+            table=table, loss=link.loss, exclude=link.exclude)
+        every = abstract_loader(mesh, layout.counts, t.eval_batch_size, False, t.seed)
+        return Programs(job, parts.graph, params, job.evaluating(every, t.eval_fanouts), None)
+
+    def programs(self, run: Run) -> Programs:
+        """Sampled evaluation embeds every node; full-graph inference too."""
+        return Programs(run.job, run.dg.graph, run.params, NodeEmbedder(run).job, None)
+
+    def describe(self, run: Run) -> str:
+        return f"{run.job.loader.num_seeds:,} positive training edges"
+
+    def has_split(self, run: Run, split: str) -> bool:
+        meta = run.dg.meta             # a split held out with fraction 0 is empty
+        return split in meta.edge_splits and sum(p.edge_splits[split]
+                                                 for p in meta.parts) > 0
+
+    def validation(self, run: Run, on_trace=None, progress: Progress | None = None):
+        if not run.has_split("val"):
+            return None
+        return LinkEvaluator(run, Inference.SAMPLED, on_trace)
+
+    def evaluate(self, run: Run, params, embeddings, splits, inference: Inference,
+                 evaluators=None, on_trace=None, progress: Progress | None = None) -> dict:
+        """Every split ranked with one embedding of the nodes (the validation's
+        sampled evaluator reused where it embeds as asked)."""
+        present = [s for s in splits if run.has_split(s)]
+        out = dict.fromkeys(splits)
+        evaluator = (evaluators or {}).get("val")
+        if inference is not Inference.SAMPLED or not isinstance(evaluator, LinkEvaluator):
+            evaluator = LinkEvaluator(run, inference, on_trace)
+        if present:
+            out.update(evaluator(params, embeddings, present))
+        return out
+
+    def epoch_scores(self, scores: dict) -> tuple[dict, float]:
+        val = scores["val"]
+        return {f"val_{k}": v for k, v in val.items() if k != "count"}, val["mrr"]
+
+    def final_scores(self, final: dict, config: Experiment) -> dict:
+        keys = ["mrr", *(f"hits@{k}" for k in config.link.hits)]
+        return {f"{split}_{key}": None if final[split] is None else final[split][key]
+                for split in ("val", "test") for key in keys}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +25,17 @@ from jgraph.data import (
 )
 from jgraph.data.chunked import open_chunked
 from jgraph.exchange import ExchangeStats, Sizing
+from jgraph.jobs.experiment import (
+    DataConfig,
+    Experiment,
+    Optimizer,
+    SparseOptimizerKind,
+    Task,
+)
+from jgraph.jobs.inputs import NodeInputs
+from jgraph.jobs.step import NodeClassification
 from jgraph.mesh import REPLICATED, ROWS, first_devices, host_sync
 from jgraph.models import InputEncoder, ModelSpec, NodeClassifier, one_hot_width
-from jgraph.models.link import LinkPredictor
 from jgraph.models.registry import build as build_model_named
 from jgraph.partition import Method, partition_graph
 from jgraph.partition.chunked import (
@@ -37,27 +46,16 @@ from jgraph.partition.chunked import (
 )
 from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
-from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sampling import NodeLoader
 from jgraph.sampling.capacity import calibrate, sample_first_batches
-from jgraph.sampling.edges import EdgeLoader, NegativeSampler, TypeTable
 from jgraph.sampling.sampler import SampleStats
 from jgraph.sharded import DistGraph, make_mesh
 from jgraph.sharded.cache import HotCache, request_counts
 from jgraph.sharded.sparse_optim import SparseAdagrad, SparseAdam
-from jgraph.train.control_variate import ControlVariateClassification, check_model, prepare
-from jgraph.train.experiment import (
-    DataConfig,
-    Experiment,
-    Mode,
-    Optimizer,
-    Sampler,
-    SparseOptimizerKind,
-    Task,
-)
-from jgraph.train.full import FullBatchClassification
-from jgraph.train.inputs import NodeInputs
-from jgraph.train.link import LinkPrediction
-from jgraph.train.step import NodeClassification
+from jgraph.sharded.tensor import DistTensor
+
+if TYPE_CHECKING:
+    from jgraph.jobs.kind import JobKind  # which builds runs: it imports this module
 
 PARTITION_DIR = "partition"
 
@@ -218,14 +216,18 @@ def input_width(config: Experiment, num_classes: int, num_relations: int) -> int
 
 @dataclasses.dataclass
 class Run:
-    """Everything a run holds on the host between steps."""
+    """Everything a run holds on the host between steps: its config, graph, labelled
+    node type (None for link prediction) and class count, the job's kind (`JobKind`:
+    how the run is built, evaluated and planned), the job (its compiled step's) and the
+    model's initial parameters."""
 
     config: Experiment
     dg: DistGraph
-    target: str
+    target: str | None
     num_classes: int
     job: NodeClassification
     params: object
+    kind: JobKind
 
     def loader(self, split: str, batch_size: int, shuffle_seed: int = 0,
                most: int | None = None) -> NodeLoader:
@@ -234,19 +236,24 @@ class Run:
                                      seed=shuffle_seed, most=most)
 
     def has_split(self, split: str) -> bool:
-        if self.config.task is Task.LINK:       # a split held out with fraction 0 is empty
-            meta = self.dg.meta
-            return split in meta.edge_splits and sum(p.edge_splits[split]
-                                                     for p in meta.parts) > 0
-        return split in self.dg.meta.splits.get(self.target, [])
+        return self.kind.has_split(self, split)
 
 
-def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
-    """The run of `config` on `dg`; platform: the one its program is built for (default:
-    the mesh's), which chooses the exchange's AUTO strategy."""
-    if config.task is Task.LINK:
-        return build_link_run(config, dg, platform)
-    t = config.train
+class NodeParts(NamedTuple):
+    """What every node classification job is built from: the labelled node type, its
+    class count and labels, the inputs, the model's graph definition and parameters."""
+
+    target: str
+    num_classes: int
+    labels: DistTensor
+    inputs: NodeInputs
+    graphdef: object
+    params: object
+
+
+def node_parts(config: Experiment, dg: DistGraph) -> NodeParts:
+    """The labelled node type (checked: training nodes, features, labels), its inputs
+    and the model, for a node classification job of any kind."""
     target = target_type(config, dg)
     sizes = {s: sum(p.splits[target].get(s, 0) for p in dg.meta.parts)
              for s in dg.meta.splits.get(target, [])}
@@ -265,39 +272,26 @@ def build_run(config: Experiment, dg: DistGraph, platform: str | None = None) ->
     check_one_hot(config, inputs)
     model = build_model(config, inputs, num_classes, num_relations)
     graphdef, params = nnx.split(model, nnx.Param)
-    full = t.mode is Mode.FULL
-    # Full-batch: one batch an epoch, every device's training seeds at once.
-    batch_size = (max(max(p.splits[target]["train"] for p in dg.meta.parts), 1) if full
-                  else t.batch_size)
+    return NodeParts(target, num_classes, labels, inputs, graphdef, params)
+
+
+def seed_loader(config: Experiment, dg: DistGraph, target: str, batch_size: int,
+                drop_last: bool) -> NodeLoader:
+    """The training seeds of `target`, dealt to their devices `batch_size` at a time."""
     try:
-        loader = NodeLoader.from_split(dg, "train", target, batch_size=batch_size,
-                                       drop_last=t.drop_last and not full, seed=t.seed)
+        return NodeLoader.from_split(dg, "train", target, batch_size=batch_size,
+                                     drop_last=drop_last, seed=config.train.seed)
     except ValueError as e:
         raise ConfigError(f"train.batch_size: {e}") from None
-    variates = t.sampler is Sampler.CONTROL_VARIATE
-    # Control variates draw the layers above the input one: its aggregate is exact.
-    sampler = NeighborSampler(t.fanouts[:-1] if variates else t.fanouts)
-    parts = (graphdef, dense_optimizer(config), sampler, loader,
-             dg.exchange(config.exchange, platform), inputs, labels)
-    if full:
-        job = FullBatchClassification(*parts, seed=t.seed, compute_dtype=t.precision.dtype,
-                                      remat=t.rematerialize)
-    elif variates:
-        try:
-            check_model(model.gnn, config.model.dropout, config.model.input_dropout)
-            job = prepare(ControlVariateClassification(
-                *parts, seed=t.seed, compute_dtype=t.precision.dtype,
-                widths=tuple(conv.fc_neigh.in_features for conv in model.gnn.convs[1:]),
-                history_init=t.history_init, history_dtype=t.history_precision.dtype),
-                dg.graph)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-    else:
-        job = NodeClassification(*parts, seed=t.seed, compute_dtype=t.precision.dtype)
-    if config.exchange.cache > 0 and inputs.features:
+
+
+def with_caches(config: Experiment, dg: DistGraph, job: NodeClassification
+                ) -> NodeClassification:
+    """`job` with its inputs' hot-node caches (exchange.cache > 0 and features)."""
+    if config.exchange.cache > 0 and job.inputs.features:
         job = dataclasses.replace(job, inputs=dataclasses.replace(
-            inputs, caches=hot_caches(config, dg, job)))
-    return Run(config, dg, target, num_classes, job, params)
+            job.inputs, caches=hot_caches(config, dg, job)))
+    return job
 
 
 def check_one_hot(config: Experiment, inputs: NodeInputs) -> None:
@@ -307,49 +301,6 @@ def check_one_hot(config: Experiment, inputs: NodeInputs) -> None:
             f"model.one_hot_inputs: node type {inputs.node_types[0]!r} of {config.data.path} "
             f"has {config.data.feature!r} features, which one-hot inputs would replace by "
             f"learned rows; set model.learnable_inputs=true to train without them")
-
-
-def build_link_run(config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
-    """`build_run` for link prediction: a `LinkPrediction` job over the partition's
-    training edges; the model embeds nodes at model.hidden and scores edges."""
-    t, m, link = config.train, config.model, config.link
-    if "train" not in dg.meta.edge_splits:
-        raise ConfigError(f"{dg.parts.root} holds no training edges for link prediction "
-                          f"(its edge splits: {sorted(dg.meta.edge_splits) or 'none'}); "
-                          f"give data.path a graph to split, not a node classification "
-                          f"partition")
-    check_features(config, dg)
-    num_relations = dg.graph.num_relations
-    # The encoder's last layer gives each node a hidden-wide embedding: that is the
-    # width one-hot inputs are laid out for (in place of node classification's classes).
-    width = input_width(config, m.hidden, num_relations)
-    inputs = NodeInputs.of(dg, feature=config.data.feature, embedding_dim=width,
-                           optimizer=sparse_optimizer(config), learnable=m.learnable_inputs)
-    check_one_hot(config, inputs)
-    rngs = nnx.Rngs(t.seed)
-    encoder = InputEncoder(inputs.widths(), tuple(inputs.features), width, rngs=rngs)
-    spec = ModelSpec(encoder.width, m.hidden, m.hidden, m.num_layers, num_relations,
-                     dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm, options=m)
-    try:
-        gnn = build_model_named(m.kind, spec, rngs)
-    except KeyError as err:
-        raise ConfigError(err.args[0]) from None
-    model = LinkPredictor(encoder, gnn, link.decoder, m.hidden, num_relations, rngs=rngs)
-    graphdef, params = nnx.split(model, nnx.Param)
-    try:
-        loader = EdgeLoader.from_split(dg, "train", batch_size=t.batch_size,
-                                       drop_last=t.drop_last, seed=t.seed)
-    except ValueError as e:
-        raise ConfigError(f"train.batch_size: {e}") from None
-    job = LinkPrediction(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
-                         loader, dg.exchange(config.exchange, platform), inputs, None,
-                         seed=t.seed, compute_dtype=t.precision.dtype,
-                         negatives=NegativeSampler(link.negatives, link.negative_sampler),
-                         table=TypeTable.of(dg), loss=link.loss, exclude=link.exclude)
-    if config.exchange.cache > 0 and inputs.features:
-        job = dataclasses.replace(job, inputs=dataclasses.replace(
-            inputs, caches=hot_caches(config, dg, job)))
-    return Run(config, dg, None, 0, job, params)
 
 
 CALIBRATION_BATCHES = 8  # first training batches whose exchanges size the capacities

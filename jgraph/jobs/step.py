@@ -1,4 +1,6 @@
-"""The fused SPMD training step for node classification on sampled blocks.
+"""The fused SPMD training step: its template (loss, normalise, gate, commit: see
+`NodeClassification.train_step`), which every kind of job fills in, and node
+classification on sampled blocks, the kind it is written for.
 
 Per device, inside one `shard_map` program: take this step's seeds from the loader,
 sample their blocks, fetch the input rows (features, and embedding rows for
@@ -26,33 +28,13 @@ from flax import nnx
 from jax import lax
 
 from jgraph.exchange import Exchange
+from jgraph.jobs.inference import full_graph_program
+from jgraph.jobs.inputs import NodeInputs
+from jgraph.jobs.metrics import class_counts, masked_cross_entropy
 from jgraph.mesh import REPLICATED, ROWS, replicated, shard_rows
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sharded.graph import ShardedGraph
 from jgraph.sharded.tensor import DistTensor
-from jgraph.train.inputs import NodeInputs
-
-
-def class_counts(logits, labels, mask):
-    """int32[3, C] over the rows where mask is True: per class, how many rows are of it
-    (true), predicted as it (predicted), and both (correct). What accuracy and macro-F1
-    need, in memory linear in the class count (a confusion matrix is C x C)."""
-    num_classes = logits.shape[-1]
-    pred = jnp.argmax(logits, axis=-1)
-    true = jnp.where(mask, labels, 0).astype(jnp.int32)
-    weight = mask.astype(jnp.int32)
-    counts = jnp.zeros((3, num_classes), jnp.int32)
-    counts = counts.at[0, true].add(weight).at[1, pred].add(weight)
-    return counts.at[2, true].add(weight * (pred == true))
-
-
-def masked_cross_entropy(logits, labels, mask):
-    """(sum of losses, correct predictions, count) over the rows where mask is True."""
-    labels = jnp.where(mask, labels, 0).astype(jnp.int32)
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    correct = (jnp.argmax(logits, axis=-1) == labels) & mask
-    return (jnp.sum(jnp.where(mask, losses, 0.0)), jnp.sum(correct, dtype=jnp.int32),
-            jnp.sum(mask, dtype=jnp.int32))
 
 
 @jax.tree_util.register_dataclass
@@ -66,7 +48,7 @@ class TrainState:
     was, until the host grows the capacities, clears it and runs them again (see
     `NodeClassification.train_step`); histories: per layer above the first, the
     row-sharded table of every node's last input to it (control-variate sampling,
-    `jgraph.train.control_variate`; empty otherwise)."""
+    `jgraph.jobs.control_variate`; empty otherwise)."""
 
     params: Any
     opt_state: Any
@@ -97,6 +79,31 @@ class Batch(NamedTuple):
     labels: jax.Array
     label_mask: jax.Array
     stats: Any
+
+
+class Outcome(NamedTuple):
+    """What a kind's loss says of one device's batch besides the loss sum: weight (what
+    the loss is a mean over, summed over devices), correct and count (the metrics'),
+    out (the kind's own: the logits, the fresh rows of control variates, the ids
+    full-batch training lost)."""
+
+    weight: jax.Array
+    correct: jax.Array
+    count: jax.Array
+    out: Any = None
+
+
+class Writes(NamedTuple):
+    """What a step writes besides the dense parameters, routed to the owners:
+    embeddings {ntype: (owned ids, gradients, mask)} for the sparse optimizers; stats,
+    the routing's exchange statistics (a tuple appended to the batch's); fit, whether
+    every write fitted its capacity; rest, the kind's own (control variates' history
+    rows)."""
+
+    embeddings: dict
+    stats: tuple
+    fit: jax.Array
+    rest: Any = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -210,6 +217,11 @@ class NodeClassification:
                       REPLICATED),
             out_specs=self.eval_specs()))
 
+    def full_graph_program(self, graph: ShardedGraph, masks: dict, mesh=None):
+        """The program that scores the splits of `masks` ({split: bool row-sharded
+        array}) by layer-wise full-graph inference (`jgraph.jobs.inference`)."""
+        return full_graph_program(self, graph, tuple(masks), mesh)
+
     # -- inside the step (per device, under shard_map) --------------------------------
 
     def fetch(self, data: StepData, embeddings, seeds, mask, step) -> Batch:
@@ -227,20 +239,25 @@ class NodeClassification:
                      (sample.stats, input_stats, label_stats))
 
     def batch_loss(self, params, embedding_rows, batch: Batch, key=None):
-        """(loss sum, (correct, count)) of one device's batch; `embedding_rows`
-        {ntype: rows} replace those types' rows of `batch` (they are differentiated)."""
-        rows = {**batch.rows, **embedding_rows}
-        if self.compute_dtype != jnp.float32:
-            params = jax.tree.map(self._compute, params)
-            rows = {t: r.astype(self.compute_dtype) for t, r in rows.items()}
+        """(loss sum, `Outcome`: weight and count the real seeds, out the logits) of one
+        device's batch; `embedding_rows` {ntype: rows} replace those types' rows of
+        `batch` (they are differentiated)."""
+        params, rows = self.computing(params, {**batch.rows, **embedding_rows})
         model = nnx.merge(self.graphdef, params)
         logits = model(rows, batch.valid, batch.blocks, key).astype(jnp.float32)
         loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
-        return loss, (correct, count, logits)
+        return loss, Outcome(count, correct, count, logits)
+
+    def computing(self, params, rows: dict):
+        """(params, rows) in the compute dtype: the one prologue of every kind's loss (the
+        casts' gradients bring float32 gradients back to float32 parameters)."""
+        if self.compute_dtype == jnp.float32:
+            return params, rows
+        return (jax.tree.map(self._compute, params),
+                {t: r.astype(self.compute_dtype) for t, r in rows.items()})
 
     def _compute(self, x):
-        """x in the compute dtype if it is floating point (the cast's gradient brings
-        float32 gradients back to float32 parameters)."""
+        """x in the compute dtype if it is floating point."""
         return x.astype(self.compute_dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
 
     def dropout_key(self, step):
@@ -253,16 +270,45 @@ class NodeClassification:
         epoch whose shuffled seeds are `order`. Returns (state, metrics); `stop` is this
         device's block of `stop_votes`.
 
-        A step is applied only if its sample fit the sampler's capacities, its
-        embedding gradients fit the exchange's (a `scatter_add` moves one round), and
-        no earlier step halted the state; otherwise the state is returned unchanged
-        but for `halted` = 1, and metrics["applied"] is False. The host, reading the
-        metrics later (no step waits for it), grows the capacities and runs the
-        refused steps again from the first one: the same batches with the same
+        The template every kind of job fills in: its batch (`training_batch`), the rows
+        it learns (`learned_rows`), its loss (`batch_loss`), whether the batch fitted
+        (`fits`), what it writes besides the parameters (`writes`, `written`) and its
+        own metrics (`step_metrics`); the loss is normalised, gated and committed here.
+
+        A step is applied only if its batch fitted (a sample within the sampler's
+        capacities), its writes fitted the exchange's (a `scatter_add` moves one
+        round), and no earlier step halted the state; otherwise the state is returned
+        unchanged but for `halted` = 1, and metrics["applied"] is False. The host,
+        reading the metrics later (no step waits for it), grows the capacities and runs
+        the refused steps again from the first one: the same batches with the same
         random draws, so no id is ever dropped."""
-        batch = self.batch_of(data, state.embeddings, order, index, state.step)
-        (loss, (correct, count, _)), grads = self.gradients(state, batch)
-        return self.apply(state, batch, grads, count, stop, loss, correct, count)
+        batch = self.training_batch(state, data, order, index)
+        grad_fn = jax.value_and_grad(self.batch_loss, argnums=(0, 1), has_aux=True)
+        (loss, outcome), (grads, row_grads) = grad_fn(
+            state.params, self.learned_rows(state, batch), batch, self.dropout_key(state.step))
+        total = jnp.maximum(lax.psum(outcome.weight, self.exchange.axis), 1
+                            ).astype(jnp.float32)
+        # params are replicated (not varying over the axis), so shard_map's autodiff
+        # already sums their cotangents over devices: no psum here.
+        grads = jax.tree.map(lambda g: g / total, grads)
+        applied = (state.halted == 0) & self.fits(batch, outcome)
+        # Every write reaches its owner first: if one did not fit the exchange's
+        # capacity, the step is refused and nothing moves.
+        writes = self.writes(batch, outcome, {t: g / total for t, g in row_grads.items()},
+                             applied)
+        applied = applied & writes.fit
+        state, metrics = self.commit(state, grads, writes.embeddings, applied, stop, loss,
+                                     outcome.correct, outcome.count, total,
+                                     (*batch.stats, *writes.stats))
+        return self.written(state, data, writes, applied), {**metrics,
+                                                             **self.step_metrics(batch)}
+
+    # The template's parts, as sampled node classification fills them in.
+
+    def training_batch(self, state: TrainState, data: StepData, order, index) -> Batch:
+        """The batch a training step computes on: batch `index` of the epoch whose seeds
+        are `order`, sampled and fetched with the draws of the state's step."""
+        return self.batch_of(data, state.embeddings, order, index, state.step)
 
     def batch_of(self, data: StepData, embeddings, order, index, step) -> Batch:
         """Training batch `index` of the epoch whose seeds are `order`, sampled and
@@ -271,36 +317,33 @@ class NodeClassification:
         seeds, mask = self.loader.batch(order, index)
         return self.fetch(data, embeddings, seeds, mask, step)
 
-    def gradients(self, state: TrainState, batch):
-        """(batch_loss's value and aux, (gradients of the dense parameters, of the
-        batch's embedding rows)) of one device's batch, with this step's dropout."""
-        emb_rows = {t: batch.rows[t] for t in self.inputs.embeddings}
-        grad_fn = jax.value_and_grad(self.batch_loss, argnums=(0, 1), has_aux=True)
-        return grad_fn(state.params, emb_rows, batch, self.dropout_key(state.step))
+    def learned_rows(self, state: TrainState, batch: Batch) -> dict:
+        """{ntype: rows} the loss is differentiated by besides the parameters: the
+        learnable embeddings' rows the batch fetched."""
+        return {t: batch.rows[t] for t in self.inputs.embeddings}
 
-    def apply(self, state: TrainState, batch, gradients, weight, stop, loss, correct, count):
-        """The update half of a training step, on one device's `batch` (whose blocks,
-        input rows' validity and stats it reads) and its `gradients` (`gradients`):
-        divided by the global sum of `weight` (what the loss is a mean over), applied
-        unless the sample overflowed or an earlier step halted the state. Returns
-        (state, metrics) with the loss sum, correct and count summed over devices."""
-        axis = self.exchange.axis
-        grads, emb_grads = gradients
-        total = jnp.maximum(lax.psum(weight, axis), 1).astype(jnp.float32)
-        # params are replicated (not varying over the axis), so shard_map's autodiff
-        # already sums their cotangents over devices: no psum here.
-        grads = jax.tree.map(lambda g: g / total, grads)
-        # The sample's overflow is summed over devices: every device agrees.
-        applied = (state.halted == 0) & (batch.stats[0].overflow == 0)
-        # Embedding gradients travel to their rows' owners first: if any did not fit
-        # the exchange's capacity (a scatter_add moves one round), the step is refused
-        # and no table moves.
-        routed, emb_stats = self.route_embedding_gradients(
-            batch, {t: g / total for t, g in emb_grads.items()}, applied)
-        for st in emb_stats:
-            applied = applied & (st.overflow == 0)
-        return self.commit(state, grads, routed, applied, stop, loss, correct, count, total,
-                           (*batch.stats, tuple(emb_stats)))
+    def fits(self, batch: Batch, outcome: Outcome):
+        """Whether the batch fitted: its sample within the sampler's capacities (the
+        overflow is summed over devices, so every device agrees)."""
+        return batch.stats[0].overflow == 0
+
+    def writes(self, batch: Batch, outcome: Outcome, row_grads: dict, applied) -> Writes:
+        """The embedding rows' gradients (`row_grads`, already normalised) sent to their
+        owners, for the rows valid where `applied`."""
+        routed, stats = self.route_embedding_gradients(batch, row_grads, applied)
+        fit = jnp.ones((), bool)
+        for st in stats:
+            fit = fit & (st.overflow == 0)
+        return Writes(routed, (tuple(stats),), fit)
+
+    def written(self, state: TrainState, data: StepData, writes: Writes, applied
+                ) -> TrainState:
+        """The committed state with the kind's own writes made (none here)."""
+        return state
+
+    def step_metrics(self, batch: Batch) -> dict:
+        """The kind's own metrics of a step, beside the template's (none here)."""
+        return {}
 
     def route_embedding_gradients(self, batch, emb_grads, when=True):
         """({ntype: (owned ids, summed gradients, mask)}, [stats]): each learnable
@@ -348,9 +391,9 @@ class NodeClassification:
         axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
         batch = self.fetch(data, embeddings, seeds, mask, jnp.int32(0))
-        loss, (correct, count, logits) = self.batch_loss(params, {}, batch)
-        out = {"loss": loss, "correct": correct, "count": count,
-               "classes": class_counts(logits, batch.labels, batch.label_mask)}
+        loss, outcome = self.batch_loss(params, {}, batch)
+        out = {"loss": loss, "correct": outcome.correct, "count": outcome.count,
+               "classes": class_counts(outcome.out, batch.labels, batch.label_mask)}
         return jax.tree.map(lambda x: lax.psum(x, axis), out)
 
 

@@ -1,5 +1,5 @@
 """The windows of full-graph layers, shared by layer-wise inference
-(`jgraph.train.inference`) and full-batch training (`jgraph.train.full`): every layer
+(`jgraph.jobs.inference`) and full-batch training (`jgraph.jobs.full`): every layer
 computed for every owned node over its whole in-neighbourhood, in the manner of SAR
 (sequential aggregation and rematerialisation, Mostafa 2022).
 

@@ -11,8 +11,8 @@ rows, in four steps that let the same parameters serve every caller:
   update(h_dst, partial)              the dst node's new row
 
 A sampled Block calls them once over its fixed-width slots (`__call__`). Layer-wise
-full-graph inference and full-batch training (`jgraph.train.inference`,
-`jgraph.train.full`) walk a node's in-edges window by window and merge the partials,
+full-graph inference and full-batch training (`jgraph.jobs.inference`,
+`jgraph.jobs.full`) walk a node's in-edges window by window and merge the partials,
 so a hub's neighbourhood never needs one row of max-degree width. Partials are dicts
 of arrays with the dst node as leading axis; by default a key named "max" merges by
 maximum, every other key by sum.

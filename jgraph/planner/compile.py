@@ -10,122 +10,21 @@ collectives by kind): "will this fit on 8 H100s?" answered before anyone rents t
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import tempfile
 import time
-from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
 
 from jgraph.cost import Costs, roofline
-from jgraph.mesh import REPLICATED, ROWS, first_devices, make_mesh
+from jgraph.jobs import build_run, kind_of
+from jgraph.jobs.abstract import check_fanouts, counts_of
+from jgraph.jobs.experiment import Experiment
+from jgraph.jobs.programs import Program, Programs
+from jgraph.jobs.run import Run, open_graph
+from jgraph.mesh import first_devices, make_mesh
 from jgraph.progress import Progress
-from jgraph.sharded.graph import ShardedGraph
-from jgraph.target import Analysis, Target, abstract_like, target_mesh
-from jgraph.train.evaluate import SampledEvaluator
-from jgraph.train.experiment import Experiment, Task
-from jgraph.train.inference import full_graph_program, split_masks
-from jgraph.train.link import NodeEmbedder, full_graph_embedding_program
-from jgraph.train.run import Run, build_run, open_graph
-from jgraph.train.step import NodeClassification
-
-
-class Program(str, enum.Enum):
-    """Which of a run's programs `jgraph compile` builds (`--program`); each for the
-    config's task, node classification or link prediction."""
-
-    TRAIN = "train"             # one training step
-    EVAL = "eval"               # one batch of sampled evaluation: train.eval_batch_size
-                                # seeds of a split, train.eval_fanouts (link prediction:
-                                # the embeddings of a batch of nodes, which ranking reads)
-    FULL_GRAPH = "full_graph"   # layer-wise full-graph inference (train.inference full):
-                                # every owned node, in windows of in-edges
-
-    @property
-    def title(self) -> str:
-        return {Program.TRAIN: "training step", Program.EVAL: "sampled evaluation step",
-                Program.FULL_GRAPH: "full-graph inference"}[self]
-
-
-class Lowering(NamedTuple):
-    """A program ready to compile: fn (jitted), args (its arguments as shape structs
-    placed on the target mesh), calls (how many an epoch makes: training or
-    evaluation batches; 1 for full-graph inference, which covers the whole graph)."""
-
-    fn: Any
-    args: tuple
-    calls: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Programs:
-    """What a run's programs are built from: a partitioned graph (`programs_of`) or a
-    graph's counts (`jgraph.train.abstract`).
-
-    job: the training job (`NodeClassification` or `LinkPrediction`); graph: its
-    `ShardedGraph` (arrays or shape structs); params: the model's parameters (arrays or
-    shape structs); evaluation: the job of sampled evaluation (`job.evaluating`: a
-    split's nodes, or every node for link prediction's embeddings); masks: {split:
-    bool row-sharded [P * rows]} of the labelled nodes full-graph inference scores
-    (None for link prediction, whose full-graph program embeds every node)."""
-
-    job: NodeClassification
-    graph: ShardedGraph
-    params: Any
-    evaluation: NodeClassification
-    masks: dict | None
-
-    def lowering(self, program: Program, mesh) -> Lowering:
-        """`program` built for `mesh` (the job's, or one of other hardware described by
-        `jgraph.target`)."""
-        job, graph = self.job, self.graph
-        state = jax.eval_shape(job.init, self.params)
-        data = abstract_like(job.data(graph), job.data_specs(graph), mesh)
-        if program is Program.TRAIN:
-            votes = struct_on(mesh, ROWS, (mesh.size,), jnp.int32)     # `stop_votes`
-            args = (abstract_like(state, job.state_specs(), mesh), data,
-                    _order(job.loader, mesh), _index(mesh), votes)
-            return Lowering(job.compile_train(graph, mesh=mesh), args,
-                            job.loader.steps_per_epoch)
-        # Evaluation reads the parameters and embedding tables, never the optimizer.
-        model = (abstract_like(state.params, REPLICATED, mesh),
-                 abstract_like(state.embeddings, job.inputs.embedding_specs(), mesh), data)
-        if program is Program.EVAL:
-            loader = self.evaluation.loader
-            return Lowering(self.evaluation.compile_eval(graph, mesh=mesh),
-                            (*model, _order(loader, mesh), _index(mesh)),
-                            loader.steps_per_epoch)
-        if self.masks is None:
-            return Lowering(full_graph_embedding_program(job, graph, mesh), model, 1)
-        return Lowering(full_graph_program(job, graph, tuple(self.masks), mesh),
-                        (*model, abstract_like(self.masks, ROWS, mesh)), 1)
-
-
-def programs_of(run: Run) -> Programs:
-    """The `Programs` of a run built from a partitioned graph: sampled evaluation of
-    its validation split (else its test split), full-graph inference of both."""
-    if run.config.task is Task.LINK:
-        return Programs(run.job, run.dg.graph, run.params, NodeEmbedder(run).job, None)
-    splits = [s for s in ("val", "test") if run.has_split(s)] or ["train"]
-    return Programs(run.job, run.dg.graph, run.params,
-                    SampledEvaluator(run, splits[0]).job, split_masks(run, splits))
-
-
-def struct_on(mesh, spec, shape, dtype) -> jax.ShapeDtypeStruct:
-    """An array's shape and dtype, placed on `mesh` by `spec`."""
-    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
-
-
-def _index(mesh):
-    return struct_on(mesh, REPLICATED, (), jnp.int32)
-
-
-def _order(loader, mesh):
-    """The shapes of an epoch's order of `loader` (`NodeLoader` or `EdgeLoader`)."""
-    return abstract_like(jax.eval_shape(loader.epoch_order, 0), ROWS, mesh)
+from jgraph.target import Analysis, Target, target_mesh
 
 
 def build(fn, args) -> tuple[object, dict]:
@@ -160,7 +59,7 @@ def compile_step(run: Run, target: Target, progress: Progress | None = None,
               "config": run.config.name, "graph": meta.graph_name, "nodes": meta.num_nodes,
               "edges": int(sum(p.num_edges for p in meta.parts)),
               "strategy": run.job.exchange.config.strategy.value}
-    return compile_into(report, target, programs_of(run), program, run.config, progress)
+    return compile_into(report, target, run.kind.programs(run), program, run.config, progress)
 
 
 def compile_into(report: dict, target: Target, programs: Programs, program: Program,
@@ -226,3 +125,26 @@ def compile_config(config: Experiment, target: Target, devices: int,
         dg = open_graph(config, mesh, workdir, progress)
         run = build_run(config, dg, platform="gpu" if target.is_gpu else "cpu")
         return compile_step(run, target, progress, program)
+
+
+def compile_abstract(config: Experiment, target: Target, devices: int,
+                     progress: Progress | None = None,
+                     program: Program = Program.TRAIN) -> dict:
+    """Compile `program` (the training step by default) of `config` on `devices`
+    devices of `target` from the counts its synthetic data.path names; the report of
+    `compile_step`, plus the counts and what each device holds of the graph."""
+    progress = progress or Progress(enabled=False)
+    if program is Program.EVAL:
+        check_fanouts("train.eval_fanouts", config.train.eval_fanouts)
+    counts = counts_of(config, devices)
+    mesh = target_mesh(target, devices)
+    platform = "gpu" if target.is_gpu else "cpu"
+    programs = kind_of(config).build_abstract(config, counts, mesh, platform)
+    report = {"ok": False, "target": target.value, "devices": devices, "abstract": True,
+              "config": config.name, "graph": config.data.path, "nodes": counts.nodes,
+              "edges": counts.edges, "nodes_per_device": programs.graph.nodes_per_part,
+              "edges_per_device": programs.graph.edges_per_part,
+              "train_seeds_per_device": int(counts.split(counts.train).max()),
+              "strategy": programs.job.exchange.config.strategy.value}
+    return compile_into(report, target, programs, program, config, progress,
+                        " from counts")

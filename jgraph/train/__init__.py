@@ -4,10 +4,8 @@ workdir)` is `jgraph.train.api.train`."""
 import sys
 import types
 
-from jgraph.train.api import evaluate, load_config
-from jgraph.train.api import train as _train
-from jgraph.train.inputs import NodeInputs
-from jgraph.train.step import (
+from jgraph.jobs.inputs import NodeInputs
+from jgraph.jobs.step import (
     Batch,
     NodeClassification,
     StepData,
@@ -15,6 +13,8 @@ from jgraph.train.step import (
     class_counts,
     masked_cross_entropy,
 )
+from jgraph.train.api import evaluate, load_config
+from jgraph.train.api import train as _train
 
 __all__ = ["Batch", "NodeClassification", "NodeInputs", "StepData", "TrainState",
            "class_counts", "evaluate", "load_config", "masked_cross_entropy"]

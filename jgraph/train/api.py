@@ -16,8 +16,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 from jgraph.config import ConfigError, build, load, override
+from jgraph.jobs.experiment import Experiment, Inference
 from jgraph.progress import Progress
-from jgraph.train.experiment import Experiment, Inference
 from jgraph.train.resume import Resume
 
 
@@ -55,7 +55,7 @@ def evaluate(workdir: str, splits: Sequence[str] = ("val", "test"),
              inference: Inference | str | None = None, progress: bool = False) -> dict:
     """Scores of the model `train` saved in `workdir`: {split: {"acc", "macro_f1", ...}}.
     inference: "sampled" or "full" (default: the run's train.inference)."""
-    from jgraph.train.evaluate import evaluate_run
+    from jgraph.train.model import evaluate_run
     return evaluate_run(workdir, tuple(splits),
                         None if inference is None else Inference(inference),
                         Progress(enabled=progress))

@@ -29,15 +29,24 @@ import numpy as np
 import yaml
 
 from jgraph.config import to_dict
+from jgraph.jobs import build_run
+from jgraph.jobs.evaluate import evaluate_splits
+from jgraph.jobs.experiment import Experiment
+from jgraph.jobs.run import (
+    Run,
+    calibrated_exchange,
+    calibrated_sampler,
+    check_stats,
+    open_graph,
+    run_mesh,
+)
+from jgraph.jobs.step import NodeClassification, TrainState
 from jgraph.mesh import host_sync
 from jgraph.progress import Progress
 from jgraph.sampling.capacity import grow
 from jgraph.sampling.loader import LoaderState
 from jgraph.train.checkpoint import CheckpointError, Checkpoints, StopRequest
-from jgraph.train.evaluate import SampledEvaluator, evaluate_splits, save_model
-from jgraph.train.experiment import Experiment, Inference, Task
-from jgraph.train.inference import FullGraphEvaluator
-from jgraph.train.link import LinkEvaluator
+from jgraph.train.model import save_model
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
 from jgraph.train.resume import (
     Best,
@@ -48,16 +57,6 @@ from jgraph.train.resume import (
     starting_point,
     state_dict,
 )
-from jgraph.train.run import (
-    Run,
-    build_run,
-    calibrated_exchange,
-    calibrated_sampler,
-    check_stats,
-    open_graph,
-    run_mesh,
-)
-from jgraph.train.step import NodeClassification, TrainState
 from jgraph.train.trace import StepTrace
 from jgraph.train.workdir import WorkdirLock, prepare
 
@@ -111,11 +110,8 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     dg = open_graph(config, mesh, workdir, progress, reuse=bool(ckpts.steps()))
     run = build_run(config, dg)
     job = run.job
-    what = ("positive training edges" if config.task is Task.LINK else
-            f"training seeds, {run.num_classes} classes")
     progress.note(f"{config.name}: {dg.meta.num_nodes:,} nodes on {mesh.size} device(s), "
-                  f"{job.loader.num_seeds:,} {what}, {job.loader.steps_per_epoch} steps per "
-                  f"epoch")
+                  f"{run.kind.describe(run)}, {job.loader.steps_per_epoch} steps per epoch")
     identity = run_identity(config, dg)
     begin = starting_point(run, mesh, ckpts, resume, identity, workdir, progress)
     if jax.process_index() == 0:
@@ -192,16 +188,8 @@ class Loop:
         self.restored = begin.restored
         self.traces = {"train_step": 0, "eval_step": 0}
         self.data = job.data(self.dg.graph)
-        self.link = config.task is Task.LINK
-        self.val_eval = None
-        if run.has_split("val"):
-            if self.link:
-                self.val_eval = LinkEvaluator(run, Inference.SAMPLED, self.counter("eval_step"))
-            elif not job.samples:        # full-batch training validates full-graph
-                self.val_eval = FullGraphEvaluator(run, "val", self.counter("eval_step"))
-            else:
-                self.val_eval = SampledEvaluator(run, "val", self.counter("eval_step"),
-                                                 progress)
+        self.kind = run.kind
+        self.val_eval = self.kind.validation(run, self.counter("eval_step"), progress)
         writer = jax.process_index() == 0
         self.log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, begin.rows)
         steps_file = os.path.join(workdir, "steps.jsonl")
@@ -418,23 +406,15 @@ class Loop:
         count = max(s.sums.count, 1)
         # Link prediction: a training "accuracy" is a positive scored above all its
         # negatives; seeds are positive edges.
-        rate = "edges_per_s" if self.link else "seeds_per_s"
         row = {"epoch": s.epoch, "step": s.step, "loss": s.sums.loss / count,
-               "train_acc": s.sums.correct / count,
-               "val_mrr" if self.link else "val_acc": None,
+               "train_acc": s.sums.correct / count, self.kind.validation_key: None,
                "epoch_seconds": s.sums.seconds,
-               rate: s.sums.count / max(s.sums.seconds, 1e-9),
+               self.kind.rate: s.sums.count / max(s.sums.seconds, 1e-9),
                "compile_seconds": s.compile_seconds}
         if self.val_eval is not None:
-            if self.link:
-                val = self.val_eval(s.state.params, s.state.embeddings)["val"]
-                row.update({f"val_{k}": v for k, v in val.items() if k != "count"})
-                score = val["mrr"]
-            else:
-                val = self.val_eval(s.state.params, s.state.embeddings)
-                row.update(val_acc=val["acc"], val_macro_f1=val["macro_f1"],
-                           val_loss=val["loss"])
-                score = val["acc"]
+            fields, score = self.kind.epoch_scores(self.val_eval(s.state.params,
+                                                                 s.state.embeddings))
+            row.update(fields)
             if score > s.best.score:
                 s.best = Best(score, s.epoch,
                               jax.tree.map(jnp.copy, (s.state.params, s.state.embeddings)))
@@ -452,7 +432,6 @@ class Loop:
         val and test, sampled or full-graph; write result.json, curves.png and the
         model; return the result."""
         s, t, config, dg = self.s, self.config.train, self.config, self.dg
-        t_link = config.link
         best = s.best
         if best.state is None:
             best = Best(best.score, t.epochs - 1, (s.state.params, s.state.embeddings))
@@ -460,27 +439,14 @@ class Loop:
         with self.progress.phase(f"evaluating ({t.inference.value})"):
             # The per-epoch validation's evaluator is reused where it evaluates as
             # asked (a full-batch run's is full-graph).
-            reuse = (isinstance(self.val_eval, FullGraphEvaluator)
-                     == (t.inference is Inference.FULL))
             final = evaluate_splits(self.run, params, embeddings, ("val", "test"),
-                                    t.inference, {"val": self.val_eval} if reuse else None,
+                                    t.inference, {"val": self.val_eval},
                                     self.counter("eval_step"), self.progress)
-
-        def pick(split, key):
-            return None if final[split] is None else final[split][key]
         rows = self.log.rows
         val_eval = self.val_eval
-        if self.link:
-            keys = ["mrr", *(f"hits@{k}" for k in t_link.hits)]
-            scores = {f"{split}_{key}": pick(split, key) for split in ("val", "test")
-                      for key in keys}
-        else:
-            scores = {"val_acc": pick("val", "acc"), "test_acc": pick("test", "acc"),
-                      "val_macro_f1": pick("val", "macro_f1"),
-                      "test_macro_f1": pick("test", "macro_f1")}
-        rate = "edges_per_s" if self.link else "seeds_per_s"
+        rate = self.kind.rate
         result = {
-            **scores,
+            **self.kind.final_scores(final, config),
             "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
             "compiles": self.traces["train_step"], "compiles_by_step": dict(self.traces),
             "capacities": list(s.job.sampler.capacities or ()),

@@ -1,19 +1,19 @@
-"""Evaluation of a run: sampled (batch by batch with the evaluation fanouts) or
-full-graph, the trained model on disk (WORKDIR/model) and `jgraph eval`."""
+"""The trained model on disk (WORKDIR/model) and `jgraph eval`: a run's model saved
+with checksums, read back only when its values match, and scored again."""
 from __future__ import annotations
 
 import json
 import os
-import time
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from jgraph.config import ConfigError
+from jgraph.jobs import build_run
+from jgraph.jobs.evaluate import evaluate_splits
+from jgraph.jobs.experiment import Experiment, Inference
+from jgraph.jobs.run import PARTITION_DIR, Run, is_partition_dir, open_graph, run_mesh
 from jgraph.mesh import all_processes, host_sync
 from jgraph.progress import Progress
-from jgraph.sampling.loader import shared_shape
 from jgraph.sharded import DistGraph
 from jgraph.train.checkpoint import (
     ModelError,
@@ -24,103 +24,6 @@ from jgraph.train.checkpoint import (
     read_failure,
     refused_writes,
 )
-from jgraph.train.experiment import Experiment, Inference, Task
-from jgraph.train.report import scores
-from jgraph.train.run import PARTITION_DIR, Run, build_run, is_partition_dir, open_graph, run_mesh
-
-# -- Sampled and full-graph evaluation ---------------------------------------------------
-
-EVALUATED = ("val", "test")
-"""The splits a run evaluates: their loaders share one shape, so one compiled program
-evaluates both (`SampledEvaluator.of`)."""
-
-
-class SampledEvaluator:
-    """Evaluates a split with the evaluation fanouts, batch by batch: compiled at the
-    first call (`compile_seconds`), once for val and test (their batches are shaped
-    alike; `of` makes the other split's evaluator from the compiled one)."""
-
-    def __init__(self, run: Run, split: str, on_trace=None, progress: Progress | None = None):
-        t = run.config.train
-        most = shared_shape(run.dg, EVALUATED, run.target) if split in EVALUATED else None
-        self.job = run.job.evaluating(run.loader(split, t.eval_batch_size, most=most),
-                                      t.eval_fanouts)
-        self.step = self.job.compile_eval(run.dg.graph, on_trace)
-        self.data = self.job.data(run.dg.graph)
-        self.order = self.job.loader.epoch_order(0)
-        self.progress = progress or Progress(enabled=False)
-        self.split = split
-        self.compiled = None
-        self.compile_seconds: float | None = None
-
-    def of(self, run: Run, split: str, on_trace=None) -> SampledEvaluator:
-        """The evaluator of another of `EVALUATED`, running the program this one has
-        compiled (a fresh evaluator, traced with `on_trace`, if it has not yet or if the
-        shapes differ)."""
-        t = run.config.train
-        loader = run.loader(split, t.eval_batch_size,
-                            most=shared_shape(run.dg, EVALUATED, run.target))
-        same = (self.compiled is not None and loader.batch_size == self.job.loader.batch_size
-                and loader.per_device == self.job.loader.per_device)
-        if not same or split not in EVALUATED or self.split not in EVALUATED:
-            return SampledEvaluator(run, split, on_trace, self.progress)
-        other = object.__new__(SampledEvaluator)
-        other.__dict__.update(self.__dict__)
-        other.job = self.job.evaluating(loader, t.eval_fanouts)
-        other.order, other.split = loader.epoch_order(0), split
-        other.compile_seconds = 0.0
-        return other
-
-    def __call__(self, params, embeddings) -> dict:
-        if self.compiled is None:
-            start = time.perf_counter()
-            with self.progress.phase(f"compiling the {self.split} evaluation step for "
-                                     f"{self.job.mesh.size} device(s)"):
-                self.compiled = self.step.lower(params, embeddings, self.data, self.order,
-                                                jnp.int32(0)).compile()
-            self.compile_seconds = time.perf_counter() - start
-        outs = [self.compiled(params, embeddings, self.data, self.order, jnp.int32(i))
-                for i in range(self.job.loader.steps_per_epoch)]
-        classes = sum(np.asarray(o["classes"]) for o in outs)
-        loss = sum(float(o["loss"]) for o in outs)
-        result = scores(classes)
-        result["loss"] = loss / max(result["count"], 1)
-        return result
-
-
-def evaluate_splits(run: Run, params, embeddings, splits, inference: Inference,
-                    evaluators=None, on_trace=None, progress: Progress | None = None) -> dict:
-    """{split: scores or None (the graph has no such split)}, sampled or full-graph.
-    evaluators: already compiled evaluators to reuse, by split (`SampledEvaluator`s; a
-    link run's "val" one is its `LinkEvaluator`, which ranks any split)."""
-    present = [s for s in splits if run.has_split(s)]
-    out = dict.fromkeys(splits)
-    if run.config.task is Task.LINK:
-        from jgraph.train.link import LinkEvaluator
-        evaluator = (evaluators or {}).get("val")
-        if inference is not Inference.SAMPLED or not isinstance(evaluator, LinkEvaluator):
-            evaluator = LinkEvaluator(run, inference, on_trace)
-        if present:
-            out.update(evaluator(params, embeddings, present))
-        return out
-    if inference is Inference.FULL:
-        from jgraph.train.inference import full_graph_scores
-        if present:
-            out.update(full_graph_scores(run, params, embeddings, present))
-        return out
-    known = dict(evaluators or {})
-    for split in present:
-        evaluator = known.get(split)
-        if evaluator is None:
-            # Another split's compiled program evaluates this one where they share shapes.
-            compiled = next((e for e in known.values() if isinstance(e, SampledEvaluator)),
-                            None)
-            evaluator = (compiled.of(run, split, on_trace) if compiled is not None
-                         else SampledEvaluator(run, split, on_trace, progress))
-            known[split] = evaluator
-        out[split] = evaluator(params, embeddings)
-    return out
-
 
 # -- The trained model on disk (what `jgraph eval` reads) ------------------------------
 #

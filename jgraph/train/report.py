@@ -1,5 +1,5 @@
-"""What a run reports: scores from per-class counts, metrics.jsonl, result.json and
-the plot of loss and accuracy by epoch."""
+"""What a run reports: metrics.jsonl, result.json and the plot of loss and accuracy by
+epoch."""
 from __future__ import annotations
 
 import json
@@ -7,21 +7,6 @@ import math
 import os
 from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
-
-
-def scores(classes: np.ndarray) -> dict[str, float]:
-    """accuracy and macro-F1 from per-class counts [3, C] (true, predicted, correct; see
-    `class_counts`): macro-F1 is the mean F1 over the classes that occur in the labels
-    or the predictions, as scikit-learn's f1_score(average="macro") on those labels."""
-    true, pred, tp = np.asarray(classes, np.float64)
-    total = true.sum()
-    present = (true + pred) > 0
-    f1 = np.where(present, 2 * tp / np.maximum(true + pred, 1), 0.0)
-    return {"acc": float(tp.sum() / total) if total else float("nan"),
-            "macro_f1": float(f1[present].mean()) if present.any() else float("nan"),
-            "count": int(total)}
 
 
 def strict_json(value: Any, **kwargs) -> str:

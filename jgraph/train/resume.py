@@ -12,13 +12,13 @@ import jax
 import numpy as np
 
 from jgraph.config import to_dict
+from jgraph.jobs.experiment import Experiment
+from jgraph.jobs.run import Run
+from jgraph.jobs.step import TrainState
 from jgraph.progress import Progress
 from jgraph.sampling.loader import LoaderState
 from jgraph.sharded import DistGraph
 from jgraph.train.checkpoint import CheckpointError, Checkpoints, Restored, abstract
-from jgraph.train.experiment import Experiment
-from jgraph.train.run import Run
-from jgraph.train.step import TrainState
 
 # Fields a resumed run may change: how long it trains and how it checkpoints.
 RESUMABLE_CHANGES = ("name", "train.epochs", "train.profile", "checkpoint.")

@@ -9,7 +9,7 @@ from jgraph.cli.bench import _settings
 from jgraph.cli.main import build_parser
 from jgraph.config import ConfigError
 from jgraph.exchange import ExchangeConfig
-from jgraph.train.experiment import Experiment, ModelConfig, TrainConfig
+from jgraph.jobs.experiment import Experiment, ModelConfig, TrainConfig
 
 
 def settings(argv, name):

@@ -1,7 +1,8 @@
 """`jgraph compile`: a run's training step built for a target without its hardware, as a
-user meets it (its JSON line, its errors), and jgraph's commands starting quietly on a
-machine without CUDA although the CUDA compiler plugin is installed. (In-process: JAX
-already has the 8 devices tests/conftest.py set up.)"""
+user meets it (its JSON line, its errors), its roofline worked by hand from the H100's
+datasheet (and a program's whose flops and bytes are counted by hand), and jgraph's
+commands starting quietly on a machine without CUDA although the CUDA compiler plugin
+is installed. (In-process: JAX already has the 8 devices tests/conftest.py set up.)"""
 import json
 import math
 import os
@@ -9,9 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import pytest
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jgraph.cli import main
+from jgraph.cost import Costs, roofline
+from jgraph.mesh import AXIS
+from jgraph.target import Target, target_mesh
 
 pytestmark = pytest.mark.slow     # builds programs, some for a GPU
 
@@ -72,12 +80,62 @@ def test_abstract_compile_for_h100_builds_shapes_from_counts(capsys):
     assert report["pallas_kernels"] == 2
     assert "ragged-all-to-all" in report["collectives"]
     assert report["device_memory_bytes"] > 80 * 10**9 and report["fits"]
+    assert report["flops"] > 0 and report["collective_bytes"]["ragged-all-to-all"] > 0
+    # The roofline worked from the report's counts and the H100 datasheet (H100_*): the
+    # 2 devices share a host, so every collective byte crosses NVLink. An epoch is
+    # ceil(1050 / 1024) = 2 steps: 10% of the 20k nodes train, the largest partition
+    # holding ceil(1000 x 1.05) = 1050 of them, 1024 a step.
+    compute = report["flops"] / H100_TF32
+    network = sum(report["collective_bytes"].values()) / H100_NVLINK
+    step = max(compute, network)
     roofline = report["roofline"]
     assert roofline["lower_bound"] and roofline["compute_dtype"] == "tf32"
-    assert report["flops"] > 0 and report["collective_bytes"]["ragged-all-to-all"] > 0
-    assert roofline["step_seconds_lower_bound"] == max(roofline["compute_seconds"],
-                                                       roofline["network_seconds"]) > 0
-    assert roofline["bound_by"] in ("compute", "network")
+    assert roofline["compute_seconds"] == pytest.approx(compute)
+    assert roofline["network_seconds"] == pytest.approx(network)
+    assert roofline["memory_seconds_estimate"] == pytest.approx(
+        report["bytes_accessed"] / H100_MEMORY)
+    assert roofline["steps_per_epoch"] == 2
+    assert roofline["step_seconds_lower_bound"] == pytest.approx(step)
+    assert roofline["epoch_seconds_lower_bound"] == pytest.approx(2 * step)
+    assert roofline["bound_by"] == ("compute" if compute > network else "network")
+
+
+# NVIDIA's H100 SXM datasheet, typed here rather than read from jgraph: dense TF32
+# matmuls (989 TFLOP/s with sparsity, half without), NVLink 4 (900 GB/s both ways: 450
+# each way), HBM3.
+H100_TF32, H100_NVLINK, H100_MEMORY = 495e12, 450e9, 3.35e12
+
+
+@pytest.mark.gpu_compile
+def test_the_roofline_of_a_program_counted_by_hand_for_2_h100s():
+    """Each of 2 H100s multiplies its [64, 64] float32 rows by a [64, 32] weight, 2 x 64
+    x 64 x 32 = 262,144 flops, and all_gathers the products: a [128, 32] float32 result,
+    16,384 bytes delivered to each device. Over NVLink (one host) those take 36.4 ns,
+    the flops at TF32's peak 0.53 ns: the network bounds the step. Its memory traffic
+    is at least its two inputs read and its output written once (16,384 + 8,192 +
+    16,384 bytes)."""
+    mesh = target_mesh(Target.H100, 2)
+    rows, weight = PartitionSpec(AXIS), PartitionSpec()
+
+    def step(x, w):
+        return lax.all_gather(x @ w, AXIS, tiled=True)
+
+    fn = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(rows, weight),
+                               out_specs=PartitionSpec(), check_vma=False))
+    args = (jax.ShapeDtypeStruct((2 * 64, 64), jnp.float32,
+                                 sharding=NamedSharding(mesh, rows)),
+            jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=NamedSharding(mesh, weight)))
+    costs = Costs.of(fn.lower(*args).compile())
+    flops, delivered, least_traffic = 2 * 64 * 64 * 32, 128 * 32 * 4, (64 * 64 + 64 * 32
+                                                                       + 128 * 32) * 4
+    assert costs.flops == flops and costs.collective_bytes == {"all-gather": delivered}
+    got = roofline(costs, Target.H100.peaks, 2, "tf32", steps_per_epoch=5)
+    assert got["compute_seconds"] == pytest.approx(flops / H100_TF32)
+    assert got["network_seconds"] == pytest.approx(delivered / H100_NVLINK)
+    assert got["memory_seconds_estimate"] >= least_traffic / H100_MEMORY
+    assert got["bound_by"] == "network"
+    assert got["step_seconds_lower_bound"] == pytest.approx(delivered / H100_NVLINK)
+    assert got["epoch_seconds_lower_bound"] == pytest.approx(5 * delivered / H100_NVLINK)
 
 
 def test_a_graph_past_2_31_edges_compiles_with_int32_offsets_per_device(capsys):

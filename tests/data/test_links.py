@@ -30,10 +30,10 @@ from jgraph.data import (
     split_edges,
     symmetrize,
 )
+from jgraph.jobs.experiment import DataConfig, Experiment, LinkConfig, Task
+from jgraph.jobs.run import held_out_edges
 from jgraph.partition import PartitionError, PartitionFormatError, open_partitions, partition_graph
 from jgraph.partition.check import check_part
-from jgraph.train.experiment import DataConfig, Experiment, LinkConfig, Task
-from jgraph.train.run import held_out_edges
 
 VAL, TEST = 0.1, 0.05           # unequal, so a swap of the two is seen
 K = 20                          # fixed negatives per validation and test positive

@@ -1,11 +1,13 @@
 """The relay's routing: every row of every device pair routed exactly, and the busiest
-pair of each hop near the lower bound on a real METIS batch. (Its gathers are checked
+pair of each hop between the optimum of two hops (a linear program) and 8% above the
+lower bound on a real METIS batch and redraws of its counts. (Its gathers are checked
 against numpy with every other strategy in test_exchange.py.)"""
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy.optimize import linprog
 
-from jgraph.exchange.relay import hop_loads, routing
+from jgraph.exchange.relay import RELAY_GAIN, hop_loads, routing
 from jgraph.sharded import Exchange, ExchangeConfig
 
 # The [requester, owner] counts of distinct remote ids of one batch of `jgraph bench
@@ -59,16 +61,68 @@ def test_routing_routes_every_row_of_every_pair_exactly(P, scale):
     np.testing.assert_array_equal(b, hop_b)
 
 
-def test_routing_of_a_facebook_batch_is_within_8_percent_of_the_lower_bound():
-    """One all_to_all pads every pair to the busiest: 2.81x the mean pair's rows. The
-    routing's two hops come within 8% of what any two hops need (a linear program over
-    every route gives 1.375x the rows; the bound 1.331x)."""
-    _, a, b = route(FACEBOOK)
+def two_hop_optimum(asked: np.ndarray) -> float:
+    """The fewest rows per pair that any two hops move for [requester, owner] counts:
+    a linear program (scipy's HiGHS) over every route, each pair's rows split over its
+    P intermediates as the routing splits them, minimising the busiest pair of hop A
+    plus the busiest pair of hop B."""
+    P = asked.shape[0]
+    pairs = asked.T                                          # [owner j, requester i]
+    routes = P ** 3                                          # r[j, i, k], then tA, tB
+    at = np.arange(routes).reshape(P, P, P)
+    each_pair = np.zeros((P * P, routes + 2))
+    each_pair[np.repeat(np.arange(P * P), P), at.reshape(P * P, P).ravel()] = 1
+    loads = []
+    for k in range(P):
+        for other in range(P):
+            if other == k:
+                continue
+            hop_a = np.zeros(routes + 2)                     # k holds requester `other`'s
+            hop_a[at[:, other, k]], hop_a[routes] = 1, -1
+            hop_b = np.zeros(routes + 2)                     # owner `other` answers k
+            hop_b[at[other, :, k]], hop_b[routes + 1] = 1, -1
+            loads += [hop_a, hop_b]
+    cost = np.zeros(routes + 2)
+    cost[routes:] = 1
+    solved = linprog(cost, A_ub=np.array(loads), b_ub=np.zeros(len(loads)), A_eq=each_pair,
+                     b_eq=pairs.ravel(), bounds=(0, None), method="highs")
+    assert solved.status == 0, solved.message
+    return float(solved.fun)
+
+
+def facebook_batches(redraws: int = 20) -> list[np.ndarray]:
+    """FACEBOOK and redraws of it: each pair's count drawn from a Poisson law of its
+    mean (a batch's distinct remote ids of a pair are a sum of many rare draws), the
+    spread between one batch and the next."""
+    rng = np.random.default_rng(0)
+    batches = [FACEBOOK]
+    for _ in range(redraws):
+        asked = rng.poisson(FACEBOOK)
+        np.fill_diagonal(asked, 0)
+        batches.append(asked)
+    return batches
+
+
+def test_routing_of_facebook_batches_is_between_the_two_hop_optimum_and_the_lower_bound():
+    """One all_to_all pads every pair to the busiest: 2.81x the mean pair's rows. What a
+    batch's two hops move is set by its traffic, batch by batch: no two hops move less
+    than the linear program's optimum over every route, nothing less than the lower
+    bound (the busiest device's rows over its P - 1 peers); the routing moves within 8%
+    of the bound (the module's figure), and so little that it relays (at most
+    RELAY_GAIN of one straight hop's busiest pair). Held on this batch and 20 redraws of
+    its counts: over them the routing moves 1.025-1.058x the bound (mean 1.045, sd
+    0.007), the optimum 1.002-1.034x; 20 balancing iterations instead of 80 would move
+    up to 1.094x."""
     mean = FACEBOOK.sum() / 56          # 8 x 7 pairs
     assert FACEBOOK.max() / mean > 2.8
-    moved = a.max() + b.max()
-    assert lower_bound(FACEBOOK) <= moved <= 1.08 * lower_bound(FACEBOOK)
-    assert moved / mean < 1.45
+    for asked in facebook_batches():
+        _, a, b = route(asked)
+        moved = int(a.max() + b.max())
+        bound, optimum = lower_bound(asked), two_hop_optimum(asked)
+        slack = 1e-6 * bound                # the linear program's own tolerance
+        assert bound <= optimum + slack and optimum <= moved + slack, (bound, optimum, moved)
+        assert moved <= 1.08 * bound, (moved, bound)
+        assert moved <= RELAY_GAIN * asked.max(), (moved, asked.max())
 
 
 def test_routing_moves_uniform_pairs_straight_to_their_owners():

@@ -22,13 +22,15 @@ import pytest
 from jgraph.kernels.sample import draw_positions, draw_positions_pallas
 
 from jgraph.config import load
+from jgraph.jobs import build_run
+from jgraph.jobs.experiment import Experiment
+from jgraph.jobs.programs import Program
+from jgraph.jobs.run import open_graph
 from jgraph.mesh import first_devices
+from jgraph.planner.compile import build, compile_step
 from jgraph.progress import Progress
 from jgraph.sharded import make_mesh
 from jgraph.target import Target, abstract_like, target_mesh
-from jgraph.train.compile import Program, build, compile_step
-from jgraph.train.experiment import Experiment
-from jgraph.train.run import build_run, open_graph
 
 pytestmark = [pytest.mark.gpu_compile, pytest.mark.slow]   # each builds a whole GPU program
 

@@ -12,10 +12,10 @@ import pytest
 from jgraph.config import load
 from jgraph.exchange import Strategy
 from jgraph.exchange.relay import ROUTE_MAX
+from jgraph.jobs.experiment import Experiment
+from jgraph.jobs.programs import Program
+from jgraph.planner.compile import compile_abstract
 from jgraph.target import Target
-from jgraph.train.abstract import compile_abstract
-from jgraph.train.compile import Program
-from jgraph.train.experiment import Experiment
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 SYNTHETIC = str(EXPERIMENTS / "sage_synthetic.yaml")

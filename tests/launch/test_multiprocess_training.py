@@ -15,9 +15,9 @@ import pytest
 
 from jgraph.config import load
 from jgraph.data import load_dataset, split_edges
+from jgraph.jobs.experiment import Experiment
 from jgraph.partition import partition_graph
 from jgraph.progress import Progress
-from jgraph.train.experiment import Experiment
 from jgraph.train.loop import train_and_evaluate
 
 pytestmark = pytest.mark.slow     # trains in several processes

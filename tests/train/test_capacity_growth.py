@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from jgraph.config import load
+from jgraph.jobs.experiment import Experiment
 from jgraph.progress import Progress
 from jgraph.train import loop
-from jgraph.train.experiment import Experiment
 
 pytestmark = pytest.mark.slow     # runs that recompile
 

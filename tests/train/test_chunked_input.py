@@ -7,9 +7,9 @@ import pytest
 
 from jgraph.config import ConfigError, load
 from jgraph.data import load_dataset, normalize_features, save_chunked
+from jgraph.jobs.experiment import Experiment
 from jgraph.partition import open_partitions
 from jgraph.progress import Progress
-from jgraph.train.experiment import Experiment
 from jgraph.train.loop import train_and_evaluate
 
 EXPERIMENT = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")

@@ -1,4 +1,4 @@
-"""Control-variate sampling (`jgraph.train.control_variate`) against references that
+"""Control-variate sampling (`jgraph.jobs.control_variate`) against references that
 share none of its code paths:
 
   * one training step on 8 devices equals a single-device reference over the same
@@ -27,11 +27,8 @@ from jax import lax
 
 from jgraph.bench.exchange import global_csc
 from jgraph.data import load_dataset
-from jgraph.mesh import REPLICATED, ROWS, rows_sharding
-from jgraph.models.stack import layer_input
-from jgraph.partition import partition_graph
-from jgraph.sharded import DistGraph, ExchangeConfig
-from jgraph.train.experiment import (
+from jgraph.jobs import build_run
+from jgraph.jobs.experiment import (
     DataConfig,
     Experiment,
     HistoryInit,
@@ -39,9 +36,13 @@ from jgraph.train.experiment import (
     Sampler,
     TrainConfig,
 )
-from jgraph.train.run import build_run, run_mesh
-from jgraph.train.step import masked_cross_entropy
-from jgraph.train.windows import full_graph_logits
+from jgraph.jobs.run import run_mesh
+from jgraph.jobs.step import masked_cross_entropy
+from jgraph.jobs.windows import full_graph_logits
+from jgraph.mesh import REPLICATED, ROWS, rows_sharding
+from jgraph.models.stack import layer_input
+from jgraph.partition import partition_graph
+from jgraph.sharded import DistGraph, ExchangeConfig
 
 pytestmark = pytest.mark.slow
 
@@ -110,8 +111,9 @@ def batch_program(job, graph):
     and its gradients (over every device's seeds), and its fresh rows."""
     def per_device(params, histories, data, order, index, step):
         batch = job.batch_of(data, {}, order, index, step, histories)
-        (loss, (_, count, (logits, fresh))), grads = jax.value_and_grad(
+        (loss, outcome), grads = jax.value_and_grad(
             job.batch_loss, has_aux=True)(params, {}, batch)
+        count, (logits, fresh) = outcome.count, outcome.out
         total = lax.psum(count, job.exchange.axis).astype(jnp.float32)
         grads = jax.tree.map(lambda g: g / total, grads)
         blocks = [(b.dst, b.src, b.nbr, b.mask) for b in batch.blocks]
@@ -307,8 +309,8 @@ def test_a_stopped_run_resumes_with_its_bf16_histories_and_the_same_losses(tmp_p
     import json
 
     from jgraph.config import load
+    from jgraph.jobs.experiment import Experiment as Config
     from jgraph.progress import Progress
-    from jgraph.train.experiment import Experiment as Config
     from jgraph.train.loop import train_and_evaluate
 
     settings = ["data.num_parts=2", "train.epochs=3", "train.batch_size=32",

@@ -8,7 +8,7 @@ import pytest
 
 from jgraph.train import checkpoint
 from jgraph.train.checkpoint import CheckpointError, Checkpoints, check_space, refused_writes
-from jgraph.train.evaluate import save_model
+from jgraph.train.model import save_model
 
 Usage = collections.namedtuple("Usage", "total used free")
 

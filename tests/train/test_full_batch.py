@@ -1,17 +1,24 @@
-"""Full-batch training's loss and gradients (`jgraph.train.windows`, the windows walked
+"""Full-batch training's loss and gradients (`jgraph.jobs.windows`, the windows walked
 again in the backward pass) equal, to 1e-5:
 
   * the same model on one device over the whole graph, differentiated by JAX: every
     node reads all of its in-neighbours through the layers of sampled training
     (padded neighbourhoods in degree tiers), the loss a sum over the training nodes;
   * the same full-batch program on one device of a one-part partition;
-  * the one-shot variant (every window's fetched rows kept for the backward pass).
+  * the one-shot variant (every window's fetched rows kept for the backward pass);
+  * for GraphSAGE (mean) and GAT, a reference that shares no code with jgraph
+    (`reference_float64.py`: segment sums and a segment softmax over cora's raw edge
+    list, in float64, in a process of its own).
 
 GraphSAGE (mean, pool) and GAT on cora in 8 METIS parts, with windows small enough that
 hubs' in-edges span many; R-GCN with learnable embeddings on AIFB in 8 parts (the
 embedding rows' gradients too, by original node id against 1 device).
 """
 import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -22,14 +29,16 @@ from jax import lax
 
 from jgraph.bench.exchange import global_csc
 from jgraph.data import add_reverse_relations, load_dataset, load_npz
+from jgraph.data.datasets import builtin_path
+from jgraph.jobs import build_run
+from jgraph.jobs.experiment import DataConfig, Experiment, ModelConfig, TrainConfig
+from jgraph.jobs.run import run_mesh
+from jgraph.jobs.step import masked_cross_entropy
+from jgraph.jobs.windows import edge_window, full_graph_logits, labelled_rows
 from jgraph.mesh import REPLICATED, ROWS
 from jgraph.models import Aggregator, Neighbourhood
 from jgraph.partition import partition_graph
 from jgraph.sharded import DistGraph, ExchangeConfig
-from jgraph.train.experiment import DataConfig, Experiment, ModelConfig, TrainConfig
-from jgraph.train.run import build_run, run_mesh
-from jgraph.train.step import masked_cross_entropy
-from jgraph.train.windows import edge_window, full_graph_logits, labelled_rows
 
 pytestmark = pytest.mark.slow
 
@@ -174,7 +183,10 @@ def cora_dirs(tmp_path_factory):
     return {parts: str(root / f"p{parts}") for parts in (8, 1)}
 
 
+@functools.cache
 def cora_run(path, parts, model):
+    """The run of `model` on the partition at `path` (one per test session: the tests
+    share its compiled programs)."""
     config = Experiment(
         name=f"full-{model}", data=DataConfig(path=path, num_parts=parts),
         model=ModelConfig(hidden=16, num_layers=2, dropout=0.5, **MODELS[model]),
@@ -250,6 +262,81 @@ def test_gradients_with_dropout_are_the_losss_directional_derivatives(cora_dirs,
             return sharded_loss_and_gradients(run, moved, {}, seed=3)[0]
         numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps)
         assert abs(numeric - along) <= 2e-2 * norm, (numeric, along, norm)
+
+
+# -- cora: a float64 reference that shares no code with jgraph ----------------------------
+
+REFERENCE = Path(__file__).with_name("reference_float64.py")
+
+
+def float64_reference(tmp_path, run, kind):
+    """{"": (loss, {name: gradient}) of `reference_float64.py` in float64, "32": the
+    same in float32}, on cora's raw edge list, features and training nodes (the file
+    jgraph's partition was made from, in its original numbering: the summed loss and
+    the parameters' gradients do not depend on how nodes are numbered) with `run`'s
+    parameters. The reference runs in a process of its own: x64 is process-wide."""
+    params = {parameter_name(path): np.asarray(leaf)
+              for path, leaf in jax.tree_util.tree_leaves_with_path(run.params)}
+    np.savez(tmp_path / "params.npz", **params)
+    env = {**os.environ, "JAX_ENABLE_X64": "1"}
+    done = subprocess.run(
+        [sys.executable, str(REFERENCE), kind, builtin_path("cora"),
+         str(tmp_path / "params.npz"), str(tmp_path / "reference.npz"),
+         "--slope", str(run.config.model.negative_slope)],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = np.load(tmp_path / "reference.npz")
+    return {bits: (float(out[f"loss{bits}"]), {k: out[f"grad{bits}:{k}"] for k in params})
+            for bits in ("", "32")}
+
+
+def parameter_name(path) -> str:
+    """`convs.0.fc_self.kernel` of a leaf of the model's parameters (the GNN's: a graph
+    of one node type has no input projection)."""
+    keys = [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
+    assert keys[0] == "gnn", keys
+    return ".".join(keys[1:])
+
+
+def relative_error(got, want) -> float:
+    """The largest difference, relative to the reference's largest entry."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-300)
+
+
+@pytest.mark.parametrize("model", ["sage_mean", "gat"])
+def test_full_batch_loss_and_gradients_on_8_devices_equal_a_float64_reference(
+        cora_dirs, model, tmp_path):
+    """jgraph's full-batch loss and every parameter's gradient, on 8 devices, against
+    segment sums (GraphSAGE's mean) and a segment softmax (GAT's attention, 2 heads)
+    over cora's 10,556 raw edges in float64.
+
+    Tolerance: TOLERANCE (1e-5) of each leaf's largest entry, the figure every other
+    test here holds float32 to. It suits float32: a float32 operation rounds by up to
+    2^-24 (6e-8); the longest sums here are the first layer's 1433-term dot products
+    and a hub's 168 in-edges, whose rounding grows as the square root of their length
+    (40 x 6e-8 = 2.4e-6, a quarter of the tolerance). The reference's own float32
+    arithmetic is held to the same bound, so the bound is float32's, not jgraph's."""
+    run = cora_run(cora_dirs[8], 8, model)
+    assert run.job.mesh.size == 8
+    total, count, grads, _ = sharded_loss_and_gradients(run, run.params, {})
+    reference = float64_reference(tmp_path, run, "sage" if model.startswith("sage") else "gat")
+    loss64, grads64 = reference[""]
+    loss32, grads32 = reference["32"]
+    assert count == 140                                   # cora's training nodes
+    got = {parameter_name(path): g for path, g in jax.tree_util.tree_leaves_with_path(grads)}
+    assert got.keys() == grads64.keys()
+    # float32 arithmetic itself, in the reference's order, is within the tolerance ...
+    assert abs(loss32 - loss64) <= TOLERANCE * abs(loss64)
+    for name, want in grads64.items():
+        assert relative_error(grads32[name], want) <= TOLERANCE, name
+    # ... and so is jgraph's, in its order: windows of in-edges, 8 devices, the rows of
+    # other devices fetched through the exchange.
+    assert abs(total - loss64) <= TOLERANCE * abs(loss64), (total, loss64)
+    for name, want in grads64.items():
+        assert float(np.max(np.abs(want))) > 0, name     # every leaf is checked on values
+        err = relative_error(got[name], want)
+        assert err <= TOLERANCE, f"{name}: relative error {err:.2e}"
 
 
 # -- AIFB: R-GCN with learnable embeddings, 4 devices ------------------------------------

@@ -1,4 +1,4 @@
-"""Layer-wise full-graph inference (`jgraph.train.inference`) on simulated devices equals
+"""Layer-wise full-graph inference (`jgraph.jobs.inference`) on simulated devices equals
 the same model applied on one device to the whole graph, every node reading all of its
 in-neighbours (a dense reference built here from the partitions' CSC, with masks):
 
@@ -20,19 +20,20 @@ from flax import nnx
 
 from jgraph.bench.exchange import global_csc
 from jgraph.data import add_reverse_relations, load_dataset, load_npz
-from jgraph.models import Aggregator, Decomposition, Neighbourhood, OneHotRelGraphConv
-from jgraph.partition import partition_graph
-from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig
-from jgraph.train.evaluate import SampledEvaluator, evaluate_splits
-from jgraph.train.experiment import (
+from jgraph.jobs import build_run
+from jgraph.jobs.evaluate import SampledEvaluator, evaluate_splits
+from jgraph.jobs.experiment import (
     DataConfig,
     Experiment,
     Inference,
     ModelConfig,
     TrainConfig,
 )
-from jgraph.train.inference import edge_window, full_graph_logits
-from jgraph.train.run import build_run, run_mesh
+from jgraph.jobs.inference import edge_window, full_graph_logits
+from jgraph.jobs.run import run_mesh
+from jgraph.models import Aggregator, Decomposition, Neighbourhood, OneHotRelGraphConv
+from jgraph.partition import partition_graph
+from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig
 
 pytestmark = pytest.mark.slow     # full-graph programs of several models
 

@@ -24,13 +24,9 @@ from flax import nnx
 
 from jgraph.config import load
 from jgraph.data import load_dataset, split_edges
-from jgraph.models import Neighbourhood
-from jgraph.models.link import Decoder, LinkPredictor
-from jgraph.partition import partition_graph
-from jgraph.progress import Progress
-from jgraph.sharded import REPLICATED, ROWS, DistGraph, make_mesh
-from jgraph.train.experiment import Experiment, Inference, LinkLoss
-from jgraph.train.link import (
+from jgraph.jobs import build_run
+from jgraph.jobs.experiment import Experiment, Inference, LinkLoss
+from jgraph.jobs.link import (
     MATMUL_NODES_PER_NEGATIVE,
     LinkEvaluator,
     link_loss,
@@ -38,8 +34,13 @@ from jgraph.train.link import (
     rank_metrics,
     score_edges,
 )
+from jgraph.jobs.run import open_graph
+from jgraph.models import Neighbourhood
+from jgraph.models.link import Decoder, LinkPredictor
+from jgraph.partition import partition_graph
+from jgraph.progress import Progress
+from jgraph.sharded import REPLICATED, ROWS, DistGraph, make_mesh
 from jgraph.train.loop import RunStopped, train_and_evaluate
-from jgraph.train.run import build_run, open_graph
 
 DEVICES = 8
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,8 +72,9 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_batches(run8):
 
     def per_device(params, data, order):
         batch = job.fetch_edges(data, {}, job.loader.batch(order, 1), jnp.int32(2), True)
-        (loss, (weight, _, _)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
+        (loss, outcome), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
             params, {}, batch)
+        weight = outcome.weight
         total = jax.lax.psum(weight, "parts").astype(jnp.float32)
         grads = jax.tree.map(lambda g: g / total, grads)
         e = batch.ends

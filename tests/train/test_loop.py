@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from jgraph.config import ConfigError, load, to_dict
+from jgraph.jobs.experiment import Experiment, Inference
 from jgraph.progress import Progress
-from jgraph.train.evaluate import evaluate_run
-from jgraph.train.experiment import Experiment, Inference
 from jgraph.train.loop import train_and_evaluate
+from jgraph.train.model import evaluate_run
 
 pytestmark = pytest.mark.slow     # a whole training run
 

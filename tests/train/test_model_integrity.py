@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jgraph.mesh import REPLICATED, ROWS
 from jgraph.sharded import make_mesh
 from jgraph.train.checkpoint import CheckpointError, ModelError
-from jgraph.train.evaluate import CHECKSUMS_FILE, MODEL_DIR, MODEL_FORMAT, load_model, save_model
+from jgraph.train.model import CHECKSUMS_FILE, MODEL_DIR, MODEL_FORMAT, load_model, save_model
 
 
 def model_on(mesh, seed):

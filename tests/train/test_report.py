@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from jgraph.train.report import JsonLog, plot_curves, read_json_lines, scores, write_json
+from jgraph.jobs.metrics import scores
+from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -23,7 +24,7 @@ def counts_of(y, p, classes):
 def test_class_counts_in_the_step_equal_numpy_and_stay_linear_in_classes(classes):
     import jax.numpy as jnp
 
-    from jgraph.train.step import class_counts
+    from jgraph.jobs.step import class_counts
     rng = np.random.default_rng(classes)
     y = rng.integers(0, min(classes, 5), size=64)
     y[:2] = classes - 1                       # one huge label: C classes, 3 x C counts

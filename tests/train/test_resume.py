@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from jgraph.config import load
+from jgraph.jobs.experiment import Experiment
 from jgraph.progress import Progress
 from jgraph.train.checkpoint import CheckpointError
-from jgraph.train.experiment import Experiment
 from jgraph.train.loop import Resume, RunStopped, train_and_evaluate
 
 pytestmark = pytest.mark.slow     # several whole training runs
@@ -86,7 +86,7 @@ KILLED_CHILD = textwrap.dedent("""
     use_devices(2)
     from jgraph.config import load
     from jgraph.progress import Progress
-    from jgraph.train.experiment import Experiment
+    from jgraph.jobs.experiment import Experiment
     from jgraph.train.loop import train_and_evaluate
 
     experiment, workdir, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -9,8 +9,8 @@ import pytest
 
 from jgraph.config import load
 from jgraph.data import SparseRows, load_dataset, save_npz
+from jgraph.jobs.experiment import Experiment
 from jgraph.progress import Progress
-from jgraph.train.experiment import Experiment
 from jgraph.train.loop import train_and_evaluate
 
 pytestmark = pytest.mark.slow     # two whole training runs

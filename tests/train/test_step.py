@@ -42,8 +42,9 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
     def per_device(params, data, order):
         seeds, mask = job.loader.batch(order, 1)
         batch = job.fetch(data, {}, seeds, mask, jnp.int32(4))
-        (loss, (_, count, _)), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
+        (loss, outcome), grads = jax.value_and_grad(job.batch_loss, has_aux=True)(
             params, {}, batch)
+        count = outcome.count
         total = jax.lax.psum(count, "parts").astype(jnp.float32)
         grads = jax.tree.map(lambda g: g / total, grads)     # autodiff summed them
         return (jax.lax.psum(loss, "parts") / total, grads,

@@ -1,0 +1,102 @@
+"""A run's compiled programs as things to build: which one (`Program`), what it is
+built from (`Programs`: a job, its graph, its parameters, its evaluation), and each
+ready to lower for a mesh (`Lowering`), the job's own or one of other hardware
+described by `jgraph.target` (`jgraph compile`)."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+
+from jgraph.jobs.step import NodeClassification
+from jgraph.mesh import REPLICATED, ROWS
+from jgraph.sharded.graph import ShardedGraph
+from jgraph.target import abstract_like
+
+
+class Program(str, enum.Enum):
+    """Which of a run's programs `jgraph compile` builds (`--program`); each for the
+    config's task, node classification or link prediction."""
+
+    TRAIN = "train"             # one training step
+    EVAL = "eval"               # one batch of sampled evaluation: train.eval_batch_size
+                                # seeds of a split, train.eval_fanouts (link prediction:
+                                # the embeddings of a batch of nodes, which ranking reads)
+    FULL_GRAPH = "full_graph"   # layer-wise full-graph inference (train.inference full):
+                                # every owned node, in windows of in-edges
+
+    @property
+    def title(self) -> str:
+        return {Program.TRAIN: "training step", Program.EVAL: "sampled evaluation step",
+                Program.FULL_GRAPH: "full-graph inference"}[self]
+
+
+class Lowering(NamedTuple):
+    """A program ready to compile: fn (jitted), args (its arguments as shape structs
+    placed on the target mesh), calls (how many an epoch makes: training or
+    evaluation batches; 1 for full-graph inference, which covers the whole graph)."""
+
+    fn: Any
+    args: tuple
+    calls: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Programs:
+    """What a run's programs are built from: a partitioned graph (`JobKind.programs`)
+    or a graph's counts (`JobKind.build_abstract`).
+
+    job: the training job (`NodeClassification` or `LinkPrediction`); graph: its
+    `ShardedGraph` (arrays or shape structs); params: the model's parameters (arrays or
+    shape structs); evaluation: the job of sampled evaluation (`job.evaluating`: a
+    split's nodes, or every node for link prediction's embeddings); masks: {split:
+    bool row-sharded [P * rows]} of the labelled nodes full-graph inference scores
+    (None for link prediction, whose full-graph program embeds every node)."""
+
+    job: NodeClassification
+    graph: ShardedGraph
+    params: Any
+    evaluation: NodeClassification
+    masks: dict | None
+
+    def lowering(self, program: Program, mesh) -> Lowering:
+        """`program` built for `mesh` (the job's, or one of other hardware described by
+        `jgraph.target`)."""
+        job, graph = self.job, self.graph
+        state = jax.eval_shape(job.init, self.params)
+        data = abstract_like(job.data(graph), job.data_specs(graph), mesh)
+        if program is Program.TRAIN:
+            votes = struct_on(mesh, ROWS, (mesh.size,), jnp.int32)     # `stop_votes`
+            args = (abstract_like(state, job.state_specs(), mesh), data,
+                    _order(job.loader, mesh), _index(mesh), votes)
+            return Lowering(job.compile_train(graph, mesh=mesh), args,
+                            job.loader.steps_per_epoch)
+        # Evaluation reads the parameters and embedding tables, never the optimizer.
+        model = (abstract_like(state.params, REPLICATED, mesh),
+                 abstract_like(state.embeddings, job.inputs.embedding_specs(), mesh), data)
+        if program is Program.EVAL:
+            loader = self.evaluation.loader
+            return Lowering(self.evaluation.compile_eval(graph, mesh=mesh),
+                            (*model, _order(loader, mesh), _index(mesh)),
+                            loader.steps_per_epoch)
+        # Node classification's scores the masks' splits; link prediction's embeds.
+        masks = () if self.masks is None else (abstract_like(self.masks, ROWS, mesh),)
+        return Lowering(job.full_graph_program(graph, self.masks, mesh), (*model, *masks), 1)
+
+
+def struct_on(mesh, spec, shape, dtype) -> jax.ShapeDtypeStruct:
+    """An array's shape and dtype, placed on `mesh` by `spec`."""
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
+
+
+def _index(mesh):
+    return struct_on(mesh, REPLICATED, (), jnp.int32)
+
+
+def _order(loader, mesh):
+    """The shapes of an epoch's order of `loader` (`NodeLoader` or `EdgeLoader`)."""
+    return abstract_like(jax.eval_shape(loader.epoch_order, 0), ROWS, mesh)
