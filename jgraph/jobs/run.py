@@ -1,5 +1,7 @@
-"""What a run is built from: the mesh, the graph on it, the model, the optimizers and
-the compiled step's job (`build_run`). Shared by training, evaluation and benchmarks."""
+"""What a run is built from: the mesh, the graph on it, the model, the optimizers, the
+parts every kind of job shares (`node_parts`, `seed_loader`, `with_caches`) and the
+calibration of its capacities. Each kind builds its `Run` from these
+(`jgraph.jobs.table.build_run`). Shared by training, evaluation and benchmarks."""
 from __future__ import annotations
 
 import dataclasses

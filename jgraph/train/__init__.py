@@ -1,6 +1,7 @@
-"""Training: the fused SPMD step (sample, fetch, forward, backward, update), the loop,
-and the Python entry points. The package itself can be called: `jgraph.train(config,
-workdir)` is `jgraph.train.api.train`."""
+"""Training: the loop and its state (checkpoints, resuming, the workdir, reports, the
+saved model) and the Python entry points; the steps it runs are the jobs'
+(`jgraph.jobs`), re-exported here. The package itself can be called:
+`jgraph.train(config, workdir)` is `jgraph.train.api.train`."""
 import sys
 import types
 
