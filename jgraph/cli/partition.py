@@ -29,6 +29,7 @@ from jgraph.partition import Method, PartitionError, PartitionMeta, open_partiti
 from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked, peak_rss_bytes
+from jgraph.partition.files import limit_arenas
 from jgraph.partition.group import Group
 from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
 from jgraph.progress import Progress
@@ -268,6 +269,7 @@ def run_chunked(args, start: float, progress: Progress) -> int:
     options = ChunkedOptions(args.num_parts, seed=args.seed, tolerance=args.balance_tolerance,
                              range_entries=args.range_entries,
                              coarse_entries=args.coarse_entries)
+    limit_arenas()                      # before any thread of the job starts
     start_distributed()                 # one of several processes: join them
     group = Group.from_jax()
     try:
