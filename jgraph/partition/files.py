@@ -24,10 +24,11 @@ def peak_rss_bytes() -> int:
 
 def release_memory() -> None:
     """Hand the allocator's free pages back to the system (glibc's `malloc_trim`), so
-    that what a phase freed stops counting in the process's resident memory: freed
-    blocks below glibc's (rising) mmap threshold stay in the heap otherwise, and on the
-    2^23-node R-MAT in 4 processes the first one kept some 0.45 GiB from METIS through
-    every later phase. A no-op where there is no glibc."""
+    that what a phase freed stops counting in the process's resident memory (freed
+    blocks below glibc's rising mmap threshold stay in the heap otherwise). It cannot
+    return pages of fragmented arenas: what the first of 4 processes held through every
+    phase after the assignment went only with `limit_arenas`. A no-op where there is
+    no glibc."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
