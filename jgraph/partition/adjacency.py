@@ -41,6 +41,10 @@ class Rows(NamedTuple):
         """int32[e]: each entry's row, 0-based within the range."""
         return np.repeat(np.arange(self.num_rows, dtype=np.int32), np.diff(self.indptr))
 
+    def node_rows(self) -> np.ndarray:
+        """int64[e]: each entry's row as a node id (`start` + its local row)."""
+        return self.start + self.local_rows().astype(np.int64)
+
     def entry_weights(self) -> np.ndarray:
         return (np.ones(self.indices.size, np.int64) if self.weights is None
                 else self.weights)

@@ -29,9 +29,9 @@ def release_memory() -> None:
     return pages of fragmented arenas: what the first of 4 processes held through every
     phase after the assignment went only with `limit_arenas`. A no-op where there is
     no glibc."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 M_ARENA_MAX = -8       # mallopt's parameter number (glibc's malloc.h)
@@ -59,11 +59,6 @@ def _libc():
         return libc
     except (OSError, AttributeError):
         return None
-
-
-def _malloc_trim():
-    libc = _libc()
-    return None if libc is None else libc.malloc_trim
 
 
 def rss_bytes() -> int:

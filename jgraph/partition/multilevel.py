@@ -346,7 +346,7 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
             if compiled.enabled():
                 yield compiled.between_rows(rows, label, lo, full_label, keep, seed)
                 continue
-            u = rows.start + rows.local_rows().astype(np.int64)
+            u = rows.node_rows()
             a, b = label[u - lo], full_label[rows.indices]
             between = np.flatnonzero(a != b)
             w = rows.entry_weights()[between]
@@ -386,8 +386,8 @@ def _entries_between(adjacency, label: np.ndarray, full_label: np.ndarray,
     counted = np.zeros(2, np.int64)                       # (between, visited)
     for i, rows in enumerate(_pieces(adjacency)):
         if i % stride == 0:
-            counted += (int((label[rows.start - lo + rows.local_rows().astype(np.int64)]
-                             != full_label[rows.indices]).sum()), rows.indices.size)
+            counted += (int((label[rows.node_rows() - lo] != full_label[rows.indices]).sum()),
+                        rows.indices.size)
     between, visited = group.sum(counted, "between")
     return int(round(between / max(visited, 1) * total))      # exact when every piece is
 
@@ -420,7 +420,7 @@ def _sampled(adjacency, max_entries: int, seed: int) -> scipy.sparse.csr_matrix:
         pieces = []
         n = adjacency.num_nodes
         for rows in _pieces(adjacency):
-            u = rows.start + rows.local_rows().astype(np.int64)
+            u = rows.node_rows()
             v = rows.indices.astype(np.int64)
             w = rows.entry_weights().astype(np.float64)
             p = np.minimum(1.0, w * lo)
@@ -728,8 +728,7 @@ def cut_weight(adjacency, parts: np.ndarray) -> float:
     edge of a symmetric adjacency counted from both ends), a piece at a time."""
     lo, total = adjacency.start, 0.0
     for rows in _pieces(adjacency):
-        u = parts[rows.start - lo + rows.local_rows().astype(np.int64)]
-        apart = u != parts[rows.indices]
+        apart = parts[rows.node_rows() - lo] != parts[rows.indices]
         total += float(rows.entry_weights()[apart].sum())
     return total
 
