@@ -107,8 +107,8 @@ def check_fanouts(name: str, fanouts) -> None:
                           f"whose width is the graph's largest in-degree; give fixed fanouts")
 
 
-def abstract_loader(mesh, counts: np.ndarray, batch_size: int, drop_last: bool, seed: int
-            ) -> NodeLoader:
+def abstract_loader(mesh, counts: np.ndarray, batch_size: int, drop_last: bool,
+                    seed: int) -> NodeLoader:
     """A `NodeLoader` of `counts[k]` seeds on device k, the seeds shape structs."""
     per_device = max(-(-int(counts.max()) // batch_size), 1) * batch_size
     return NodeLoader(struct_on(mesh, ROWS, (counts.size * per_device,), jnp.int32), counts,
@@ -175,7 +175,7 @@ def abstract_parts(config: Experiment, counts: Counts, mesh, platform: str,
     layout = inputs.layouts["_N"]
     train = counts.split(counts.train)
     seeds = abstract_loader(mesh, train, max(int(train.max()), 1) if full else t.batch_size,
-                    t.drop_last and not full, t.seed)
+                            t.drop_last and not full, t.seed)
     common = dict(tx=dense_optimizer(config), sampler=NeighborSampler(t.fanouts),
                   exchange=Exchange(layout.offsets, config.exchange, platform=platform,
                                     planned=True),

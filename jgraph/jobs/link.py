@@ -45,9 +45,7 @@ from jgraph.jobs.run import (
 )
 from jgraph.jobs.step import NodeClassification, Outcome, StepData
 from jgraph.mesh import REPLICATED, ROWS, replicated
-from jgraph.models import InputEncoder, ModelSpec
 from jgraph.models.link import LinkPredictor
-from jgraph.models.registry import build as build_model_named
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.edges import (
@@ -398,6 +396,16 @@ def full_graph_embeddings(run, params, embeddings) -> np.ndarray:
     return np.concatenate([h[k, :sizes[k]] for k in range(dg.num_parts)]).astype(np.float32)
 
 
+def link_model(config: Experiment, inputs: NodeInputs, num_relations: int) -> LinkPredictor:
+    """The link predictor of `config.model` and `config.link`: a node classifier of
+    model.hidden classes has its encoder and GNN (both embed nodes model.hidden wide),
+    then the decoder, all drawn from one stream of train.seed."""
+    m, rngs = config.model, nnx.Rngs(config.train.seed)
+    classifier = build_model(config, inputs, m.hidden, num_relations, rngs)
+    return LinkPredictor(classifier.encoder, classifier.gnn, config.link.decoder, m.hidden,
+                         num_relations, rngs=rngs)
+
+
 class LinkPredictions(JobKind):
     """Link prediction (`task: link`): a `LinkPrediction` job over the partition's
     training edges; the model embeds nodes at model.hidden and scores edges, ranked
@@ -423,17 +431,7 @@ class LinkPredictions(JobKind):
         inputs = NodeInputs.of(dg, feature=config.data.feature, embedding_dim=width,
                                optimizer=sparse_optimizer(config), learnable=m.learnable_inputs)
         check_one_hot(config, inputs)
-        rngs = nnx.Rngs(t.seed)
-        encoder = InputEncoder(inputs.widths(), tuple(inputs.features), width, rngs=rngs)
-        spec = ModelSpec(encoder.width, m.hidden, m.hidden, m.num_layers, num_relations,
-                         dropout=m.dropout, input_dropout=m.input_dropout, norm=m.norm,
-                         options=m)
-        try:
-            gnn = build_model_named(m.kind, spec, rngs)
-        except KeyError as err:
-            raise ConfigError(err.args[0]) from None
-        model = LinkPredictor(encoder, gnn, link.decoder, m.hidden, num_relations, rngs=rngs)
-        graphdef, params = nnx.split(model, nnx.Param)
+        graphdef, params = nnx.split(link_model(config, inputs, num_relations), nnx.Param)
         try:
             loader = EdgeLoader.from_split(dg, "train", batch_size=t.batch_size,
                                            drop_last=t.drop_last, seed=t.seed)
@@ -449,16 +447,11 @@ class LinkPredictions(JobKind):
     def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
         """The link predictor over positives dealt as the training seeds, nodes owned
         as the partitioning of the counts says; its evaluation embeds every node."""
-        t, link, hidden = config.train, config.link, config.model.hidden
+        t, link = config.train, config.link
         parts = abstract_parts(config, counts, mesh, platform)
         seeds, inputs = parts.seeds, parts.inputs
         layout = inputs.layouts["_N"]
-        # A node classifier of model.hidden classes has the link predictor's encoder and
-        # GNN: both embed nodes model.hidden wide.
-        classifier = build_model(config, inputs, hidden, 1)
-        model = LinkPredictor(classifier.encoder, classifier.gnn, link.decoder, hidden, 1,
-                              rngs=nnx.Rngs(t.seed))
-        graphdef, params = nnx.split(model, nnx.Param)
+        graphdef, params = nnx.split(link_model(config, inputs, 1), nnx.Param)
         column = lambda: struct_on(mesh, ROWS, seeds.seeds.shape, jnp.int32)
         # One node type: partition p's first id, and the nodes before each partition.
         starts = layout.offsets.astype(np.int32)

@@ -194,9 +194,12 @@ def sparse_optimizer(config: Experiment):
 
 
 def build_model(config: Experiment, inputs: NodeInputs, num_classes: int,
-                num_relations: int) -> NodeClassifier:
+                num_relations: int, rngs: nnx.Rngs | None = None) -> NodeClassifier:
+    """The input encoder and the GNN of `config.model`, `num_classes` wide at the output
+    (link prediction: model.hidden, the node embedding), drawn from `rngs` (a fresh
+    stream of train.seed by default; a caller that draws more from it passes its own)."""
     m = config.model
-    rngs = nnx.Rngs(config.train.seed)
+    rngs = rngs or nnx.Rngs(config.train.seed)
     encoder = InputEncoder(inputs.widths(), tuple(inputs.features),
                            input_width(config, num_classes, num_relations), rngs=rngs)
     spec = ModelSpec(encoder.width, m.hidden, num_classes, m.num_layers, num_relations,
