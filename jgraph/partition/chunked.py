@@ -93,7 +93,7 @@ IDENTITY_VERSION = 3
 # process; `coarse_limit` divides it among processes, down to the second.
 COARSE_ENTRIES, MIN_COARSE_ENTRIES = 1 << 25, 1 << 22
 # The same for the node ranges (`range_limit`): the adjacency and in-edges per range.
-RANGE_ENTRIES, MIN_RANGE_ENTRIES = 1 << 25, 1 << 23
+RANGE_ENTRIES, MIN_RANGE_ENTRIES = 1 << 25, 1 << 22
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,18 +133,28 @@ class ChunkedOptions:
                                      f"integer >= {least}, got {value!r}")
 
 
+def _share(processes: int) -> int:
+    """What a budget of one process is divided by for each of `processes` processes:
+    1 for one, 2N for N. Each of N processes also holds arrays of every node that do
+    not divide (a level's cluster of every node, every node's partition, the inverse
+    map's pages), so 1/N of the budgets would leave it above half of one process's
+    peak; 1/(2N) brings it under (docs/partitioning.md: 0.48 of one process at 4)."""
+    return 1 if processes <= 1 else 2 * processes
+
+
 def range_limit(processes: int = 1) -> int:
-    """The default `range_entries`: RANGE_ENTRIES for one process, 1/N of it for N (at
-    least MIN_RANGE_ENTRIES): a process's ranges and blocks are its budget's share."""
-    return max(RANGE_ENTRIES // max(processes, 1), MIN_RANGE_ENTRIES)
+    """The default `range_entries`: RANGE_ENTRIES for one process, 1/(2N) of it for N
+    (`_share`; at least MIN_RANGE_ENTRIES): the ranges and blocks a phase holds."""
+    return max(RANGE_ENTRIES // _share(processes), MIN_RANGE_ENTRIES)
 
 
 def coarse_limit(processes: int = 1) -> int:
-    """The default `coarse_entries`: COARSE_ENTRIES for one process, 1/N of it for N
-    (at least MIN_COARSE_ENTRIES). METIS holds the coarsest graph whole on one process,
-    at about 100 bytes an entry (`jgraph.partition.plan`), the one part of the job
-    that does not divide; the rest of a process's memory falls as 1/N, and so does this."""
-    return max(COARSE_ENTRIES // max(processes, 1), MIN_COARSE_ENTRIES)
+    """The default `coarse_entries`: COARSE_ENTRIES for one process, 1/(2N) of it for
+    N (`_share`; at least MIN_COARSE_ENTRIES). Every process runs METIS on its share of
+    the samples of the coarsest graph (`multilevel.metis_trials`: at least three, one
+    per process), at about 40 bytes an entry (`jgraph.partition.plan`); with more
+    processes each sample is smaller and there are more of them."""
+    return max(COARSE_ENTRIES // _share(processes), MIN_COARSE_ENTRIES)
 
 
 def bounded_route(path, method) -> bool:

@@ -669,58 +669,77 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     return parts, MultilevelStats(level_nodes, coarse_seen, sparsified)
 
 
+def metis_trials(processes: int) -> int:
+    """How many samples of a coarsest graph too large for METIS are partitioned: at
+    least METIS_TRIALS, and one per process where there are more (the processes
+    partition their shares of the samples side by side, so more cost no time)."""
+    return -(-METIS_TRIALS // processes) * processes
+
+
 def _initial(current, current_weights: NodeWeights, num_parts: int, coarse_entries: int,
              tolerance: float, seed: int, workdir, log, group: Group
              ) -> tuple[np.ndarray, int, bool]:
-    """METIS on the coarsest graph (every process's rows of it, on the first process):
-    (every coarse node's partition, the entries METIS saw, whether they were a
-    sample)."""
+    """METIS on the coarsest graph: (every coarse node's partition, the entries METIS
+    saw, whether they were a sample). Every process reads the whole coarsest graph
+    (each process's rows of it, from the work directory). A graph of at most
+    `coarse_entries` entries is partitioned once, by the first process; a larger one is
+    sampled `metis_trials` times, each process partitioning its share of the samples,
+    and the partition whose cut of the whole coarsest graph is least is kept (the
+    first sample's on a tie), so no process holds more than one sample's METIS."""
     whole, columns = current, current_weights.columns
     if group.size > 1:
         np.save(os.path.join(workdir, f"weights.{group.rank}.npy"),
                 np.stack(columns, axis=1).astype(np.int64))
         roots = group.gather(np.array(current.root), "coarsest roots")
         firsts = group.gather(current.first, "coarsest firsts")
-        if group.leader:
-            whole = Chained([DiskAdjacency.open(str(root), int(first))
-                             for root, first in zip(roots, firsts)])
-            stacked = np.concatenate([np.load(os.path.join(workdir, f"weights.{r}.npy"))
-                                      for r in range(group.size)])
-            columns = tuple(stacked.T)
-    facts = np.zeros(2, np.int64)
-    if group.leader:
-        sampled = whole.num_entries > coarse_entries
-        dense = np.stack(columns, axis=1).astype(np.float64)
-        best = None
-        # A partition of a sample is as good as the sample lets it be: several samples
-        # (and METIS seeds), the one whose cut of the whole coarsest graph is least.
-        for trial in range(METIS_TRIALS if sampled else 1):
-            csr = _sampled(whole, coarse_entries, seed + trial)
-            facts[:] = csr.nnz, sampled
-            log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
-                + (f" (sample {trial + 1} of {METIS_TRIALS}, keeping every cut's expected "
-                   f"weight)" if sampled else ""))
-            parts = part_kway(csr, dense, num_parts, seed=seed + trial, imbalance=tolerance,
-                              spill_dir=workdir).astype(np.int32)
-            del csr
-            if sampled:
-                cut = cut_weight(whole, parts)
-                log(f"  METIS sample {trial + 1}: cut {cut:,.0f} of the coarsest graph")
-                if best is None or cut < best[0]:
-                    best = (cut, parts)
-        if best is not None:
-            parts = best[1]
-        del dense, best
-        release_memory()                 # what METIS and the samples held
-        if group.size > 1:
-            np.save(os.path.join(workdir, "coarsest-parts.npy"), parts)
-    facts = group.gather(facts, "initial partition")[0]
+        whole = Chained([DiskAdjacency.open(str(root), int(first))
+                         for root, first in zip(roots, firsts)])
+        stacked = np.concatenate([np.load(os.path.join(workdir, f"weights.{r}.npy"))
+                                  for r in range(group.size)])
+        columns = tuple(stacked.T)
+    sampled = whole.num_entries > coarse_entries
+    trials = metis_trials(group.size) if sampled else 1
+    dense = np.stack(columns, axis=1).astype(np.float64)
+    # (cut, trial, entries METIS saw, partition) of the best sample this process made.
+    best = (np.inf, trials, 0, None)
+    for trial in range(trials):
+        if not (group.mine(trial) if sampled else group.leader):
+            continue
+        csr = _sampled(whole, coarse_entries, seed + trial)
+        log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
+            + (f" (sample {trial + 1} of {trials}, keeping every cut's expected weight)"
+               if sampled else ""))
+        parts = part_kway(csr, dense, num_parts, seed=seed + trial, imbalance=tolerance,
+                          spill_dir=workdir).astype(np.int32)
+        entries = csr.nnz
+        del csr
+        cut = cut_weight(whole, parts) if sampled else 0.0
+        if sampled:
+            log(f"  METIS sample {trial + 1}: cut {cut:,.0f} of the coarsest graph")
+        if (cut, trial) < best[:2]:
+            best = (cut, trial, entries, parts)
+        parts = None
+    del dense
+    release_memory()                     # what METIS and the samples held
+    # Each process's best (cut, trial, entries); the least cut, then the first trial.
+    found = [tuple(f) for f in group.gather(np.array(best[:3], np.float64), "METIS cuts")]
+    cut, trial, entries = min(found)
+    winner = found.index((cut, trial, entries))
+    parts = best[3]
     if group.size > 1:
-        if not group.leader:
-            parts = np.load(os.path.join(workdir, "coarsest-parts.npy"))
+        path = os.path.join(workdir, "coarsest-parts.npy")
+        if group.rank == winner:
+            np.save(path, parts)
+        group.barrier("initial partition written")
+        if group.rank != winner:
+            parts = np.load(path)
         os.remove(os.path.join(workdir, f"weights.{group.rank}.npy"))
         group.barrier("initial partition read")
-    return parts, int(facts[0]), bool(facts[1])
+    if sampled:
+        others = "" if group.size == 1 else "; each process's best: " + ", ".join(
+            f"{c:,.0f}" for c, _, _ in found)
+        log(f"  kept sample {int(trial) + 1} of {trials} (cut {cut:,.0f}{others})")
+    return parts, int(entries), sampled
 
 
 def cut_weight(adjacency, parts: np.ndarray) -> float:

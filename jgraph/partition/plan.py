@@ -72,8 +72,8 @@ def plan_sizes(graph) -> GraphSizes:
 
 def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list[PhasePlan]:
     """The phases of `partition_chunked` on a graph of `sizes` run by `processes`
-    processes: each one's memory (the first's, which also runs METIS), and the disk of
-    the whole job (every process's files in one shared work directory)."""
+    processes: each one's memory (every process runs METIS on its share of the
+    samples of the coarsest graph), and the disk of the whole job (every process's files in one shared work directory)."""
     n, e, chunk = sizes.num_nodes, sizes.num_edges, min(sizes.edges_per_chunk, sizes.num_edges)
     chunk = min(chunk, EDGES_PER_BLOCK)                           # read a block at a time
     ids = 4 if n < 2**31 else 8
@@ -114,7 +114,7 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
         # partition and the first cycle's levels (12 more); then the largest of:
         # clustering's cluster sizes in nodes and edges (int32 [n, 2]) and its
         # numbering (a bool and an int32 a node) with a piece; a contraction's two
-        # ranges; METIS on the coarse graph (the first process).
+        # ranges; METIS on the coarse graph (or a sample of it: every process).
         PhasePlan("assignment",
                   base + shared + weights + 4 * own + 8 * own + 12 * own
                   + max(8 * own + 5 * own + piece, CONTRACT_ENTRY_BYTES * r,

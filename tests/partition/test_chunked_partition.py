@@ -7,6 +7,7 @@ left at the output path."""
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -452,3 +453,89 @@ def test_a_sampled_coarsest_graph_keeps_the_metis_trial_with_the_least_cut(share
     assert len(set(cuts)) > 1                 # the samples differ
     np.testing.assert_array_equal(parts, tried[int(np.argmin(cuts))])
     assert sum("METIS sample" in line for line in lines) == multilevel.METIS_TRIALS
+
+
+class ThreadClient:
+    """jax.distributed's coordination client for processes played by threads: a
+    key-value store and named barriers."""
+
+    def __init__(self, size: int):
+        self.size, self.store, self.barriers = size, {}, {}
+        self.changed = threading.Condition()
+
+    def key_value_set_bytes(self, key, value):
+        with self.changed:
+            self.store[key] = value
+            self.changed.notify_all()
+
+    def blocking_key_value_get_bytes(self, key, timeout_ms):
+        with self.changed:
+            assert self.changed.wait_for(lambda: key in self.store, timeout=120), key
+            return self.store[key]
+
+    def key_value_delete(self, key):
+        with self.changed:
+            self.store.pop(key, None)
+
+    def wait_at_barrier(self, key, timeout_ms):
+        with self.changed:
+            barrier = self.barriers.setdefault(key, threading.Barrier(self.size))
+        barrier.wait(timeout=120)
+
+
+def test_processes_partition_their_share_of_the_metis_samples(shared_data, tmp_path,
+                                                              monkeypatch):
+    """Under N processes every process partitions its share of `metis_trials(N)`
+    samples (each sample once), and every process keeps the one partition whose cut of
+    the whole coarsest graph is least."""
+    from jgraph.partition import multilevel
+    from jgraph.partition.adjacency import build_disk_adjacency
+    from jgraph.partition.assignment import undirected_adjacency
+    from jgraph.partition.group import Group
+    graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+    constraints = constraints_for(graph)
+    adjacency = undirected_adjacency(graph).tocsr()
+    n, size = adjacency.shape[0], 2
+    bounds = [0, n // 3, n]                 # unequal shares of the rows
+    coo = adjacency.tocoo()
+    tried, metis = {}, threading.Lock()
+    real = multilevel.part_kway
+
+    def recorded(csr, *args, seed, **kwargs):
+        with metis:                         # METIS runs in a folder of its own (chdir)
+            parts = real(csr, *args, seed=seed, **kwargs)
+        tried[seed] = (threading.current_thread().name, parts.astype(np.int32))
+        return parts
+    monkeypatch.setattr(multilevel, "part_kway", recorded)
+    client, results = ThreadClient(size), {}
+
+    def process(rank: int):
+        lo, hi = bounds[rank], bounds[rank + 1]
+        mine = (coo.row >= lo) & (coo.row < hi)
+        rows = build_disk_adjacency(str(tmp_path / f"p{rank}"), n, np.array([lo, hi]),
+                                    [(coo.row[mine], coo.col[mine], None)], merge=True)
+        w = constraints.weights[lo:hi]
+        weights = multilevel.NodeWeights(constraints.names,
+                                         tuple(w[:, c] for c in range(w.shape[1])))
+        group = Group(rank, size, client)
+        results[rank] = multilevel._initial(rows, weights, 8, adjacency.nnz // 3, 0.05,
+                                            seed=0, workdir=str(tmp_path), log=print,
+                                            group=group)
+
+    threads = [threading.Thread(target=process, args=(r,), name=f"rank {r}")
+               for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    trials = multilevel.metis_trials(size)
+    assert trials >= multilevel.METIS_TRIALS and trials % size == 0
+    assert sorted(tried) == list(range(trials))       # each sample once
+    assert {name for name, _ in tried.values()} == {"rank 0", "rank 1"}
+    whole = CSRAdjacency(adjacency)
+    cuts = [multilevel.cut_weight(whole, tried[t][1]) for t in range(trials)]
+    assert len(set(cuts)) > 1
+    for rank in range(size):
+        parts, entries, sampled = results[rank]
+        assert sampled and 0 < entries < adjacency.nnz
+        np.testing.assert_array_equal(parts, tried[int(np.argmin(cuts))][1])
