@@ -73,7 +73,8 @@ def plan_sizes(graph) -> GraphSizes:
 def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list[PhasePlan]:
     """The phases of `partition_chunked` on a graph of `sizes` run by `processes`
     processes: each one's memory (every process runs METIS on its share of the
-    samples of the coarsest graph), and the disk of the whole job (every process's files in one shared work directory)."""
+    samples of the coarsest graph), and the disk of the whole job (every process's
+    files in one shared work directory)."""
     n, e, chunk = sizes.num_nodes, sizes.num_edges, min(sizes.edges_per_chunk, sizes.num_edges)
     chunk = min(chunk, EDGES_PER_BLOCK)                           # read a block at a time
     ids = 4 if n < 2**31 else 8
