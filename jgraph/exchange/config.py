@@ -43,7 +43,7 @@ class ExchangeConfig:
         pairs of similar expected load, in chunks of ids, so a pair is padded by less
         than a chunk per round instead of to the busiest pair; its capacity is the chunk
         (calibrated as the others), and its scatters move as all_to_all's, with
-        capacities calibrated apart from the chunks (`Exchange.scatter_key`).
+        capacities calibrated apart from the chunks (`Exchange.scatters_straight`).
       sizing: what a transfer's capacity (ids per device pair for all_to_all and
         ppermute, per device for all_gather, received per device for ragged_all_to_all)
         is sized for. CALIBRATED (default): what arrives, per request length, measured

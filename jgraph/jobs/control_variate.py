@@ -115,7 +115,7 @@ def input_block(dst: jax.Array) -> Block:
 
 def combine_stats(a: ExchangeStats, b: ExchangeStats) -> ExchangeStats:
     """Two exchanges' counters as one: amounts added, sizes the larger."""
-    most = ("capacity", "length", "needed", "rounds")
+    most = ("capacity", "length", "route", "needed", "rounds")
     return ExchangeStats(*(jnp.maximum(x, y) if name in most else x + y
                            for name, x, y in zip(ExchangeStats._fields, a, b)))
 

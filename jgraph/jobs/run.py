@@ -26,7 +26,7 @@ from jgraph.data import (
     symmetrize,
 )
 from jgraph.data.chunked import open_chunked
-from jgraph.exchange import ExchangeStats, Sizing
+from jgraph.exchange import ExchangeStats, Sizing, sizing
 from jgraph.jobs.experiment import (
     DataConfig,
     Experiment,
@@ -373,7 +373,8 @@ def calibrated_exchange(job: NodeClassification, graph, embeddings=None,
         embeddings = job.inputs.init_embeddings(job.mesh, jax.random.key(job.seed))
     with progress.phase("measuring the exchange"):
         exchange = exchange.fitted(measure_exchange(job, graph, embeddings))
-    progress.note(f"exchange capacities by request length: {exchange.capacities}")
+    progress.note(f"exchange capacities by route and request length: "
+                  f"{sizing.dump(exchange.capacities)}")
     return dataclasses.replace(job, exchange=exchange)
 
 
@@ -381,10 +382,11 @@ def measure_exchange(job: NodeClassification, graph, embeddings,
                      batches: int = CALIBRATION_BATCHES) -> list:
     """The statistics of every exchange of the job's first `batches` training batches
     of epoch 0 (`batch_of`, sampled and fetched as the step does, no model), on the
-    host: a list of the batches' stats pytrees. Where a scatter's capacity has a key
-    of its own (`Exchange.scatter_key`), learnable embeddings' gradients are routed
-    back too, as zeros; elsewhere the lookup of the same rows measured it."""
-    scatters = job.exchange.scatter_key(1) != 1
+    host: a list of the batches' stats pytrees. Where scatters move otherwise than
+    gathers (`Exchange.scatters_straight`: their capacities have keys of their own),
+    learnable embeddings' gradients are routed back too, as zeros; elsewhere the
+    lookup of the same rows measured it."""
+    scatters = job.exchange.scatters_straight
 
     def one(embeddings, data, order, index):
         batch = job.batch_of(data, embeddings, order, index, index)

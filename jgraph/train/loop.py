@@ -29,6 +29,7 @@ import numpy as np
 import yaml
 
 from jgraph.config import to_dict
+from jgraph.exchange import sizing
 from jgraph.jobs import build_run
 from jgraph.jobs.evaluate import evaluate_splits
 from jgraph.jobs.experiment import Experiment
@@ -309,14 +310,15 @@ class Loop:
                         f"{list(job.sampler.capacities)}")
         if job.exchange.capacities != s.job.exchange.capacities:
             said.append(f"the exchange needed more than its capacities; now "
-                        f"{job.exchange.capacities} by request length")
+                        f"{sizing.dump(job.exchange.capacities)} by route and request "
+                        f"length")
         self.progress.note(f"step {step}: " + "; ".join(said) + (
             "; running it again" if stats is not None else " from here on"))
         s.regrown.append({
             "step": step, "needed": [int(x) for x in (stats[0].needed if stats is not None
                                                       else ())],
             "capacities": list(job.sampler.capacities or ()),
-            "exchange_capacities": dict(job.exchange.capacities)})
+            "exchange_capacities": sizing.dump(job.exchange.capacities)})
         s.job, s.wider = job, None
         s.train, seconds = self.compile(s.job)
         s.compile_seconds += seconds
@@ -338,7 +340,7 @@ class Loop:
              "best": {"score": s.best.score, "epoch": s.best.epoch},
              "rng": {"seed": self.config.train.seed, "step": s.step},
              "capacities": list(s.job.sampler.capacities or ()),
-             "exchange_capacities": dict(s.job.exchange.capacities), **self.identity},
+             "exchange_capacities": sizing.dump(s.job.exchange.capacities), **self.identity},
             wait=wait)
 
     def due(self, step: int) -> bool:
@@ -450,7 +452,7 @@ class Loop:
             "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
             "compiles": self.traces["train_step"], "compiles_by_step": dict(self.traces),
             "capacities": list(s.job.sampler.capacities or ()),
-            "exchange_capacities": dict(s.job.exchange.capacities),
+            "exchange_capacities": sizing.dump(s.job.exchange.capacities),
             "capacity_growths": s.regrown,
             "compile_seconds": s.compile_seconds,
             "eval_compile_seconds": val_eval.compile_seconds if val_eval is not None else None,

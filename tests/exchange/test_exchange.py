@@ -17,9 +17,9 @@ import pytest
 from jax import lax
 
 import jgraph.exchange.ragged as ragged_module
-from jgraph.exchange.exchange import with_headroom
 from jgraph.exchange.relay import RELAY_GAIN, Relay
 from jgraph.exchange.scheduled import CHUNKS_PER_PAIR, build_schedule
+from jgraph.exchange.sizing import Key, Route, with_headroom
 from jgraph.sharded import (
     AXIS,
     REPLICATED,
@@ -34,6 +34,16 @@ SIZES = (5, 0, 12, 7, 70, 3, 9, 16)      # partition 1 empty; 4 can take a whole
 OFFSETS = np.concatenate([[0], np.cumsum(SIZES)]).astype(np.int64)
 P, N, RPP = len(SIZES), int(OFFSETS[-1]), max(SIZES)
 n = 32                                    # ids per device; ladder(32) has >= 3 rungs
+
+
+def own(length: int) -> Key:
+    return Key(Route.OWN, length)
+
+
+def straight(length: int) -> Key:
+    return Key(Route.STRAIGHT, length)
+
+
 DIM = 3
 ROW_BYTES = DIM * 4 + 4                   # an answer: float32[DIM] row + int32 (id * 2)
 TABLE = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
@@ -397,7 +407,7 @@ def test_a_batch_with_one_busy_pair_is_relayed_through_third_devices_in_one_roun
     _, counts = request_counts(ids, valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)])
     st = out["gstats"]
     assert int(st.rounds) == 1 and int(st.needed) <= RELAY_GAIN / 2 * counts.max()
-    assert 0 < int(st.relayed) <= counts[0, 4] and int(st.length) == n
+    assert 0 < int(st.relayed) <= counts[0, 4] and Key.of(st) == own(n)
     ids, valid, allowed, _ = skewed = make_case("skewed")
     _, counts = request_counts(ids, valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)])
     st = run(config, skewed)["gstats"]
@@ -405,33 +415,34 @@ def test_a_batch_with_one_busy_pair_is_relayed_through_third_devices_in_one_roun
 
 
 def test_calibration_keeps_the_relay_only_for_gathers_whose_batches_relayed():
-    """`fitted` records a gather length whose batches relayed nothing under minus the
-    length: that gather then moves straight (the plain all_to_all, its stats keyed
-    -n, no rows relayed), every answer numpy's. One batch that relayed keeps it
-    relayed under n."""
+    """`fitted` records a gather length whose batches relayed nothing under the straight
+    route: that gather then moves straight (the plain all_to_all, its stats keyed
+    straight, no rows relayed), every answer numpy's. One batch that relayed keeps it
+    relayed, under its own route."""
     config = CONFIGS["all_to_all-relay"]
     headroom = config.headroom
     pair, skewed = case_one_pair(np.random.default_rng(30)), make_case("skewed")
-    relayed, straight = run(config, pair)["gstats"], run(config, skewed)["gstats"]
+    relayed, direct = run(config, pair)["gstats"], run(config, skewed)["gstats"]
     ex = Exchange(OFFSETS, config)
-    assert ex.fitted([relayed]).capacities == {n: with_headroom(int(relayed.needed),
-                                                                 headroom)}
-    assert set(ex.fitted([straight, relayed]).capacities) == {n}
-    fitted = ex.fitted([straight])
-    assert fitted.capacities == {-n: with_headroom(int(straight.needed), headroom)}
+    assert ex.fitted([relayed]).capacities == {own(n): with_headroom(int(relayed.needed),
+                                                                      headroom)}
+    assert set(ex.fitted([direct, relayed]).capacities) == {own(n)}
+    fitted = ex.fitted([direct])
+    assert fitted.capacities == {straight(n): with_headroom(int(direct.needed), headroom)}
     out = run(config, skewed, capacities=fitted.capacities)
     check_gather(config, skewed, out)
     st = out["gstats"]
-    assert int(st.length) == -n and int(st.relayed) == 0
-    assert int(st.capacity) == min(fitted.capacities[-n], n)     # at most the top, n
-    # Measured again on a batch that relays, it relays (n is measured again).
-    assert fitted.fitted([relayed]).capacities[n] == ex.fitted([relayed]).capacities[n]
+    assert Key.of(st) == straight(n) and int(st.relayed) == 0
+    assert int(st.capacity) == min(fitted.capacities[straight(n)], n)     # at most the top, n
+    # Measured again on a batch that relays, it relays (its own route is measured again).
+    assert fitted.fitted([relayed]).capacities[own(n)] == \
+        ex.fitted([relayed]).capacities[own(n)]
 
 
 def test_a_gather_run_once_goes_straight_where_gathers_relay_keyed_as_scatters():
     """The sampler's draws (`once`) never relay: under the relaying config they move as
-    the plain all_to_all does, and their need is calibrated under minus the length (with
-    the scatters), apart from relayed gathers of the same length."""
+    the plain all_to_all does, and their need is calibrated under the straight route
+    (with the scatters), apart from relayed gathers of the same length."""
     config, case = CONFIGS["all_to_all-relay"], make_case("skewed")
     out = run(config, case, once=True)
     ids, valid, allowed, _ = case
@@ -440,10 +451,10 @@ def test_a_gather_run_once_goes_straight_where_gathers_relay_keyed_as_scatters()
                                                         TABLE[np.clip(ids, 0, N - 1)], 0))
     _, counts = request_counts(ids, ok)
     st = out["gstats"]
-    assert int(st.length) == -n and int(st.needed) == counts.max()
+    assert Key.of(st) == straight(n) and int(st.needed) == counts.max()
     assert int(st.capacity) == expected_capacity(CONFIGS["all_to_all"], counts)
     fitted = Exchange(OFFSETS, config).fitted(st)
-    assert fitted.capacities == {-n: with_headroom(counts.max(), config.headroom)}
+    assert fitted.capacities == {straight(n): with_headroom(counts.max(), config.headroom)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -681,7 +692,7 @@ def test_calibrated_capacities_below_the_need_answer_everything_in_rounds(strate
         assert int(gst.rounds) == (1 if chunked else max(-(-need // 8), 1))
     grown = Exchange(OFFSETS, config, capacities={n: 8}).grown(gst)
     if need > 8:
-        assert grown.capacities[n] >= need
+        assert grown.capacities[own(n)] >= need
         again = run(config, data, once, grown.capacities)
         # all_gather: every device receives every device's round, so a round holds at
         # most n / P ids from each, rounded up to 8 (its memory stays about n, whatever
@@ -690,7 +701,7 @@ def test_calibrated_capacities_below_the_need_answer_everything_in_rounds(strate
         assert int(again["gstats"].rounds) == -(-need // limit)
         np.testing.assert_array_equal(again["rows"], out["rows"])
     else:
-        assert grown.capacities == {n: 8}
+        assert grown.capacities == {own(n): 8}
 
 
 def test_calibrated_capacity_of_an_unmeasured_length_is_estimated_from_the_cut():
@@ -858,33 +869,33 @@ def test_scheduled_gather_in_chunks_of_2_and_its_scatter_add_equal_numpy(once, w
         out = run(SCHEDULED, data, once, {n: 2}, weights)
         check_gather(SCHEDULED, data, out, weights)
         assert int(out["gstats"].capacity) == 2
-        assert Exchange(OFFSETS, SCHEDULED, capacities={n: 2}).grown(out["gstats"]).capacities \
-            == {n: 2}
+        grown = Exchange(OFFSETS, SCHEDULED, capacities={own(n): 2}).grown(out["gstats"])
+        assert grown.capacities == {own(n): 2}
         check_scatter_add(SCHEDULED, data, out)
 
 
 def test_scheduled_scatter_add_is_calibrated_under_its_own_key_apart_from_the_chunks():
     """A scatter_add's capacity is a device pair's load, a gather's a chunk: the
-    scatter's is keyed by minus the length. Measured below its need it loses exactly
+    scatter's is keyed by the straight route. Measured below its need it loses exactly
     what does not fit (counted); `grown` raises that key only (the chunk stays 2),
     after which the sums equal numpy's at that capacity, not the bound."""
     data = make_case("all_remote")
     ids, valid, _, _ = data
     _, counts = request_counts(ids, valid & in_range(ids))
     need = int(counts.max())                    # 17 of n = 32: 24 with headroom
-    ex = Exchange(OFFSETS, SCHEDULED, capacities={n: 2, -n: 8})
-    assert ex.scatter_key(n) == -n and need > 8
+    ex = Exchange(OFFSETS, SCHEDULED, capacities={own(n): 2, straight(n): 8})
+    assert ex.scatters_straight and need > 8
     low = run(SCHEDULED, data, False, ex.capacities)
     st = low["sstats"]
-    assert int(st.length) == -n and int(st.capacity) == 8 and int(st.needed) == need
+    assert Key.of(st) == straight(n) and int(st.capacity) == 8 and int(st.needed) == need
     assert int(st.overflow) == expected_overflow("all_to_all", counts, 8) > 0
     grown = ex.grown([low["gstats"], st])
-    assert grown.capacities == {n: 2, -n: with_headroom(need, SCHEDULED.headroom)}
-    assert ex.fitted([st]).capacities[-n] == grown.capacities[-n]
+    assert grown.capacities == {own(n): 2, straight(n): with_headroom(need, SCHEDULED.headroom)}
+    assert ex.fitted([st]).capacities[straight(n)] == grown.capacities[straight(n)]
     again = run(SCHEDULED, data, False, grown.capacities)
     check_gather(SCHEDULED, data, again)
     assert int(again["sstats"].overflow) == 0
-    assert int(again["sstats"].capacity) == grown.capacities[-n] < n
+    assert int(again["sstats"].capacity) == grown.capacities[straight(n)] < n
     owned, mask, sums = again["owned"], again["mask"], again["sums"]
     expected = np.zeros((N, 2))
     ok = valid & in_range(ids)
@@ -954,7 +965,7 @@ def test_dist_graph_gives_the_scheduled_exchange_its_partitions_halo_counts(tmp_
         older.exchange(ExchangeConfig(strategy="scheduled")).pair_weights, expected)
     assert expected.sum() > 0 and np.all(np.diag(expected) == 0)
     np.testing.assert_array_equal(ex.schedule, build_schedule(P, expected))
-    assert ex.calibrated({n: 8})._scatters().schedule is ex.schedule
+    assert ex.calibrated({own(n): 8})._straight().schedule is ex.schedule
     assert dg.exchange(ExchangeConfig(strategy="all_to_all")).pair_weights is None
 
 

@@ -8,6 +8,7 @@ import pytest
 from scipy.optimize import linprog
 
 from jgraph.exchange.relay import RELAY_GAIN, hop_loads, routing
+from jgraph.exchange.sizing import Key, Route
 from jgraph.sharded import Exchange, ExchangeConfig
 
 # The [requester, owner] counts of distinct remote ids of one batch of `jgraph bench
@@ -142,9 +143,11 @@ def test_routing_moves_uniform_pairs_straight_to_their_owners():
 def test_scatters_are_calibrated_apart_from_relayed_gathers(devices, relay, apart):
     """A scatter goes straight (its capacity the busiest pair's), a relayed gather of
     the same length through the hops (the busiest hop pair's): where gathers relay (3
-    to 16 devices), a scatter's capacity has a key of its own, minus its length."""
+    to 16 devices), a scatter's capacity has a key of its own, on the straight route,
+    which the plain all_to_all the scatters move through looks up."""
     offsets = np.arange(devices + 1) * 10
     ex = Exchange(offsets, ExchangeConfig(strategy="all_to_all", relay=relay))
-    assert ex.relays == apart
-    assert ex.scatter_key(64) == (-64 if apart else 64)
-    assert ex.calibrated({64: 24, -64: 40})._scatters().capacities == {64: 40}
+    assert ex.relays == ex.scatters_straight == apart
+    own, straight = Key(Route.OWN, 64), Key(Route.STRAIGHT, 64)
+    both = ex.calibrated({own: 24, straight: 40})
+    assert both._straight().key(64) == straight and both.key(64) == own

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from jgraph.config import load
+from jgraph.exchange.sizing import Key, Route
 from jgraph.jobs.experiment import Experiment
 from jgraph.progress import Progress
 from jgraph.train import loop
@@ -108,12 +109,12 @@ def test_exchange_capacities_calibrated_low_give_the_losses_of_worst_case_ones(
     growths = result["capacity_growths"]
     assert growths, "capacities of 8 ids sufficed: the test measures nothing"
     assert result["compiles"] == 1 + len(growths)
-    capacities = {int(k): v for k, v in result["exchange_capacities"].items()}
-    assert capacities == {int(k): v for k, v in growths[-1]["exchange_capacities"].items()}
+    assert result["exchange_capacities"] == growths[-1]["exchange_capacities"]
+    capacities = {Key.parse(k): v for k, v in result["exchange_capacities"].items()}
     assert max(capacities.values()) > 8
     if strategy == "scheduled":
-        assert all(v == 8 for k, v in capacities.items() if k > 0)
-        assert any(v > 8 for k, v in capacities.items() if k < 0)
+        assert all(v == 8 for k, v in capacities.items() if k.route is Route.OWN)
+        assert any(v > 8 for k, v in capacities.items() if k.route is Route.STRAIGHT)
     got, want = steps(got_dir), steps(ref_dir)
     assert [r["step"] for r in got] == [r["step"] for r in want]
     for a, b in zip(got, want):
