@@ -56,8 +56,8 @@ from jgraph.exchange.rows import (
     take,
 )
 from jgraph.exchange.scheduled import Scheduled, build_schedule
-from jgraph.exchange.sizing import Capacities, Key, Route, with_headroom
-from jgraph.exchange.stats import ExchangeOverflowError, ExchangeStats, exchange_stats
+from jgraph.exchange.sizing import Capacities, Key, Route
+from jgraph.exchange.stats import ExchangeStats
 from jgraph.exchange.transport import Transfer
 from jgraph.mesh import AXIS
 
@@ -596,6 +596,3 @@ class Exchange:
             ok = ok & contains(ids)
         return valid & ok, valid & ~ok
 
-
-__all__ = ["Exchange", "ExchangeOverflowError", "ExchangeStats", "exchange_stats",
-           "with_headroom"]

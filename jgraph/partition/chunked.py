@@ -138,7 +138,7 @@ def _share(processes: int) -> int:
     1 for one, 2N for N. Each of N processes also holds arrays of every node that do
     not divide (a level's cluster of every node, every node's partition, the inverse
     map's pages), so 1/N of the budgets would leave it above half of one process's
-    peak; 1/(2N) brings it under (docs/partitioning.md: 0.48 of one process at 4)."""
+    peak; 1/(2N) brings it under (docs/partitioning.md: 0.45 of one process at 4)."""
     return 1 if processes <= 1 else 2 * processes
 
 
