@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 
 from jgraph.exchange.plan import Plan
+from jgraph.exchange.segments import exclusive_sum, segment_of
 from jgraph.exchange.transport import Delivery, Transfer, put_back
 
 CHUNKS_PER_PAIR = 8
@@ -122,13 +123,12 @@ class Scheduled(Transfer):
         """(round, the chunk's first id in the pair's group, whether this device sends
         in it) of iteration offset // cap; past the last iteration, round 0, no send."""
         k = self._iterations(cap)
-        ends = jnp.cumsum(k)
+        # A pair's group is at most the request's n ids: ceil(n / cap) iterations a round.
+        starts = exclusive_sum(k, k.shape[0] * -(-self.n // cap))
         t = offset // cap
-        r = jnp.searchsorted(ends, t, side="right")
-        live = r < k.shape[0]
-        r = jnp.minimum(r, k.shape[0] - 1)
-        first = (t - (ends[r] - k[r])) * cap
-        return r, first, live & self.sends[r]
+        r = segment_of(starts, t)
+        first = (t - starts[r]) * cap
+        return r, first, (t < starts[-1] + k[-1]) & self.sends[r]
 
     def _permute(self, x: jnp.ndarray, r, perms) -> jnp.ndarray:
         """x moved by round r's permutation of `perms`: one branch per round."""

@@ -490,56 +490,6 @@ def test_answer_filled_answers_every_present_id_and_zeros_the_rest():
                                                             np.stack([ids, ids + 1], 1), 0))
 
 
-def test_running_count_and_exclusive_sum_equal_numpy_cumsum_at_every_level():
-    """The counts with matmuls that programs for CPU use (one level of blocks of 64,
-    two, three; a single row; empty arrays), and cumsum (a bound past 2^24), against
-    numpy along every axis of 1-, 2- and 3-dimensional arrays."""
-    from jgraph.exchange import exclusive_sum, running_count
-    rng = np.random.default_rng(5)
-    count = jax.jit(running_count, static_argnums=1)
-    starts = jax.jit(exclusive_sum, static_argnums=(1, 2))
-    for n in (0, 1, 3, 63, 64, 65, 4097, 300_001):
-        for shape, axis in (((n,), 0), ((n, 3), 0), ((3, n), 1), ((1, n), 1), ((n, 1), 0),
-                            ((2, n, 3), 1)):
-            flags = rng.random(shape) < 0.3
-            np.testing.assert_array_equal(count(flags, axis), np.cumsum(flags, axis=axis))
-            sizes = rng.integers(0, 50, shape).astype(np.int32)
-            for most in (50 * max(n, 1), 1 << 24):
-                np.testing.assert_array_equal(starts(jnp.asarray(sizes), most, axis),
-                                              np.cumsum(sizes, axis=axis) - sizes)
-
-
-@pytest.mark.slow      # 2^24 entries
-def test_a_running_count_past_two_to_the_24_stays_exact():
-    """Past float32's exact integers, the blocks' starts are carried in int32."""
-    from jgraph.exchange import running_count
-    flags = np.random.default_rng(6).random((1 << 24) + 100) < 0.9
-    got = np.asarray(jax.jit(running_count)(flags))
-    want = np.cumsum(flags, dtype=np.int64)
-    assert want[-1] > (1 << 24) * 0.8
-    np.testing.assert_array_equal(got, want)
-
-
-def test_cpu_counts_lower_to_matmuls_without_a_reduce_window():
-    """What the matmul counts are for: no cumsum (a reduce-window XLA:CPU splits into a
-    tree of kernels) in the program built for CPU."""
-    from jgraph.exchange import exclusive_sum, running_count
-    text = jax.jit(lambda f, c: (running_count(f), exclusive_sum(c, 4096))).lower(
-        np.zeros(5000, bool), np.zeros(8, np.int32)).as_text()
-    assert "dot_general" in text and "reduce_window" not in text
-
-
-@pytest.mark.parametrize("sizes", [SIZES, (0, 0, 4), (9,), tuple(range(20))])
-def test_owner_of_is_the_partition_whose_range_holds_the_id(sizes):
-    """Against numpy's search of the offsets: empty partitions, one partition, more
-    partitions than one comparison each takes (a binary search), ids past both ends."""
-    from jgraph.exchange.plan import owner_of
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    ids = np.arange(-3, int(offsets[-1]) + 4, dtype=np.int32)
-    want = np.clip(np.searchsorted(offsets, ids, side="right") - 1, 0, len(sizes) - 1)
-    np.testing.assert_array_equal(jax.jit(lambda q: owner_of(offsets, q))(ids), want)
-
-
 def test_a_measured_gather_run_once_traces_its_owner_function_once():
     """One trace of the owner function per gather (the loop's shapes come from the
     trace the loop uses): the sampler's draw is the costliest function to trace."""
