@@ -31,13 +31,14 @@ from jgraph.sharded import AXIS, REPLICATED, ROWS, make_mesh
 
 
 def test_running_count_and_exclusive_sum_equal_numpy_cumsum_at_every_level():
-    """The counts with matmuls that programs for CPU use (one level of blocks of 64,
-    two, three; a single row; empty arrays), and cumsum (a bound past 2^24), against
-    numpy along every axis of 1-, 2- and 3-dimensional arrays."""
+    """The counts that programs for CPU use (a masked sum along axes of up to
+    FEW_SEGMENTS; matmuls in one level of blocks of 64, two, three; a single row; empty
+    arrays), and cumsum (a bound past 2^24), against numpy along every axis of 1-, 2-
+    and 3-dimensional arrays."""
     rng = np.random.default_rng(5)
     count = jax.jit(running_count, static_argnums=1)
     starts = jax.jit(exclusive_sum, static_argnums=(1, 2))
-    for n in (0, 1, 3, 63, 64, 65, 4097, 300_001):
+    for n in (0, 1, 3, FEW_SEGMENTS, FEW_SEGMENTS + 1, 63, 64, 65, 4097, 300_001):
         for shape, axis in (((n,), 0), ((n, 3), 0), ((3, n), 1), ((1, n), 1), ((n, 1), 0),
                             ((2, n, 3), 1)):
             flags = rng.random(shape) < 0.3
@@ -61,9 +62,17 @@ def test_a_running_count_past_two_to_the_24_stays_exact():
 def test_cpu_counts_lower_to_matmuls_without_a_reduce_window():
     """What the matmul counts are for: no cumsum (a reduce-window XLA:CPU splits into a
     tree of kernels) in the program built for CPU."""
-    text = jax.jit(lambda f, c: (running_count(f), exclusive_sum(c, 4096))).lower(
-        np.zeros(5000, bool), np.zeros(8, np.int32)).as_text()
+    text = jax.jit(lambda f, c: (running_count(f), exclusive_sum(c, 1 << 20))).lower(
+        np.zeros(5000, bool), np.zeros(FEW_SEGMENTS + 1, np.int32)).as_text()
     assert "dot_general" in text and "reduce_window" not in text
+
+
+def test_cpu_sums_of_short_axes_are_one_masked_sum():
+    """Along FEW_SEGMENTS entries or fewer, neither a cumsum nor a matmul (and its
+    conversions to float32): a masked sum in int32."""
+    text = jax.jit(lambda f, c: (running_count(f, 1), exclusive_sum(c, 1 << 30))).lower(
+        np.zeros((300, FEW_SEGMENTS), bool), np.zeros(FEW_SEGMENTS, np.int32)).as_text()
+    assert "reduce_window" not in text and "dot_general" not in text and "f32" not in text
 
 
 # -- which segment -----------------------------------------------------------------------
@@ -96,10 +105,7 @@ def test_segment_of_is_the_last_segment_starting_at_or_below(form):
     own, and the choice segment_of makes, against numpy: empty segments (repeated
     starts: the position goes to the last of them), one segment, boundaries."""
     for starts, positions in segment_cases():
-        if form is segment_of:
-            got = jax.jit(segment_of)(starts, positions)
-        else:    # the formulations take starts[1:]
-            got = jax.jit(form)(jnp.asarray(starts[1:]), jnp.asarray(positions))
+        got = jax.jit(form)(jnp.asarray(starts), jnp.asarray(positions))
         assert got.dtype == jnp.int32
         np.testing.assert_array_equal(got, numpy_segment_of(starts, positions))
 
@@ -112,12 +118,12 @@ def test_segment_of_with_leading_axes_searches_each_row_apart(form):
     sizes = rng.integers(0, 4, (2, 3, 6))
     starts = (np.cumsum(sizes, -1) - sizes).astype(np.int32)
     positions = rng.integers(-2, 20, (2, 3, 9)).astype(np.int32)
-    got = jax.jit(form)(jnp.asarray(starts[..., 1:]), jnp.asarray(positions))
+    got = jax.jit(form)(jnp.asarray(starts), jnp.asarray(positions))
     for a in range(2):
         for b in range(3):
             np.testing.assert_array_equal(got[a, b],
                                           numpy_segment_of(starts[a, b], positions[a, b]))
-    assert int(jax.jit(form)(jnp.asarray(starts[0, 0, 1:]), jnp.int32(5))) == int(
+    assert int(jax.jit(form)(jnp.asarray(starts[0, 0]), jnp.int32(5))) == int(
         numpy_segment_of(starts[0, 0], np.array([5]))[0])
 
 
