@@ -6,14 +6,26 @@ Modules: `config` (Strategy, ExchangeConfig and its capacity ladder), `plan` (a
 device's deduplicated request grouped by owner), `transport` (the interface of a
 transport) with one module per transport (`all_to_all`, `all_gather`, `ring`,
 `ragged`, `scheduled`), `relay` (all_to_all's gathers in two routed hops), `rows`
-(row helpers), `sizing` (capacities by route and request length, their calibration and
-ladder), `stats` (what an exchange reports), `exchange` (gather, scatter_add and
-scatter_rows over them)."""
+(row helpers), `segments` (segment arithmetic: running sums, which segment holds a
+position, owned rows read and written), `sizing` (capacities by route and request
+length, their calibration and ladder), `stats` (what an exchange reports), `exchange`
+(gather, scatter_add and scatter_rows over them)."""
 from jgraph.exchange.config import ExchangeConfig, Sizing, Strategy
 from jgraph.exchange.exchange import Exchange
-from jgraph.exchange.rows import OwnerFn, answer_filled, exclusive_sum, row_bytes, running_count
+from jgraph.exchange.rows import OwnerFn, answer_filled, row_bytes
+from jgraph.exchange.segments import (
+    Routed,
+    exclusive_sum,
+    owned_index,
+    owned_rows,
+    route_rows,
+    running_count,
+    segment_of,
+    store_rows,
+)
 from jgraph.exchange.stats import ExchangeOverflowError, ExchangeStats
 
 __all__ = ["Exchange", "ExchangeConfig", "ExchangeOverflowError", "ExchangeStats", "OwnerFn",
-           "Sizing", "Strategy", "answer_filled", "exclusive_sum", "row_bytes",
-           "running_count"]
+           "Routed", "Sizing", "Strategy", "answer_filled", "exclusive_sum", "owned_index",
+           "owned_rows", "route_rows", "row_bytes", "running_count", "segment_of",
+           "store_rows"]

@@ -6,8 +6,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jgraph.exchange.plan import Plan, owner_of
+from jgraph.exchange.plan import Plan
 from jgraph.exchange.rows import psum_scatter_any, select, take
+from jgraph.exchange.segments import owner_of
 from jgraph.exchange.transport import Delivery, Transfer, put_back
 
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jgraph.exchange.plan import Plan
+from jgraph.exchange.segments import exclusive_sum, segment_of
 from jgraph.exchange.transport import Delivery, Transfer
 
 _ragged_all_to_all = lax.ragged_all_to_all   # module-level so tests can emulate it on CPU
@@ -38,7 +39,7 @@ class Ragged(Transfer):
         swap = lambda x: lax.all_to_all(x, axis, 0, 0, tiled=True)   # x[j] to device j
         self.recv_sizes = swap(plan.counts)                          # from each sender
         self.sender_starts = swap(plan.start)                        # my group, per sender
-        self.recv_offsets = (jnp.cumsum(self.recv_sizes) - self.recv_sizes).astype(jnp.int32)
+        self.recv_offsets = exclusive_sum(self.recv_sizes, self.num_parts * self.n)
         # Where my group for owner p lands in p's receive order (after lower senders'):
         # p's offset for me.
         self.out_offsets = swap(self.recv_offsets)
@@ -96,8 +97,7 @@ class Ragged(Transfer):
             answers, base)
         # My compact entries answered this round: each owner's group from `mine` on.
         pos = jnp.arange(n, dtype=jnp.int32)
-        owner = jnp.clip(jnp.searchsorted(plan.start + plan.counts, pos, side="right"), 0,
-                         self.num_parts - 1)
+        owner = segment_of(plan.start, pos)
         rank = pos - plan.start[owner]
         now = (pos < jnp.sum(plan.counts)) & (rank >= mine[owner]) & (
             rank < mine[owner] + back[owner])

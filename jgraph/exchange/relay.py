@@ -37,6 +37,7 @@ from jax import lax
 
 from jgraph.exchange.plan import Plan
 from jgraph.exchange.rows import PyTree
+from jgraph.exchange.segments import exclusive_sum, segment_of
 from jgraph.exchange.transport import Delivery, Transfer, put_back
 
 ROUTE_MAX = 16
@@ -104,12 +105,6 @@ def hop_loads(route: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     owner j answers intermediate k), zero where a device would send to itself."""
     eye = jnp.eye(route.shape[0], dtype=bool)
     return (jnp.where(eye, 0, jnp.sum(route, 0).T), jnp.where(eye, 0, jnp.sum(route, 1)))
-
-
-def _count_below(cum: jnp.ndarray, at: jnp.ndarray) -> jnp.ndarray:
-    """For inclusive cumulative counts `cum` [..., P] and positions `at` [...]: the
-    group each position falls in (the number of cumulative counts <= it)."""
-    return jnp.sum(cum <= at[..., None], axis=-1).astype(jnp.int32)
 
 
 class Relay(Transfer):
@@ -225,8 +220,11 @@ class Relay(Transfer):
         length = self.chunk(cap) * CHUNKS
         size = 2 * P * length
         route, base = self._layout(cap, offset)
+        # A pair's rows are at most a request's n; the rows through this device for one
+        # owner, at most P requests' (the bound each running sum below is exact under).
+        most = P * n
         mine = route[:, me, :]                                        # [j, k]
-        first = plan.start[:, None] + base + jnp.cumsum(mine, 1) - mine   # [j, k]: entry
+        first = plan.start[:, None] + base + exclusive_sum(mine, most, 1)  # [j, k]: entry
         through = route[:, :, me]                                     # [j, i]
         cols = jnp.arange(P, dtype=jnp.int32)
         # Three buffers, each of whose rows r holds counts[r, g] rows of each group g in
@@ -238,15 +236,14 @@ class Relay(Transfer):
         starts = jnp.stack([
             size + first.T,
             jnp.where(cols == me, size + first[:, me][:, None],
-                      cols * length + jnp.cumsum(through, 0) - through),
-            cols * length + (jnp.cumsum(through, 1) - through).T])   # held: below
-        cum = jnp.cumsum(counts, 2)                                   # [3, r, g]
+                      cols * length + exclusive_sum(through, most, 0)),
+            cols * length + exclusive_sum(through, most, 1).T])   # held: below
+        begin = exclusive_sum(counts, most, 2)                        # [3, r, g]
         p = jnp.arange(length, dtype=jnp.int32)
-        group = jnp.minimum(_count_below(cum[:, :, None, :], jnp.broadcast_to(
-            p, (3, P, length))), P - 1)                               # [3, r, p]
+        group = segment_of(begin, jnp.broadcast_to(p, (3, P, length)))   # [3, r, p]
         b, r = jnp.arange(3)[:, None, None], cols[None, :, None]
-        source = starts[b, r, group] + p - (cum - counts)[b, r, group]
-        ok = (p < cum[:, :, -1:]) & (r != me)
+        source = starts[b, r, group] + p - begin[b, r, group]
+        ok = (p < begin[:, :, -1:] + counts[:, :, -1:]) & (r != me)
         source = jnp.where(ok, source, -1)
         to_a, to_b, answer = source
         own, held = ok[1] & (group[1] == me), ok[2] & (group[2] == me)

@@ -1,8 +1,7 @@
 """Row helpers of the exchange: pytrees of arrays whose leading axis is rows (ids), and
-the running count that places ids in packed buffers. Traced inside `shard_map`."""
+the owner's answers to ids packed by their running count. Traced inside `shard_map`."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jgraph.exchange.segments import running_count
 
 PyTree = Any
 OwnerFn = Callable[[jnp.ndarray, jnp.ndarray], PyTree]
@@ -53,112 +54,6 @@ def psum_scatter_any(x: jnp.ndarray, axis: str) -> jnp.ndarray:
     if x.dtype == jnp.bool_:
         return lax.psum_scatter(x.astype(jnp.int32), axis, scatter_dimension=0, tiled=True) > 0
     return lax.psum_scatter(x, axis, scatter_dimension=0, tiled=True)
-
-
-_COUNT_BLOCK = 64
-_EXACT = 1 << 24    # float32 holds every integer below this exactly
-
-
-def running_count(flags: jnp.ndarray, axis: int = 0) -> jnp.ndarray:
-    """int32 inclusive running count of the True entries of bool `flags` along `axis`.
-
-    Programs lowered for CPU count with float32 matmuls (`_inclusive_last`, exact while
-    no count passes 2^24): XLA:CPU lowers a cumsum to a reduce-window that its rewriter
-    splits into a tree of kernels (about nine for a request's length, each compiled
-    apart), and a parallel-prefix scan compiles into about 2 log2(n) kernels, while a
-    float32 matmul is a library call with nothing to compile. Longer arrays carry the
-    blocks' totals with an int32 cumsum. Other platforms keep cumsum. Chosen by the
-    lowering platform, not the host's backend.
-    """
-    if flags.dtype != jnp.bool_:
-        raise TypeError(f"running_count counts bool flags, got {flags.dtype}")
-    return _prefix(flags, axis, flags.shape[axis], inclusive=True)
-
-
-def exclusive_sum(counts: jnp.ndarray, most: int, axis: int = 0) -> jnp.ndarray:
-    """int32 exclusive running sum of int `counts` (>= 0) along `axis`: where each
-    group starts when groups of these sizes are laid end to end. most: a static bound
-    on their total (a request's length, say); on CPU, with matmuls as `running_count`
-    where it is below 2^24."""
-    return _prefix(counts.astype(jnp.int32), axis, most, inclusive=False)
-
-
-def _prefix(x: jnp.ndarray, axis: int, most: int, inclusive: bool) -> jnp.ndarray:
-    """int32 running sum of x (>= 0, totals at most `most`) along `axis`, inclusive or
-    exclusive: float32 matmuls along the last axis on CPU (exact below 2^24; past it,
-    running counts take only their first level from a matmul), cumsum elsewhere."""
-    def cumsum(x):
-        total = jnp.cumsum(x, axis=axis, dtype=jnp.int32)
-        return total if inclusive else total - x
-
-    def last(x):
-        x = jnp.moveaxis(x.astype(jnp.float32), axis, -1)
-        if most < _EXACT:
-            out = (_inclusive_last if inclusive else _exclusive_last)(x).astype(jnp.int32)
-        else:
-            out = _long_count(x)
-        return jnp.moveaxis(out, -1, axis)
-    if x.size == 0:
-        return jnp.zeros(x.shape, jnp.int32)
-    if most >= _EXACT and not inclusive:
-        return cumsum(x)
-    return lax.platform_dependent(x, cpu=last, default=cumsum)
-
-
-def _blocks_of(x: jnp.ndarray) -> jnp.ndarray:
-    """[..., m] -> [..., ceil(m / b), b] for b = `_COUNT_BLOCK`, zero-padded."""
-    m, b = x.shape[-1], _COUNT_BLOCK
-    blocks = -(-m // b)
-    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, blocks * b - m)])
-    return x.reshape(x.shape[:-1] + (blocks, b))
-
-
-def _unblock(x: jnp.ndarray, m: int) -> jnp.ndarray:
-    """Inverse of `_blocks_of`: [..., B, b] -> [..., m]."""
-    return x.reshape(x.shape[:-2] + (-1,))[..., :m]
-
-
-def _running(x: jnp.ndarray, strict: bool = False) -> jnp.ndarray:
-    """x @ a [m, m] triangle of ones (row <= column, < if strict) for float32[..., m]:
-    x's running sum along its last axis, in a matmul XLA:CPU hands to its library (the
-    triangle a numpy constant; a single row gets a zero row: a one-row product would
-    be a kernel to compile; HIGHEST precision: the sums stay exact whatever the
-    default)."""
-    m = x.shape[-1]
-    triangle = np.triu(np.ones((m, m), np.float32), 1 if strict else 0)
-    if math.prod(x.shape[:-1]) > 1:
-        return jnp.matmul(x, triangle, precision=lax.Precision.HIGHEST)
-    rows = jnp.stack([x.reshape(m), jnp.zeros(m, x.dtype)])
-    return jnp.matmul(rows, triangle, precision=lax.Precision.HIGHEST)[0].reshape(x.shape)
-
-
-def _inclusive_last(x: jnp.ndarray) -> jnp.ndarray:
-    """float32[..., n] inclusive running sum of float32 x (0 or 1) along its last axis:
-    a triangle of ones within blocks of `_COUNT_BLOCK`, plus where each block starts
-    (`_exclusive_last` of the blocks' totals)."""
-    within = _running(_blocks_of(x))
-    return _unblock(within + _exclusive_last(within[..., -1])[..., None], x.shape[-1])
-
-
-def _exclusive_last(x: jnp.ndarray) -> jnp.ndarray:
-    """float32[..., m] exclusive running sum along the last axis of float32 x: blocks of
-    `_COUNT_BLOCK` as `_inclusive_last`, down to one block, summed with a strict
-    triangle (log64(m) levels)."""
-    m = x.shape[-1]
-    if m <= _COUNT_BLOCK:
-        return _running(x, strict=True)
-    blocks = _blocks_of(x)
-    within = _running(blocks)
-    return _unblock(within - blocks + _exclusive_last(within[..., -1])[..., None], m)
-
-
-def _long_count(x: jnp.ndarray) -> jnp.ndarray:
-    """int32[..., n] inclusive running count of float32 x (0 or 1) past 2^24 entries:
-    a triangle within blocks (exact: at most 64), the blocks' starts by int32 cumsum."""
-    within = _running(_blocks_of(x)).astype(jnp.int32)
-    totals = within[..., -1]
-    before = jnp.cumsum(totals, axis=-1, dtype=jnp.int32) - totals
-    return _unblock(within + before[..., None], x.shape[-1])
 
 
 def _chunk(length: int, chunks: int) -> int:

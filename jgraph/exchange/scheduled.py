@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 
 from jgraph.exchange.plan import Plan
+from jgraph.exchange.segments import exclusive_sum, segment_of
 from jgraph.exchange.transport import Delivery, Transfer, put_back
 
 CHUNKS_PER_PAIR = 8
@@ -112,8 +113,10 @@ class Scheduled(Transfer):
         return [cls(plan, axis, schedule)]
 
     def _iterations(self, cap: int) -> jnp.ndarray:
-        """int32[R] chunk iterations of each round at `cap`."""
-        return ((self.busiest + cap - 1) // cap).astype(jnp.int32)
+        """int32[R] chunk iterations of each round at `cap` (lax.div truncates, as a
+        ceiling division of counts >= 0 needs: a floor division's correction is two more
+        kernels on XLA:CPU wherever its result has several readers)."""
+        return lax.div(self.busiest + cap - 1, jnp.int32(cap)).astype(jnp.int32)
 
     def rounds(self, cap):
         return jnp.maximum(jnp.sum(self._iterations(cap)), 1)
@@ -122,13 +125,15 @@ class Scheduled(Transfer):
         """(round, the chunk's first id in the pair's group, whether this device sends
         in it) of iteration offset // cap; past the last iteration, round 0, no send."""
         k = self._iterations(cap)
-        ends = jnp.cumsum(k)
+        rounds = k.shape[0]
+        # Where each round's iterations start, and where the last ends (a pair's group is
+        # at most the request's n ids: ceil(n / cap) iterations a round).
+        starts = exclusive_sum(jnp.append(k, 0), rounds * -(-self.n // cap))
         t = offset // cap
-        r = jnp.searchsorted(ends, t, side="right")
-        live = r < k.shape[0]
-        r = jnp.minimum(r, k.shape[0] - 1)
-        first = (t - (ends[r] - k[r])) * cap
-        return r, first, live & self.sends[r]
+        r = segment_of(starts, t)           # `rounds` past the last iteration
+        live = r < rounds
+        r = jnp.minimum(r, rounds - 1)
+        return r, (t - starts[r]) * cap, live & self.sends[r]
 
     def _permute(self, x: jnp.ndarray, r, perms) -> jnp.ndarray:
         """x moved by round r's permutation of `perms`: one branch per round."""

@@ -42,7 +42,17 @@ from jax import lax
 
 from jgraph.config import ConfigError
 from jgraph.data.sparse import dense
-from jgraph.exchange import Exchange, ExchangeStats, Strategy
+from jgraph.exchange import (
+    Exchange,
+    ExchangeStats,
+    Strategy,
+    exclusive_sum,
+    owned_index,
+    owned_rows,
+    route_rows,
+    segment_of,
+    store_rows,
+)
 from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
 from jgraph.jobs.experiment import Experiment, HistoryInit, Sampler
 from jgraph.jobs.kind import NodeKind
@@ -134,12 +144,10 @@ def chunk_neighbours(graph, chunk_start, chunk_offsets, chunk: int, axis: str):
     """owner_fn of chunk ids: int32[n, chunk] the in-neighbours (id + 1; 0 = none) of
     each requested chunk of an owned node's in-edges."""
     def fn(ids, mask):
-        me = lax.axis_index(axis)
-        c = jnp.where(mask, ids - jnp.asarray(chunk_offsets, jnp.int32)[me], 0)
+        c = owned_index(ids, mask, chunk_offsets, axis)
         # A node without in-edges starts where the next one does: the last start at or
         # below c is the node whose chunks hold it.
-        node = jnp.clip(jnp.searchsorted(chunk_start, c, side="right") - 1, 0,
-                        graph.nodes_per_part - 1)
+        node = segment_of(chunk_start, c)
         lo = graph.indptr[node] + (c - chunk_start[node]) * chunk
         pos = lo[:, None] + jnp.arange(chunk, dtype=jnp.int32)
         ok = mask[:, None] & (pos < (graph.indptr[node] + graph.in_degree[node])[:, None])
@@ -155,9 +163,9 @@ def neighbour_history_sums(exchange: Exchange, chunks: Exchange, graph, chunk_st
     round, as many rounds as the busiest device needs."""
     n = ids.shape[0]
     count = jnp.where(ids >= 0, chunk_counts(degree, chunk), 0)
-    ends = jnp.cumsum(count)
-    starts = ends - count
-    total = ends[-1]
+    # No node has more in-edges than a partition holds.
+    starts = exclusive_sum(count, n * chunk_counts(graph.edges_per_part, chunk))
+    total = starts[-1] + count[-1]
     rounds = lax.pmax((total + window - 1) // window, exchange.axis)
     neighbours = chunk_neighbours(graph, chunk_start, chunks.offsets, chunk, exchange.axis)
     width = jax.eval_shape(read, ids[:1], ids[:1] >= 0).shape[1:]
@@ -167,7 +175,7 @@ def neighbour_history_sums(exchange: Exchange, chunks: Exchange, graph, chunk_st
         acc, got_stats, row_stats = carry
         k = r * window + jnp.arange(window, dtype=jnp.int32)
         ok = k < total
-        i = jnp.clip(jnp.searchsorted(ends, k, side="right"), 0, n - 1).astype(jnp.int32)
+        i = segment_of(starts, k)
         nbr, st_nbr = chunks.gather(first[i] + k - starts[i], ok, neighbours, distinct=True)
         rows, st_rows = exchange.gather(nbr.reshape(-1) - 1, nbr.reshape(-1) > 0, read)
         per_chunk = jnp.sum(rows.reshape((window, chunk) + width).astype(jnp.float32), axis=1)
@@ -175,14 +183,6 @@ def neighbour_history_sums(exchange: Exchange, chunks: Exchange, graph, chunk_st
         return (acc, combine_stats(got_stats, st_nbr), combine_stats(row_stats, st_rows))
     acc, st_nbr, st_rows = lax.fori_loop(0, rounds, one_round, (acc, no_stats(), no_stats()))
     return acc, (st_nbr, st_rows)
-
-
-def owned_rows(block, offsets, axis: str):
-    """owner_fn reading a [n, ...] block of the graph's node rows by owned global id
-    (offsets: the partition book, as `ShardedGraph.offsets`)."""
-    def fn(ids, mask):
-        return block[jnp.where(mask, ids - offsets[lax.axis_index(axis)], 0)]
-    return fn
 
 
 def cv_forward(gnn, x, input_sums, degree, blocks, history_src, history_sums):
@@ -334,7 +334,7 @@ class ControlVariateClassification(NodeClassification):
         first_chunk = jnp.asarray(self.chunk_offsets, jnp.int32)[me]
 
         def about(ids, ok):
-            local = jnp.where(ok, ids - graph.offsets[me], 0)
+            local = owned_index(ids, ok, graph.offsets, axis)
             return {"sums": data.input_sums[local], "degree": graph.in_degree[local],
                     "first": data.chunk_start[local] + first_chunk}
         info, info_stats = exchange.gather(nodes, nodes >= 0, about, distinct=True)
@@ -387,7 +387,8 @@ class ControlVariateClassification(NodeClassification):
         fit = jnp.ones((), bool)
         for layer, rows in enumerate(fresh, start=1):
             ids = batch.blocks[layer].src
-            got, st = route_rows(self.exchange, ids, ids >= 0, lax.stop_gradient(rows))
+            got, st = route_rows(self.exchange, ids, ids >= 0,
+                                 lax.stop_gradient(rows).astype(jnp.float32))
             routed.append(got)
             stats.append(st)
             fit = fit & (st.overflow == 0)
@@ -396,27 +397,10 @@ class ControlVariateClassification(NodeClassification):
     def written(self, state: TrainState, data, writes: Writes, applied) -> TrainState:
         """The histories with the routed rows written in place where applied (a copy of
         a whole table would cost its size)."""
-        kept = tuple(store_rows(table, got, applied, data.graph.offsets, self.exchange.axis)
+        kept = tuple(store_rows(table, got, data.graph.offsets, self.exchange.axis,
+                                where=applied)
                      for table, got in zip(state.histories, writes.rest))
         return dataclasses.replace(state, histories=kept)
-
-
-def route_rows(exchange: Exchange, ids, valid, rows):
-    """((owned ids, mean rows, mask) on each owner, stats): `rows` sent to their ids'
-    owners, an id sent by several devices given the mean of their rows (one
-    `scatter_add` round: what does not fit is counted in `overflow`)."""
-    n = ids.shape[0]
-    (owned, (sums, count), mask), stats = exchange.scatter_add(
-        ids, valid, (rows.astype(jnp.float32), jnp.ones((n,), jnp.float32)))
-    return (owned, sums / jnp.maximum(count, 1)[:, None], mask), stats
-
-
-def store_rows(table, routed, where, offsets, axis: str):
-    """This device's [n, F] block of node rows with the rows `route_rows` brought
-    written, if `where` (else as it was)."""
-    owned, rows, mask = routed
-    local = jnp.where(mask & where, owned - offsets[lax.axis_index(axis)], table.shape[0])
-    return table.at[local].set(rows.astype(table.dtype), mode="drop")
 
 
 def here(exchange: Exchange, mesh) -> Exchange:
@@ -445,12 +429,14 @@ def prepare(job: ControlVariateClassification, graph, chunk: int = CHUNK
         window = edge_window(graph.edges_per_part, x.shape[1])
         acc, lost = window_aggregate(Summed(), x, graph, exchange, window)
         count = jnp.where(graph.node_mask, chunk_counts(graph.in_degree, chunk), 0)
-        ends = jnp.cumsum(count)
+        # Each node's chunks round its in-edges up by less than one chunk.
+        start = exclusive_sum(count, graph.nodes_per_part
+                              + chunk_counts(graph.edges_per_part, chunk))
         # Every partition's chunk count, on every device (each process reads them).
         me = lax.axis_index(exchange.axis)
-        totals = lax.psum(jnp.zeros(mesh.size, jnp.int32).at[me].set(ends[-1]),
+        totals = lax.psum(jnp.zeros(mesh.size, jnp.int32).at[me].set(start[-1] + count[-1]),
                           exchange.axis)
-        return acc["sum"], (ends - count).astype(jnp.int32), totals, lost
+        return acc["sum"], start, totals, lost
     program = jax.jit(jax.shard_map(
         per_device, mesh=mesh, in_specs=(graph.specs(), inputs.specs()),
         out_specs=(ROWS, ROWS, REPLICATED, REPLICATED)))

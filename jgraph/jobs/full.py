@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
+from jgraph.exchange import owned_index
 from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
 from jgraph.jobs.experiment import Experiment, Mode
 from jgraph.jobs.inference import FullGraphEvaluator
@@ -52,7 +53,7 @@ class FullBatchClassification(NodeClassification):
         seeds, mask = self.loader.batch(order, 0)
         layout = self.labels.layout
         r = layout.rows_per_part
-        at = jnp.where(mask, layout.local_row(seeds, lax.axis_index(self.exchange.axis)), r)
+        at = owned_index(seeds, mask, layout.starts, self.exchange.axis, fill=r)
         return jnp.zeros(r, bool).at[at].set(True, mode="drop")
 
     def training_batch(self, state: TrainState, data, order, index) -> FullBatch:

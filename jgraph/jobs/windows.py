@@ -35,6 +35,7 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
+from jgraph.exchange import owned_index, owned_rows, segment_of
 from jgraph.mesh import vary_like
 from jgraph.models.stack import conv_key, layer_input
 
@@ -60,7 +61,7 @@ def local_inputs(inputs, encoder, features, embeddings, graph, axis):
     for ntype, layout in inputs.layouts.items():
         ok = graph.node_mask & layout.contains(ids)
         block = inputs.local_rows(features, embeddings, ntype)
-        rows[ntype] = block[jnp.where(ok, layout.local_row(ids, me), 0)]
+        rows[ntype] = block[owned_index(ids, ok, layout.starts, axis)]
         valid[ntype] = ok
     return encoder(rows, valid)
 
@@ -77,10 +78,9 @@ class Window(NamedTuple):
 
 
 def edge_destinations(graph) -> jax.Array:
-    """int32[e]: the local destination of each of this device's in-edge positions."""
-    e = graph.edges_per_part
-    return jnp.searchsorted(graph.indptr, jnp.arange(e, dtype=jnp.int32),
-                            side="right").astype(jnp.int32) - 1
+    """int32[e]: the local destination of each of this device's in-edge positions (n
+    past the last edge: indptr's n + 1 entries start n nodes' in-edges and the padding)."""
+    return segment_of(graph.indptr, jnp.arange(graph.edges_per_part, dtype=jnp.int32))
 
 
 def window_edges(graph, edge_dst, w, window: int) -> Window:
@@ -179,14 +179,13 @@ def window_aggregate(conv, h, graph, exchange, window: int, key=None, remat: boo
     n = graph.nodes_per_part
     edge_dst = edge_destinations(graph)
     windows = num_windows(graph, window)
-    base = graph.offsets[lax.axis_index(exchange.axis)]
 
     def messages(state, h):
         return nnx.merge(graphdef, state).message(h)
 
     def fetch(msgs, win: Window):
-        rows, stats = exchange.gather(
-            win.src, win.valid, lambda ids, mask: msgs[jnp.where(mask, ids - base, 0)])
+        rows, stats = exchange.gather(win.src, win.valid,
+                                      owned_rows(msgs, graph.offsets, exchange.axis))
         return rows, stats.overflow + stats.out_of_range
 
     def window_key(w):

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jgraph.exchange import Exchange
+from jgraph.exchange import Exchange, owned_index
 from jgraph.hashing import fmix32, hash32
 from jgraph.kernels.sample import Impl, check_impl, draw_positions
 from jgraph.sampling.blocks import build_block_counted, compact_front, src_capacity
@@ -245,8 +245,7 @@ class NeighborSampler:
         fanout of relation slot r was -1 (all neighbours, up to the cap)."""
 
         def fn(ids, mask):
-            me = lax.axis_index(axis)
-            local = jnp.where(mask, ids - graph.offsets[me], 0)
+            local = owned_index(ids, mask, graph.offsets, axis)
             lo = graph.indptr[local]
             deg = jnp.where(mask, graph.in_degree[local], 0)
             keys = node_keys(stream, ids)

@@ -18,11 +18,10 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh
 
-from jgraph.exchange import Exchange, ExchangeStats
+from jgraph.exchange import Exchange, ExchangeStats, owned_index, owned_rows, route_rows
 from jgraph.mesh import AXIS, ROWS, rows_sharding
 from jgraph.sharded.layout import RowLayout
 from jgraph.sharded.sparse_optim import SparseAdam, SparseOptimizer
-from jgraph.sharded.tensor import owner_gather
 
 
 class EmbeddingState(NamedTuple):
@@ -85,7 +84,8 @@ class DistEmbedding:
                distinct: bool = False) -> tuple[jnp.ndarray, ExchangeStats]:
         """float32[n, dim]: rows of global ids `ids`; zeros where not `valid`.
         distinct: the valid ids do not repeat (see `Exchange.gather`)."""
-        return exchange.gather(ids, valid, owner_gather(self.layout, state.table),
+        return exchange.gather(ids, valid, owned_rows(state.table, self.layout.starts,
+                                                      exchange.axis),
                                contains=self.layout.contains, distinct=distinct)
 
     def apply_gradients(self, exchange: Exchange, state: EmbeddingState, ids, valid, grads
@@ -100,9 +100,9 @@ class DistEmbedding:
         return self.update_rows(exchange, state, routed, stats.overflow == 0), stats
 
     def route_gradients(self, exchange: Exchange, ids, valid, grads):
-        """((owned ids, summed gradients, mask), stats): `grads` sent to the owners of
-        `ids` and summed per row there (`Exchange.scatter_add`)."""
-        return exchange.scatter_add(ids, valid, grads, contains=self.layout.contains)
+        """(`Routed` owned ids, summed gradients and mask, stats): `grads` sent to the
+        owners of `ids` and summed per row there (`route_rows`)."""
+        return route_rows(exchange, ids, valid, grads, mean=False, contains=self.layout.contains)
 
     def update_rows(self, exchange: Exchange, state: EmbeddingState, routed, when
                     ) -> EmbeddingState:
@@ -110,8 +110,7 @@ class DistEmbedding:
         `route_gradients`) where `when` (a bool scalar) holds; only those rows move."""
         owned, sums, mask = routed
         r = state.table.shape[0]
-        local = jnp.where(mask & when,
-                          self.layout.local_row(owned, lax.axis_index(exchange.axis)), r)
+        local = owned_index(owned, mask & when, self.layout.starts, exchange.axis, fill=r)
         get = lambda a: a.at[local].get(mode="fill", fill_value=0)
         rows, slots = self.optimizer.update(get(state.table),
                                             {k: get(v) for k, v in state.slots.items()}, sums)

@@ -20,7 +20,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from jgraph.exchange.plan import owner_of
+from jgraph.exchange.segments import owner_of
 from jgraph.partition.book import IdRangeError, PartitionBook
 
 
@@ -104,11 +104,7 @@ class RowLayout:
         """int64[num_rows]: the global id of every row, in row order."""
         return np.concatenate([np.arange(s, s + c) for s, c in zip(self.starts, self.counts)])
 
-    # -- device side (inside shard_map; `me` is this device's partition) -------------
-
-    def local_row(self, ids: jnp.ndarray, me) -> jnp.ndarray:
-        """Row inside this device's block of global ids this device owns."""
-        return ids - jnp.asarray(self.starts, jnp.int32)[me]
+    # -- device side (inside the step; `owned_index` finds an owned id's row) ---------
 
     def contains(self, ids: jnp.ndarray) -> jnp.ndarray:
         """bool[...]: which global ids are nodes this layout has a row for."""

@@ -13,24 +13,15 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.sharding import Mesh
 
 from jgraph.data.sparse import SparseRows, register_pytree
-from jgraph.exchange import Exchange, ExchangeStats, OwnerFn
+from jgraph.exchange import Exchange, ExchangeStats, OwnerFn, owned_rows, route_rows, store_rows
 from jgraph.mesh import AXIS, replicated, shard_rows
 from jgraph.partition.book import IdRangeError
 from jgraph.sharded.layout import RowLayout
 
 register_pytree()      # sparse rows cross jit and shard_map here
-
-
-def owner_gather(layout: RowLayout, shard: jnp.ndarray, axis: str = AXIS) -> OwnerFn:
-    """`owner_fn` that reads rows of this device's `shard` by owned global id."""
-    def fn(ids, mask):
-        rows = layout.local_row(ids, lax.axis_index(axis))
-        return shard[jnp.where(mask, rows, 0)]
-    return fn
 
 
 @functools.partial(jax.jit, static_argnames=("out",))
@@ -180,7 +171,7 @@ class DistTensor:
     # -- inside the step (per device, under shard_map) --------------------------------
 
     def owner_fn(self, shard: jnp.ndarray) -> OwnerFn:
-        return owner_gather(self.layout, shard)
+        return owned_rows(shard, self.layout.starts, AXIS)
 
     def lookup(self, exchange: Exchange, shard, ids, valid, cache=None, distinct=False,
                local=False) -> tuple[jnp.ndarray, ExchangeStats]:
@@ -200,19 +191,11 @@ class DistTensor:
         """Write rows by global id; returns the new shard.
 
         add=False sets rows. An id written several times in one call (on one device or
-        many) gets the mean of its values: deterministic, and exact when they agree.
-        add=True adds every value.
+        many) gets the mean of its values: deterministic; where they agree, that value
+        up to rounding (XLA multiplies the sum by the count's reciprocal: seven equal
+        float32 values may come back an ulp off). add=True adds every value
+        (`route_rows`, then `store_rows`).
         """
-        n = ids.shape[0]
-        if rows.dtype == jnp.bool_:
-            rows = rows.astype(jnp.int32)
-        payload = (rows, jnp.ones((n,), jnp.float32))
-        (owned, (sums, count), mask), stats = exchange.scatter_add(
-            ids, valid, payload, contains=self.layout.contains)
-        local = self.layout.local_row(owned, lax.axis_index(exchange.axis))
-        local = jnp.where(mask, local, shard.shape[0])
-        if add:
-            return shard.at[local].add(sums.astype(shard.dtype), mode="drop"), stats
-        count = count.reshape(count.shape + (1,) * (sums.ndim - 1))
-        mean = sums / jnp.maximum(count, 1).astype(sums.dtype)
-        return shard.at[local].set(mean.astype(shard.dtype), mode="drop"), stats
+        routed, stats = route_rows(exchange, ids, valid, rows, mean=not add,
+                                   contains=self.layout.contains)
+        return store_rows(shard, routed, self.layout.starts, exchange.axis, add=add), stats

@@ -483,6 +483,27 @@ def test_gather_with_the_owner_function_run_once_equals_numpy_take(strategy, cas
     check_gather(config, make_case(case), run(config, make_case(case), once=True))
 
 
+@pytest.mark.parametrize("num_parts", [2, 8, 16])
+def test_a_distinct_plans_slots_by_counting_and_by_sorting_agree_with_numpy(num_parts):
+    """A distinct request's remote ids placed after the earlier ones of their owner
+    (the counted way programs for CPU take, and the sort the others take), against
+    numpy's stable sort by owner."""
+    from jgraph.exchange.plan import _slots_counted, _slots_sorted
+    rng = np.random.default_rng(num_parts)
+    n = 300
+    owner = rng.integers(0, num_parts, n).astype(np.int32)
+    remote = rng.random(n) < 0.7
+    counts = np.bincount(owner[remote], minlength=num_parts)
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
+    order = np.argsort(np.where(remote, owner, num_parts), kind="stable")
+    want = np.full(n, -1, np.int32)
+    want[order[:remote.sum()]] = np.arange(remote.sum())
+    for slots in (_slots_counted, _slots_sorted):
+        got = jax.jit(slots)(jnp.asarray(owner), jnp.asarray(remote), jnp.asarray(start))
+        assert got.dtype == jnp.int32
+        np.testing.assert_array_equal(got, want, err_msg=slots.__name__)
+
+
 def test_answer_filled_answers_every_present_id_and_zeros_the_rest():
     """The owner's loop over only the chunks that hold ids (ids scattered among -1s),
     against numpy, down to a buffer of -1s only (zeros) and one id among 8 slots."""
@@ -499,56 +520,6 @@ def test_answer_filled_answers_every_present_id_and_zeros_the_rest():
         np.testing.assert_array_equal(got["twice"], np.where(ok, ids * 2, 0))
         np.testing.assert_array_equal(got["row"], np.where(ok[:, None],
                                                             np.stack([ids, ids + 1], 1), 0))
-
-
-def test_running_count_and_exclusive_sum_equal_numpy_cumsum_at_every_level():
-    """The counts with matmuls that programs for CPU use (one level of blocks of 64,
-    two, three; a single row; empty arrays), and cumsum (a bound past 2^24), against
-    numpy along every axis of 1-, 2- and 3-dimensional arrays."""
-    from jgraph.exchange import exclusive_sum, running_count
-    rng = np.random.default_rng(5)
-    count = jax.jit(running_count, static_argnums=1)
-    starts = jax.jit(exclusive_sum, static_argnums=(1, 2))
-    for n in (0, 1, 3, 63, 64, 65, 4097, 300_001):
-        for shape, axis in (((n,), 0), ((n, 3), 0), ((3, n), 1), ((1, n), 1), ((n, 1), 0),
-                            ((2, n, 3), 1)):
-            flags = rng.random(shape) < 0.3
-            np.testing.assert_array_equal(count(flags, axis), np.cumsum(flags, axis=axis))
-            sizes = rng.integers(0, 50, shape).astype(np.int32)
-            for most in (50 * max(n, 1), 1 << 24):
-                np.testing.assert_array_equal(starts(jnp.asarray(sizes), most, axis),
-                                              np.cumsum(sizes, axis=axis) - sizes)
-
-
-@pytest.mark.slow      # 2^24 entries
-def test_a_running_count_past_two_to_the_24_stays_exact():
-    """Past float32's exact integers, the blocks' starts are carried in int32."""
-    from jgraph.exchange import running_count
-    flags = np.random.default_rng(6).random((1 << 24) + 100) < 0.9
-    got = np.asarray(jax.jit(running_count)(flags))
-    want = np.cumsum(flags, dtype=np.int64)
-    assert want[-1] > (1 << 24) * 0.8
-    np.testing.assert_array_equal(got, want)
-
-
-def test_cpu_counts_lower_to_matmuls_without_a_reduce_window():
-    """What the matmul counts are for: no cumsum (a reduce-window XLA:CPU splits into a
-    tree of kernels) in the program built for CPU."""
-    from jgraph.exchange import exclusive_sum, running_count
-    text = jax.jit(lambda f, c: (running_count(f), exclusive_sum(c, 4096))).lower(
-        np.zeros(5000, bool), np.zeros(8, np.int32)).as_text()
-    assert "dot_general" in text and "reduce_window" not in text
-
-
-@pytest.mark.parametrize("sizes", [SIZES, (0, 0, 4), (9,), tuple(range(20))])
-def test_owner_of_is_the_partition_whose_range_holds_the_id(sizes):
-    """Against numpy's search of the offsets: empty partitions, one partition, more
-    partitions than one comparison each takes (a binary search), ids past both ends."""
-    from jgraph.exchange.plan import owner_of
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    ids = np.arange(-3, int(offsets[-1]) + 4, dtype=np.int32)
-    want = np.clip(np.searchsorted(offsets, ids, side="right") - 1, 0, len(sizes) - 1)
-    np.testing.assert_array_equal(jax.jit(lambda q: owner_of(offsets, q))(ids), want)
 
 
 def test_a_measured_gather_run_once_traces_its_owner_function_once():

@@ -1,12 +1,16 @@
 """RowLayout on a hand-made two-type book with empty partitions (for one type, for the
 other, for both) and a type with no nodes at all: row ids, global ids and padded
 positions all agree with a brute-force numpy enumeration."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
+from jgraph.exchange import owned_index
+from jgraph.exchange.segments import owner_of
 from jgraph.partition import IdRangeError, PartitionBook
-from jgraph.sharded import DistTensor, RowLayout
+from jgraph.sharded import AXIS, ROWS, DistTensor, RowLayout, make_mesh
 
 COUNTS = np.array([   # nodes of types a, b, c in each of the 8 partitions
     [0, 3, 0],        # no a (the first partition)
@@ -85,17 +89,23 @@ def test_ids_outside_the_layout_raise_id_range_error_naming_them(ntype):
 
 
 @pytest.mark.parametrize("ntype", [None, "a", "b", "c"])
-def test_device_contains_and_local_row_agree_with_the_host(ntype):
+def test_device_contains_and_owned_rows_agree_with_the_host(ntype):
+    """`contains` on the device, and each device's row of its own ids (`owned_index`
+    from the layout's starts, on 8 devices), as the host's padded positions."""
     layout = RowLayout.of(BOOK, ntype)
     globals_, padded, rpp = brute_force(ntype)
     ids = np.arange(-3, N + 3)
     np.testing.assert_array_equal(np.asarray(layout.contains(jnp.asarray(ids, jnp.int32))),
                                   np.isin(ids, globals_))
     owner = padded // rpp
-    for p in range(8):
-        mine = globals_[owner == p]
-        np.testing.assert_array_equal(
-            np.asarray(layout.local_row(jnp.asarray(mine, jnp.int32), p)), padded[owner == p] % rpp)
+    # Every device is asked every row's id; it answers those it owns.
+    asked = np.tile(globals_.astype(np.int32), 8)
+    rows = jax.jit(jax.shard_map(
+        lambda q: owned_index(q, owner_of(layout.offsets, q) == lax.axis_index(AXIS),
+                              layout.starts, AXIS, fill=-1),
+        mesh=make_mesh(8), in_specs=ROWS, out_specs=ROWS))(asked)
+    want = np.where(owner[None, :] == np.arange(8)[:, None], padded % rpp, -1)
+    np.testing.assert_array_equal(np.asarray(rows).reshape(8, -1), want)
 
 
 def test_unknown_node_type_is_a_key_error_naming_the_types():
