@@ -15,6 +15,8 @@ The Python API, in the order of a run (each name is documented where it lives):
   training       Experiment, DataConfig, ModelConfig, TrainConfig, CheckpointConfig,
                  LinkConfig, load_config, train(config, workdir),
                  evaluate(workdir)                                    (jgraph.train)
+  outputs        embed(workdir, out) (every node's embedding or prediction on disk),
+                 read_embeddings(out)                    (jgraph.train, jgraph.data)
 
 Importing jgraph has no side effects: nothing configures JAX or starts
 `jax.distributed` until an entry point (the CLI, the launcher, a test, or your call of
@@ -31,6 +33,7 @@ from jgraph.data import (
     load_dataset,
     load_npz,
     open_chunked,
+    read_embeddings,
     save_npz,
     split_edges,
     symmetrize,
@@ -48,6 +51,7 @@ _LAZY = {
                      "register_model"], "jgraph.models"),
     **dict.fromkeys(["CheckpointConfig", "DataConfig", "Experiment", "LinkConfig",
                      "ModelConfig", "TrainConfig"], "jgraph.jobs.experiment"),
+    "embed": "jgraph.train.api",
     "evaluate": "jgraph.train.api",
     "load_config": "jgraph.train.api",
     "use_devices": "jgraph.cli.devices",
@@ -77,6 +81,6 @@ __all__ = [  # noqa: RUF022  (in the docstring's order)
     "NodeLoader", "NeighborSampler",
     "GraphSAGE", "RGCN", "LayerStack", "MessagePassing", "ModelSpec", "register_model",
     "Experiment", "DataConfig", "ModelConfig", "TrainConfig", "CheckpointConfig",
-    "LinkConfig", "load_config", "train", "evaluate",
+    "LinkConfig", "load_config", "train", "evaluate", "embed", "read_embeddings",
     "__version__",
 ]

@@ -8,6 +8,7 @@ import sys
 from jgraph.cli import bench as bench_cmd
 from jgraph.cli import compile as compile_cmd
 from jgraph.cli import convert as convert_cmd
+from jgraph.cli import embed as embed_cmd
 from jgraph.cli import partition as partition_cmd
 from jgraph.cli import train as train_cmd
 from jgraph.cli.devices import UsageError
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     partition_cmd.add_commands(sub)
     convert_cmd.add_commands(sub)
     train_cmd.add_commands(sub)
+    embed_cmd.add_commands(sub)
     bench_cmd.add_commands(sub)
     compile_cmd.add_commands(sub)
     return parser

@@ -12,6 +12,7 @@ from jgraph.data.graph import DEFAULT_NTYPE, DEFAULT_REL, Graph, GraphError, Rel
 from jgraph.data.links import EDGE_SPLITS, EdgeSet, LinkSplit, is_symmetric, split_edges
 from jgraph.data.npz import DatasetError, load_npz, save_npz
 from jgraph.data.ogb import load_ogb
+from jgraph.data.outputs import OutputsError, read_embeddings
 from jgraph.data.sparse import SparseRows
 from jgraph.data.synthetic import Kind, SyntheticSpec, generate, generate_chunked, parse_spec
 from jgraph.data.transforms import (
@@ -36,6 +37,7 @@ __all__ = [
     "GraphError",
     "Kind",
     "LinkSplit",
+    "OutputsError",
     "Relation",
     "SparseRows",
     "SyntheticSpec",
@@ -53,6 +55,7 @@ __all__ = [
     "normalize_features",
     "open_chunked",
     "parse_spec",
+    "read_embeddings",
     "remove_self_loops",
     "save_chunked",
     "save_npz",

@@ -8,16 +8,18 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax import lax
 
+from jgraph.data.outputs import What
 from jgraph.jobs.metrics import class_counts, masked_cross_entropy, scores
-from jgraph.jobs.windows import edge_window, full_graph_logits, labelled_rows
+from jgraph.jobs.windows import edge_window, full_graph_layers, full_graph_logits, labelled_rows
 from jgraph.mesh import REPLICATED, ROWS
 
-__all__ = ["edge_window", "full_graph_logits", "full_graph_program", "full_graph_scores",
-           "split_masks"]
+__all__ = ["edge_window", "full_graph_logits", "full_graph_program", "full_graph_rows_program",
+           "full_graph_scores", "split_masks"]
 
 
 def full_graph_program(job, graph, splits, mesh=None):
@@ -49,6 +51,32 @@ def full_graph_program(job, graph, splits, mesh=None):
         in_specs=(REPLICATED, inputs.embedding_specs(), job.data_specs(graph),
                   dict.fromkeys(splits, ROWS)),
         out_specs=REPLICATED))
+
+
+def full_graph_rows_program(job, graph, what: What, layer: int, mesh=None):
+    """jit(shard_map(...)): `(params, embeddings, data) -> (rows, ids lost)`, rows
+    [P * n, width] row-sharded: each device's own nodes' output of layer `layer` (1 =
+    the first; the last gives the logits) for What.EMBEDDINGS and LOGITS, the last
+    layer's softmax for PROBABILITIES, its argmax (int32[P * n]) for PREDICTIONS, by
+    layer-wise full-graph inference (evaluation: no dropout). Only the layers up to
+    the one read are computed."""
+    what = What(what)
+
+    def per_device(params, embeddings, data):
+        model = nnx.merge(job.graphdef, params)
+        layers, lost = full_graph_layers(model, job.inputs, data.features, embeddings,
+                                         data.graph, job.exchange, depth=layer)
+        h = layers[-1]
+        if what is What.PROBABILITIES:
+            h = jax.nn.softmax(h.astype(jnp.float32), axis=-1)
+        elif what is What.PREDICTIONS:
+            h = jnp.argmax(h, axis=-1).astype(jnp.int32)
+        return h, lost
+
+    return jax.jit(jax.shard_map(
+        per_device, mesh=mesh or job.mesh,
+        in_specs=(REPLICATED, job.inputs.embedding_specs(), job.data_specs(graph)),
+        out_specs=(ROWS, REPLICATED)))
 
 
 def split_masks(run, splits) -> dict:

@@ -305,14 +305,14 @@ def full_graph_logits(model, inputs, features, embeddings, graph, exchange,
 
 def full_graph_layers(model, inputs, features, embeddings, graph, exchange,
                       window_floats: int = WINDOW_FLOATS, smallest_window: int = 256, *,
-                      key=None, remat: bool = True):
+                      key=None, remat: bool = True, depth: int | None = None):
     """`full_graph_logits` with every layer's rows: ([each layer's output [n, width],
-    the last one the logits], ids lost)."""
+    the last one the logits], ids lost). depth: only the first `depth` layers."""
     h = local_inputs(inputs, model.encoder, features, embeddings, graph, exchange.axis)
     gnn = model.gnn
     h = gnn.drop_inputs(h, key)
     lost, layers = jnp.int32(0), []
-    for i, conv in enumerate(gnn.convs):
+    for i, conv in enumerate(list(gnn.convs)[:depth]):
         h = layer_input(conv, h)
         width = conv.message(jnp.zeros((1, h.shape[1]), h.dtype)).shape[1]
         window = edge_window(graph.edges_per_part, width, window_floats, smallest_window)

@@ -1,6 +1,8 @@
-"""The Python entry points of training: `jgraph.train(config)` and `jgraph.evaluate`.
+"""The Python entry points of training: `jgraph.train(config)`, `jgraph.evaluate` and
+`jgraph.embed`.
 
-They do what `jgraph train` and `jgraph eval` do, from a Python program or a notebook:
+They do what `jgraph train`, `jgraph eval` and `jgraph embed` do, from a Python program
+or a notebook:
 
     import jax
     jax.config.update("jax_num_cpu_devices", 4)     # before JAX starts: simulate 4
@@ -59,3 +61,17 @@ def evaluate(workdir: str, splits: Sequence[str] = ("val", "test"),
     return evaluate_run(workdir, tuple(splits),
                         None if inference is None else Inference(inference),
                         Progress(enabled=progress))
+
+
+def embed(workdir: str, out: str, *, what: str = "embeddings", layer: int | None = None,
+          node_type: str | None = None, nodes=None, overwrite: bool = False,
+          progress: bool = False) -> dict:
+    """Write every node's output of the model `train` saved in `workdir` to `out`, in
+    original node ids (read it back with `jgraph.read_embeddings(out)`); returns a
+    summary (rows, width, seconds, ...). what: "embeddings" (the rows of `layer`,
+    counted from 1; default the last hidden layer, or the last for link prediction),
+    "logits", "probabilities" or "predictions"; node_type, nodes: only that type's
+    nodes, only these original ids (an array or a file). See `jgraph embed --help`."""
+    from jgraph.train.embed import embed as embed_run
+    return embed_run(workdir, out, what=what, layer=layer, node_type=node_type, nodes=nodes,
+                     overwrite=overwrite, progress=Progress(enabled=progress))

@@ -47,6 +47,7 @@ from jgraph.progress import Progress
 from jgraph.sampling.capacity import grow
 from jgraph.sampling.loader import LoaderState
 from jgraph.train.checkpoint import CheckpointError, Checkpoints, StopRequest
+from jgraph.train.events import EventLog
 from jgraph.train.model import save_model
 from jgraph.train.report import JsonLog, plot_curves, read_json_lines, write_json
 from jgraph.train.resume import (
@@ -135,9 +136,12 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
         job = calibrated_exchange(job, dg.graph, begin.state.embeddings, progress)
 
     loop = Loop(config, run, workdir, ckpts, identity, progress, on_step, begin, job)
-    loop.train_epochs()
-    ckpts.close()
-    return loop.report(time.perf_counter() - start)
+    try:
+        loop.train_epochs()
+        ckpts.close()
+        return loop.report(time.perf_counter() - start)
+    finally:
+        loop.events.close()             # what a stopped run logged stays readable
 
 
 @dataclasses.dataclass
@@ -197,6 +201,10 @@ class Loop:
         self.step_log = JsonLog(steps_file, writer,
                                 [r for r in read_json_lines(steps_file)
                                  if r["step"] <= begin.step] if begin.restored else [])
+        # Step k's events are logged at k; a resumed run drops those a stopped one
+        # logged after its checkpoint's step, as steps.jsonl does.
+        self.events = EventLog(workdir, writer,
+                               purge_step=begin.step + 1 if begin.restored else None)
         self.s = LoopState(job, None, 0.0, begin.state, begin.best, begin.position.epoch,
                            begin.position.step, begin.step, begin.sums,
                            saved=None if begin.restored is None else begin.restored.step)
@@ -251,6 +259,7 @@ class Loop:
             self.step_log.write({"step": step, "epoch": e, "batch": i,
                                  "loss": float(m["loss"]), "count": int(m["count"]),
                                  "correct": int(m["correct"])})
+            self.events.step(step, float(m["loss"]), m["stats"])
             if not math.isfinite(float(m["loss"])):
                 # Checked at every flush, and so before every save.
                 raise TrainingDiverged(
@@ -421,6 +430,8 @@ class Loop:
                 s.best = Best(score, s.epoch,
                               jax.tree.map(jnp.copy, (s.state.params, s.state.embeddings)))
         self.log.write(row)
+        self.events.epoch(row, {"train/lr": t.lr, "train/embedding_lr": t.embedding_lr,
+                                **{f"compiles/{k}": v for k, v in self.traces.items()}})
         self.progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                     for k, v in row.items()))
         s.epoch, s.index, s.sums = s.epoch + 1, 0, EpochSums()

@@ -125,10 +125,9 @@ def load_model(workdir: str, run: Run):
     return got["params"], got["embeddings"]
 
 
-def evaluate_run(workdir: str, splits=("val", "test"), inference: Inference | None = None,
-                 progress: Progress | None = None) -> dict:
-    """Scores of the model a run saved, on `splits`, with the run's config (its
-    inference unless `inference` is given)."""
+def open_trained(workdir: str, progress: Progress | None = None):
+    """(run, params, embeddings) of the model a run saved in `workdir`, on the mesh of
+    its config (its partitions: as many devices as it trained on)."""
     from jgraph.config import load
     progress = progress or Progress()
     if not os.path.exists(os.path.join(workdir, "config.yaml")):
@@ -140,9 +139,18 @@ def evaluate_run(workdir: str, splits=("val", "test"), inference: Inference | No
         else DistGraph(os.path.join(workdir, PARTITION_DIR), mesh)
     run = build_run(config, dg)
     params, embeddings = load_model(workdir, run)
+    return run, params, embeddings
+
+
+def evaluate_run(workdir: str, splits=("val", "test"), inference: Inference | None = None,
+                 progress: Progress | None = None) -> dict:
+    """Scores of the model a run saved, on `splits`, with the run's config (its
+    inference unless `inference` is given)."""
+    progress = progress or Progress()
+    run, params, embeddings = open_trained(workdir, progress)
     for split in splits:
         if not run.has_split(split):
             raise ConfigError(f"split {split!r} is not in the graph; it has "
-                              f"{sorted(dg.meta.splits.get(run.target, []))}")
+                              f"{sorted(run.dg.meta.splits.get(run.target, []))}")
     return evaluate_splits(run, params, embeddings, splits,
-                           inference or config.train.inference, progress=progress)
+                           inference or run.config.train.inference, progress=progress)

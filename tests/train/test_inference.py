@@ -105,11 +105,12 @@ def _dense_layer(graphdef, i, params, h, dst, nbr, mask, etype):
     return gnn.layer(i, jnp.concatenate([h[dst], h]), hood)
 
 
-def dense_reference(model, x, indptr, indices, etype=None):
+def dense_reference(model, x, indptr, indices, etype=None, depth=None):
     """The model on one device over the whole graph: each layer's dst nodes read every
     in-neighbour, padded with a mask, with the layer code of sampled training
     (`LayerStack.layer`). The nodes go in chunks of REFERENCE_SLOTS padded slots, of a
-    few fixed shapes (one per degree tier, so a handful of compilations)."""
+    few fixed shapes (one per degree tier, so a handful of compilations). depth: the
+    output of that many layers (default: all, the logits)."""
     graphdef, params = nnx.split(model.gnn)
     n = indptr.size - 1
     deg = np.diff(indptr)
@@ -132,7 +133,7 @@ def dense_reference(model, x, indptr, indices, etype=None):
                            jnp.asarray(mask), et))
     assert np.array_equal(np.sort(np.concatenate([c[0] for c in chunks])), np.arange(n))
     h = jnp.asarray(x)
-    for i in range(model.gnn.num_layers):
+    for i in range(depth or model.gnn.num_layers):
         out = None
         for chunk, dst, nbr, mask, et in chunks:
             got = np.asarray(_dense_layer(graphdef, i, params, h, dst, nbr, mask, et))

@@ -186,3 +186,43 @@ def test_the_run_says_it_is_compiling_before_the_first_step_and_for_how_long(tra
     assert result["compile_seconds"] == pytest.approx(seconds, abs=0.06)
     assert metrics(workdir)[0]["compile_seconds"] == result["compile_seconds"]
     assert "  compiling the val evaluation step for 4 device(s) ..." in lines
+
+
+def read_events(workdir) -> dict[str, dict[int, float]]:
+    """{tag: {step: value}} of the scalars in the run's TensorBoard event files, read
+    with TensorBoard's record framing (length, its CRC, the record, its CRC) and the
+    Event protocol buffer, not with jgraph's writer."""
+    from tensorboardX.proto.event_pb2 import Event
+    files = sorted(Path(workdir).glob("events.out.tfevents.*"))
+    assert files, f"no event files in {workdir}"
+    scalars: dict[str, dict[int, float]] = {}
+    for path in files:
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            length = int.from_bytes(data[at:at + 8], "little")
+            event = Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+    return scalars
+
+
+def test_tensorboard_events_hold_the_losses_and_metrics_of_the_jsonl_files(trained):
+    config, workdir, _, _ = trained
+    events = read_events(workdir)
+    steps = [json.loads(line) for line in (workdir / "steps.jsonl").read_text().splitlines()]
+    assert sorted(events["train/loss"]) == [s["step"] for s in steps]
+    for s in steps:
+        assert events["train/loss"][s["step"]] == pytest.approx(s["loss"], rel=1e-6)
+    rows = metrics(workdir)
+    assert len(rows) == EPOCHS
+    for tag, key in (("train/loss_epoch", "loss"), ("train/acc", "train_acc"),
+                     ("val/acc", "val_acc"), ("time/seeds_per_s", "seeds_per_s")):
+        assert {r["step"]: pytest.approx(r[key], rel=1e-6) for r in rows} == events[tag], tag
+    assert list(events["train/lr"].values()) == pytest.approx([config.train.lr] * EPOCHS)
+    assert events["compiles/train_step"][rows[-1]["step"]] == 1
+    # The step's exchanges and sampler: every step asked for ids and sampled edges.
+    for tag in ("exchange/requested", "sampler/sampled_edges"):
+        assert sorted(events[tag]) == [s["step"] for s in steps]
+        assert min(events[tag].values()) > 0

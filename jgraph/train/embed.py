@@ -1,0 +1,219 @@
+"""`jgraph embed WORKDIR --out DIR`: what a trained model gives back for every node.
+
+A layer's rows (embeddings: by default the last hidden layer's for node
+classification, the encoder's output that the decoder scores for link prediction),
+the logits, their softmax or the predicted class, for every node, one node type or a
+list of nodes, computed by layer-wise full-graph inference on the run's devices
+(`jgraph.jobs.inference.full_graph_rows_program`) and written in original node ids
+(`jgraph.data.outputs`). Each process writes the rows its own devices computed, one
+device's at a time, so no process holds more than a partition's rows on the host; the
+directory appears whole or not at all (written as a sibling and renamed).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jgraph.atomic import publish, staging_dir
+from jgraph.config import ConfigError
+from jgraph.data.outputs import INDEX, What, is_outputs_dir, write_chunk, write_index
+from jgraph.jobs.experiment import Task
+from jgraph.jobs.inference import full_graph_rows_program
+from jgraph.mesh import host_sync
+from jgraph.partition.files import peak_rss_bytes
+from jgraph.progress import Progress
+from jgraph.train.model import open_trained
+
+
+class OutputExists(ConfigError):
+    """The output directory exists and may not be replaced."""
+
+
+def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
+          layer: int | None = None, node_type: str | None = None,
+          nodes: np.ndarray | Sequence[int] | str | None = None, overwrite: bool = False,
+          progress: Progress | None = None) -> dict:
+    """Write the outputs of the model saved in `workdir` to `out`; returns a summary
+    (rows, width, seconds, rows_per_s, peak_rss_bytes of this process, ...).
+
+    what: embeddings (the rows of `layer`, counted from 1: by default the last hidden
+    layer for node classification, the last layer for link prediction), logits,
+    probabilities or predictions. node_type: only that type's nodes (default: every
+    type's). nodes: only these original (type-local) ids of `node_type` (or of the only
+    type), an array or a file (`.npy`, or text with one id a line). overwrite: replace
+    an earlier `jgraph embed` output at `out`.
+    """
+    progress = progress or Progress()
+    what = _what(what)
+    out = os.path.abspath(out)
+    check_out(out, overwrite)
+    begin = time.perf_counter()
+    run, params, embeddings = open_trained(workdir, progress)
+    depth = nnx.merge(run.job.graphdef, run.params).gnn.num_layers
+    layer = _layer(run, what, layer, depth)
+    book = run.dg.book
+    types = _types(book.node_types, node_type)
+    wanted = None if nodes is None else _nodes(run.dg, types, nodes)
+    rows = {t: {p: int(_rows(book, p, t, wanted).size) for p in range(book.num_parts)}
+            for t in types}
+    program = full_graph_rows_program(run.job, run.dg.graph, what, layer)
+    data = run.job.data(run.dg.graph)
+    shape = jax.eval_shape(program, params, embeddings, data)[0].shape
+    width = int(shape[1]) if len(shape) > 1 else 1
+    dtype = np.int32 if what is What.PREDICTIONS else np.float32
+    total = sum(sum(r.values()) for r in rows.values())
+    check_disk(out, total * (8 + width * np.dtype(dtype).itemsize))
+    staging = _shared_staging(out)
+    with progress.phase(f"{what.value} of {total:,} nodes (layer {layer} of {depth})"):
+        values, lost = program(params, embeddings, data)
+        if int(lost):
+            from jgraph.exchange import ExchangeOverflowError
+            raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost "
+                                        f"by the exchange; leave exchange.max_capacity unset")
+    node_map = run.dg.parts.node_map()
+    starts = np.asarray(run.dg.meta.orig_type_offsets, np.int64)
+    n = run.dg.graph.nodes_per_part
+    shards = sorted(values.addressable_shards, key=lambda s: s.index[0].start or 0)
+    for shard in progress.iterate(shards, "writing", total=len(shards)):
+        p = (shard.index[0].start or 0) // n
+        block = np.asarray(shard.data)
+        for t in types:
+            new = _rows(book, p, t, wanted)
+            orig = node_map[new] - starts[book.node_types.index(t)]
+            write_chunk(staging, t, p, orig, block[new - book.offsets[p]].astype(dtype))
+    host_sync("jgraph embed: chunks written")
+    if jax.process_index() == 0:
+        write_index(staging, what, layer, width, dtype, os.path.abspath(workdir), rows)
+        check_out(out, overwrite)
+        publish(staging, out)
+    host_sync("jgraph embed: published")
+    seconds = time.perf_counter() - begin
+    return {"out": out, "what": what.value, "layer": layer, "width": width,
+            "node_types": {t: sum(r.values()) for t, r in rows.items()}, "rows": total,
+            "seconds": seconds, "rows_per_s": total / max(seconds, 1e-9),
+            "peak_rss_bytes": peak_rss_bytes()}
+
+
+def _what(what) -> What:
+    try:
+        return What(what)
+    except ValueError:
+        raise ConfigError(f"--what {what!r}: one of {[w.value for w in What]}") from None
+
+
+def _layer(run, what: What, layer: int | None, depth: int) -> int:
+    """The layer to read, checked against the model's `depth` layers."""
+    link = run.config.task is Task.LINK
+    if what is not What.EMBEDDINGS:
+        if link:
+            raise ConfigError(f"--what {what.value}: a link prediction model has no "
+                              f"classes; its outputs are embeddings")
+        if layer is not None and layer != depth:
+            raise ConfigError(f"--layer {layer} with --what {what.value}: "
+                              f"{what.value} come from the last layer ({depth})")
+        return depth
+    if layer is None:
+        return depth if link or depth == 1 else depth - 1
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+            or not 1 <= layer <= depth:
+        raise ConfigError(f"--layer {layer!r}: the model has layers 1 to {depth} (the "
+                          f"last gives the {'embeddings' if link else 'logits'})")
+    return int(layer)
+
+
+def _types(node_types: Sequence[str], node_type: str | None) -> list[str]:
+    if node_type is None:
+        return list(node_types)
+    if node_type not in node_types:
+        raise ConfigError(f"--node-type {node_type!r} is not a node type of the graph; it "
+                          f"has {list(node_types)}")
+    return [node_type]
+
+
+def _nodes(dg, types: list[str], nodes) -> np.ndarray:
+    """int64[k] sorted new ids of the original (type-local) ids `nodes` of the only
+    type in `types`, checked."""
+    where = "--nodes"
+    if isinstance(nodes, (str, os.PathLike)):
+        where = os.fspath(nodes)
+        nodes = _read_ids(where)
+    if len(types) != 1:
+        raise ConfigError(f"{where}: the graph has the node types {types}; name the type "
+                          f"of the listed nodes with --node-type")
+    ids = np.asarray(nodes)
+    if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
+        raise ConfigError(f"{where}: node ids must be a list of integers, got "
+                          f"{ids.dtype} of shape {list(ids.shape)}")
+    t = types[0]
+    count = int(np.diff(dg.book.ntype_offsets, axis=1)[:, dg.book.node_types.index(t)].sum())
+    bad = ids[(ids < 0) | (ids >= count)]
+    if bad.size:
+        raise ConfigError(f"{where}: node id {int(bad[0])} is out of range: type {t!r} has "
+                          f"ids 0 to {count - 1} ({bad.size} id(s) out of range)")
+    return np.unique(dg.parts.to_new(t, ids.astype(np.int64)))
+
+
+def _read_ids(path: str) -> np.ndarray:
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: no such node list file")
+    try:
+        if path.endswith(".npy"):
+            return np.load(path, allow_pickle=False)
+        return np.loadtxt(path, dtype=np.int64, ndmin=1, comments="#")
+    except ValueError as e:
+        raise ConfigError(f"{path}: not a list of node ids ({e})") from None
+
+
+def _rows(book, p: int, ntype: str, wanted: np.ndarray | None) -> np.ndarray:
+    """int64 new ids of partition p's nodes of `ntype` (those in `wanted` only)."""
+    t = book.node_types.index(ntype)
+    lo, hi = int(book.ntype_offsets[p, t]), int(book.ntype_offsets[p, t + 1])
+    if wanted is None:
+        return np.arange(lo, hi, dtype=np.int64)
+    return wanted[(wanted >= lo) & (wanted < hi)]
+
+
+def check_out(out: str, overwrite: bool) -> None:
+    """Raise `OutputExists` unless `out` may receive outputs: absent, an empty
+    directory, or an earlier `jgraph embed` output that `overwrite` lets replace."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise OutputExists(f"{out} exists and is not a directory")
+    if not os.path.isdir(out) or not os.listdir(out):
+        return
+    if not is_outputs_dir(out):
+        raise OutputExists(f"{out} is not empty and holds no jgraph outputs ({INDEX}); "
+                           f"refusing to replace it")
+    if not overwrite:
+        raise OutputExists(f"{out} holds earlier outputs; pass --overwrite to replace them")
+
+
+def check_disk(out: str, need: int) -> None:
+    """Raise ConfigError when the disk that will hold `out` has less free space than
+    `need` bytes and a margin."""
+    where = os.path.dirname(out)
+    while where and not os.path.exists(where):
+        where = os.path.dirname(where)
+    free = shutil.disk_usage(where or ".").free
+    need = int(need * 1.05) + (1 << 20)
+    if need > free:
+        raise ConfigError(f"{out}: the outputs need about {need / 2**20:.1f} MiB and the "
+                          f"disk has {free / 2**20:.1f} MiB free")
+
+
+def _shared_staging(out: str) -> str:
+    """The sibling of `out` every process writes into: the first process's, made by
+    it and named to the others."""
+    if jax.process_count() == 1:
+        return staging_dir(out)
+    from jax.experimental import multihost_utils
+    name = staging_dir(out) if jax.process_index() == 0 else ""
+    raw = np.zeros(4096, np.uint8)
+    raw[:len(name.encode())] = np.frombuffer(name.encode(), np.uint8)
+    raw = np.asarray(multihost_utils.broadcast_one_to_all(raw))
+    return bytes(raw[raw != 0]).decode()
