@@ -12,7 +12,10 @@ read as one run.
 """
 from __future__ import annotations
 
+import glob
 import numbers
+import os
+import time
 from collections.abc import Mapping
 
 import jax
@@ -38,7 +41,10 @@ class EventLog:
         self.writer = None
         if enabled:
             from tensorboardX import SummaryWriter
-            self.writer = SummaryWriter(logdir, purge_step=purge_step, flush_secs=30)
+            # A file of its own per writer, even for two in one second (a run stopped
+            # and resumed at once): TensorBoard names files by the second and host.
+            self.writer = SummaryWriter(logdir, purge_step=purge_step, flush_secs=30,
+                                        filename_suffix=f".{time.time_ns()}")
 
     def step(self, step: int, loss: float, stats=None) -> None:
         """One training step's loss and its exchanges' and sampler's counters."""
@@ -93,3 +99,30 @@ def stats_scalars(stats) -> dict[str, float]:
             out.update({tag: out.get(tag, 0.0) + v
                         for tag, v in stats_scalars(leaf.exchange).items()})
     return out
+
+
+def read_scalars(logdir: str) -> dict[str, dict[int, float]]:
+    """{tag: {step: value}} of the scalars in `logdir`'s event files, read as
+    TensorBoard reads them: each file's records in TensorBoard's framing (length, its
+    CRC, the record, its CRC) holding Event protocol buffers, the files in the order
+    they were written, and a session's start dropping what earlier files logged at or
+    after its step (a resumed run's purge)."""
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    scalars: dict[str, dict[int, float]] = {}
+    paths = glob.glob(os.path.join(logdir, "events.out.tfevents.*"))
+    for path in sorted(paths, key=lambda p: (int(os.path.basename(p).split(".")[3]), p)):
+        with open(path, "rb") as f:
+            data = f.read()
+        at = 0
+        while at + 12 <= len(data):
+            length = int.from_bytes(data[at:at + 8], "little")
+            event = Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                for values in scalars.values():
+                    for step in [s for s in values if s >= event.step]:
+                        del values[step]
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+    return scalars

@@ -40,6 +40,7 @@ from jgraph.models.link import Decoder, LinkPredictor
 from jgraph.partition import partition_graph
 from jgraph.progress import Progress
 from jgraph.sharded import REPLICATED, ROWS, DistGraph, make_mesh
+from jgraph.train.events import read_scalars
 from jgraph.train.loop import RunStopped, train_and_evaluate
 
 DEVICES = 8
@@ -230,9 +231,16 @@ def test_a_link_run_stopped_mid_epoch_resumes_with_the_same_losses_and_metrics(t
     assert {k: v for k, v in result.items() if k not in RUN_ONLY} == \
         {k: v for k, v in reference.items() if k not in RUN_ONLY}
     assert reference["val_mrr"] > 0 and reference["test_hits@10"] > 0
-    files = sorted(f for f in os.listdir(ref_dir) if not f.startswith("."))
+    files = sorted(f for f in os.listdir(ref_dir)
+                   if not f.startswith((".", "events.out.tfevents.")))
     assert files == ["checkpoints", "config.yaml", "curves.png", "metrics.jsonl", "model",
                      "partition", "result.json", "steps.jsonl"]
+    # TensorBoard: the stopped run's file and the resumed run's read as the reference's
+    # one (the resumed run drops what the stopped one logged after its checkpoint).
+    assert len(list(cut_dir.glob("events.out.tfevents.*"))) == 2
+    cut, ref = read_scalars(str(cut_dir)), read_scalars(str(ref_dir))
+    assert cut["train/loss"] == ref["train/loss"]
+    assert cut["val/mrr"] == ref["val/mrr"]
 
 
 def test_link_prediction_builds_r_gcn_with_one_hot_inputs_laid_out_for_its_embeddings(

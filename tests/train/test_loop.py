@@ -12,6 +12,7 @@ import pytest
 from jgraph.config import ConfigError, load, to_dict
 from jgraph.jobs.experiment import Experiment, Inference
 from jgraph.progress import Progress
+from jgraph.train.events import read_scalars
 from jgraph.train.loop import train_and_evaluate
 from jgraph.train.model import evaluate_run
 
@@ -188,29 +189,10 @@ def test_the_run_says_it_is_compiling_before_the_first_step_and_for_how_long(tra
     assert "  compiling the val evaluation step for 4 device(s) ..." in lines
 
 
-def read_events(workdir) -> dict[str, dict[int, float]]:
-    """{tag: {step: value}} of the scalars in the run's TensorBoard event files, read
-    with TensorBoard's record framing (length, its CRC, the record, its CRC) and the
-    Event protocol buffer, not with jgraph's writer."""
-    from tensorboardX.proto.event_pb2 import Event
-    files = sorted(Path(workdir).glob("events.out.tfevents.*"))
-    assert files, f"no event files in {workdir}"
-    scalars: dict[str, dict[int, float]] = {}
-    for path in files:
-        data, at = path.read_bytes(), 0
-        while at < len(data):
-            length = int.from_bytes(data[at:at + 8], "little")
-            event = Event.FromString(data[at + 12:at + 12 + length])
-            at += 12 + length + 4
-            for value in event.summary.value:
-                if value.HasField("simple_value"):
-                    scalars.setdefault(value.tag, {})[event.step] = value.simple_value
-    return scalars
-
-
 def test_tensorboard_events_hold_the_losses_and_metrics_of_the_jsonl_files(trained):
     config, workdir, _, _ = trained
-    events = read_events(workdir)
+    assert len(list(workdir.glob("events.out.tfevents.*"))) == 1
+    events = read_scalars(str(workdir))
     steps = [json.loads(line) for line in (workdir / "steps.jsonl").read_text().splitlines()]
     assert sorted(events["train/loss"]) == [s["step"] for s in steps]
     for s in steps:
