@@ -53,13 +53,13 @@ def full_graph_program(job, graph, splits, mesh=None):
         out_specs=REPLICATED))
 
 
-def full_graph_rows_program(job, graph, what: What, layer: int, mesh=None):
+def full_graph_rows_program(job, graph, what: What, layer: int | None, mesh=None):
     """jit(shard_map(...)): `(params, embeddings, data) -> (rows, ids lost)`, rows
     [P * n, width] row-sharded: each device's own nodes' output of layer `layer` (1 =
     the first; the last gives the logits) for What.EMBEDDINGS and LOGITS, the last
     layer's softmax for PROBABILITIES, its argmax (int32[P * n]) for PREDICTIONS, by
     layer-wise full-graph inference (evaluation: no dropout). Only the layers up to
-    the one read are computed."""
+    the one read are computed (layer None: every layer, the last read)."""
     what = What(what)
 
     def per_device(params, embeddings, data):

@@ -368,17 +368,11 @@ class LinkEvaluator:
 def full_graph_embedding_program(job: LinkPrediction, graph: ShardedGraph, mesh=None):
     """jit(shard_map(...)): (params, embeddings, data) -> (each device's own nodes'
     embeddings [n, D] row-sharded, ids lost by the exchange), on the job's mesh or on
-    `mesh` (to build it for other hardware, see `jgraph.target`)."""
-    from jgraph.jobs.inference import full_graph_logits
-
-    def per_device(params, embeddings, data):
-        model = nnx.merge(job.graphdef, params)
-        return full_graph_logits(model, job.inputs, data.features, embeddings, data.graph,
-                                 job.exchange)
-    return jax.jit(jax.shard_map(
-        per_device, mesh=mesh or job.mesh,
-        in_specs=(REPLICATED, job.inputs.embedding_specs(), job.data_specs(graph)),
-        out_specs=(ROWS, REPLICATED)))
+    `mesh` (to build it for other hardware, see `jgraph.target`): the last layer's rows
+    of `full_graph_rows_program`."""
+    from jgraph.data.outputs import What
+    from jgraph.jobs.inference import full_graph_rows_program
+    return full_graph_rows_program(job, graph, What.EMBEDDINGS, None, mesh)
 
 
 def full_graph_embeddings(run, params, embeddings) -> np.ndarray:
