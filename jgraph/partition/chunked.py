@@ -55,7 +55,13 @@ from jgraph.partition.adjacency import (
     sort_ranges,
     write_buckets,
 )
-from jgraph.partition.assignment import BALANCED_SPLITS, PartitionError, fill_empty
+from jgraph.partition.assignment import (
+    BALANCED_SPLITS,
+    PartitionError,
+    fill_empty,
+    warn_over_limits,
+)
+from jgraph.partition.excess import within
 from jgraph.partition.files import (
     NpyAppender,
     NpyRows,
@@ -820,6 +826,10 @@ class _Job:
         mean = weights.totals() / p
         balance = {name: float(loads[:, c].max() / mean[c]) if mean[c] > 0 else 1.0
                    for c, name in enumerate(weights.names)}
+        limits = weights.limits(p, self.options.tolerance)
+        if not within(loads, limits):
+            warn_over_limits(self.graph.name, weights.names, loads, limits,
+                             self.options.tolerance)
         node_ranges = phases["node data"]["node_data_ranges"]
         edge_ranges = phases["bucketing"]["edge_data_ranges"]
 

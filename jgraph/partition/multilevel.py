@@ -56,6 +56,7 @@ from jgraph.partition.adjacency import (
     build_disk_adjacency,
     range_bounds,
 )
+from jgraph.partition.excess import relieve, within
 from jgraph.partition.files import release_memory
 from jgraph.partition.group import Group
 from jgraph.partition.metis import part_kway
@@ -73,6 +74,10 @@ BETWEEN_SAMPLE_ENTRIES = 1 << 26
 # of the whole graph is kept): on the 2^23-node R-MAT's 8 parts, one sample's cuts
 # ranged 0.40-0.49 of the edges over seeds and batchings.
 METIS_TRIALS = 3
+# Where label propagation leaves a partition over a limit, the excess search holds at
+# most this many of a process's nodes (their weights: 8 bytes a node and constraint),
+# for at most this many rounds of turns.
+RELIEVE_NODES, RELIEVE_ROUNDS = 1 << 21, 4
 
 # The most METIS's edge weights may add up to (it sums them in 32-bit integers).
 METIS_WEIGHT_TOTAL = 1 << 30
@@ -463,9 +468,11 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     over a limit. `parts` (int32, every node's) is updated for the rows [start, stop)
     of `adjacency` (`weights` are theirs) and, with several processes, exchanged after
     every pass so each holds every node's again. Refinement stops after `passes`, or
-    sooner when a pass moves fewer than one node in 1,000. `on_pass(kind, pass, moves,
-    saved, cut)` hears of each pass (the cut weight it started from and saved).
-    Returns `parts`."""
+    sooner when a pass moves fewer than one node in 1,000. Balance moves follow while a
+    partition is over a limit; where they stop over one (each admits only a move that
+    fits every limit), the excess search takes over (`_relieve`). `on_pass(kind, pass,
+    moves, saved, cut)` hears of each pass (the cut weight it started from and saved;
+    None for the excess search's). Returns `parts`."""
     group = group or Group.single()
     lo, hi = adjacency.start, adjacency.stop
     limits = balance_limits(group.sum(weights.totals(), "totals"), num_parts, tolerance)
@@ -516,7 +523,67 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
         idle = 0 if moved else idle + 1
         if idle >= group.size:
             break
+    if not within(loads, limits):
+        _relieve(adjacency, parts, weights, loads, limits, num_parts, group, bounds, on_pass)
     return parts
+
+
+def _relieve(adjacency, parts: np.ndarray, weights: NodeWeights, loads: np.ndarray,
+             limits: np.ndarray, num_parts: int, group: Group, bounds: np.ndarray,
+             on_pass: Callable[..., None] | None) -> np.ndarray:
+    """The excess search (`jgraph.partition.excess.relieve`) where label propagation's
+    balance moves stopped over a limit: each process in turn over its own nodes (at
+    most RELIEVE_NODES of them, spread evenly), their edges read from `adjacency`, with
+    every partition's loads. `parts` (every node's) is updated and shared after every
+    turn; ends when every load is within its limit, or a round of turns moves nothing.
+    Returns the loads."""
+    lo, hi = adjacency.start, adjacency.stop
+    count = min(hi - lo, RELIEVE_NODES)
+    nodes = lo + np.arange(count, dtype=np.int64) * (hi - lo) // max(count, 1)
+    idle = 0
+    for turn in range(RELIEVE_ROUNDS * group.size):
+        if within(loads, limits):
+            break
+        after, moved = loads.copy(), 0
+        if turn % group.size == group.rank and count:
+            mine = parts[nodes]
+
+            def counts_of(idx, mine=mine):
+                parts[nodes] = mine
+                return _part_counts(adjacency, nodes[idx], parts, num_parts)
+            stats = relieve(mine, weights.take(nodes - lo), after, limits, counts_of)
+            parts[nodes] = mine
+            moved = stats.moves + 2 * stats.swaps
+        if group.size > 1:
+            after = loads + group.sum(after - loads, "load changes")
+            group.share(parts, bounds, "parts")
+            moved = int(group.sum(moved, "moves"))
+        loads = after
+        if on_pass is not None:
+            on_pass("relieve", turn, moved, None, None)
+        idle = 0 if moved else idle + 1
+        if idle >= group.size:
+            break
+    return loads
+
+
+def _part_counts(adjacency, nodes: np.ndarray, parts: np.ndarray, num_parts: int
+                 ) -> np.ndarray:
+    """float64[len(nodes), P]: the edge weight from each of `nodes` (sorted global ids
+    among the adjacency's rows) into each partition, a piece at a time."""
+    counts = np.zeros(nodes.size * num_parts)
+    for rows in _pieces(adjacency):
+        first, last = np.searchsorted(nodes, [rows.start, rows.start + rows.num_rows])
+        if first == last:
+            continue
+        where = np.full(rows.num_rows, -1, np.int64)
+        where[nodes[first:last] - rows.start] = np.arange(last - first)
+        at = where[rows.local_rows()]
+        keep = at >= 0
+        counts[first * num_parts:last * num_parts] += np.bincount(
+            at[keep] * num_parts + parts[rows.indices[keep]],
+            weights=rows.entry_weights()[keep], minlength=(last - first) * num_parts)
+    return counts.reshape(nodes.size, num_parts)
 
 
 def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, limits,
@@ -827,6 +894,7 @@ def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: 
         parts = refine(current, parts, finer_weights, num_parts, tolerance, seed=seed + i,
                        group=group,
                        on_pass=lambda kind, p, moved, saved, cut, i=i: log(
-                           f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved, "
-                           f"cut {cut:,.0f} - {saved:,.0f}"))
+                           f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved"
+                           + (f", cut {cut:,.0f} - {saved:,.0f}" if cut is not None
+                              else "")))
     return parts

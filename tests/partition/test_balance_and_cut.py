@@ -179,3 +179,40 @@ def test_refine_swaps_in_batches_so_rounds_stay_few_and_scoring_linear(n):
     assert stats.scored <= 4 * 4 * n        # each candidate scored about once or twice
     again, _ = refine(adj, parts, constraints, 4, 0.0)
     np.testing.assert_array_equal(refined, again)
+
+
+def test_multilevel_refine_swaps_where_label_propagation_cannot(monkeypatch):
+    # Every partition at its node limit: the only way out of partition 0's edge excess
+    # is a swap, which label propagation's balance moves never make; the excess search
+    # after them does, reading the adjacency a piece at a time.
+    from jgraph.partition import multilevel
+    from jgraph.partition.adjacency import CSRAdjacency
+    from jgraph.partition.assignment import _loads
+    adj, parts, constraints = _hub_and_full_parts(250)
+    w = constraints.weights
+    weights = multilevel.NodeWeights(constraints.names, tuple(w[:, c] for c in range(3)))
+    monkeypatch.setattr(multilevel, "PIECE_ENTRIES", 500)
+    refined = multilevel.refine(CSRAdjacency(adj, 2_000), parts.copy(), weights, 4, 0.0)
+    loads = _loads(refined, w, 4)
+    assert (loads <= constraints.limits(4, 0.0) + 1e-9).all(), loads
+    # Without the search, the same refinement stops over the edge limit.
+    monkeypatch.setattr(multilevel, "_relieve", lambda *args: None)
+    stopped = multilevel.refine(CSRAdjacency(adj, 2_000), parts.copy(), weights, 4, 0.0)
+    assert (_loads(stopped, w, 4) > constraints.limits(4, 0.0) + 1e-9).any()
+
+
+def test_a_limit_no_assignment_meets_is_said_by_name(caplog):
+    # One node receives more edges than a partition may hold: no assignment keeps the
+    # edge limit, and the partitioner says which constraint, partition and load.
+    from jgraph.data import Graph
+    from jgraph.partition.assignment import assign
+    n = 40
+    src = np.arange(1, n)
+    edges = np.stack([np.concatenate([src, src[:-1]]),
+                      np.concatenate([np.zeros(n - 1, int), src[1:]])])
+    graph = Graph(name="star", num_nodes={"_N": n}, edges={("_N", "_E", "_N"): edges})
+    with caplog.at_level("WARNING", logger="jgraph.partition"):
+        parts = assign(graph, 2, "metis")
+    assert parts.shape == (n,)
+    said = " ".join(r.getMessage() for r in caplog.records if r.name == "jgraph.partition")
+    assert "star" in said and "constraint 'edges'" in said and "its limit" in said, said

@@ -172,6 +172,34 @@ def test_multilevel_coarsens_when_the_graph_is_larger_than_its_coarse_limit(shar
     assert edge_cut_fraction(graph, parts) <= 1.15 * edge_cut_fraction(graph, metis)
 
 
+@pytest.mark.parametrize("seed", [1, 3, 23])
+def test_every_limit_holds_where_balance_moves_alone_stopped_over_one(tmp_path, seed):
+    # At these seeds label propagation's balance moves (each must fit every limit) left
+    # partitions over the small limits of the typed, split graph: 16 test nodes where 15
+    # are allowed. The excess search that follows them brings every load within.
+    graph = hetero_graph()
+    save_chunked(graph, tmp_path / "in", edges_per_chunk=1500, rows_per_chunk=700)
+    partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(4, seed=seed, **SMALL))
+    constraints = constraints_for(graph)
+    parts = assignment_of(str(tmp_path / "out"))
+    loads = np.stack([np.bincount(parts, weights=constraints.weights[:, c], minlength=4)
+                      for c in range(constraints.weights.shape[1])], axis=1)
+    assert (loads <= constraints.limits(4, 0.05) + 1e-9).all(), loads
+    assert max(open_partitions(tmp_path / "out").meta.balance.values()) <= 1.067
+
+
+def test_part_counts_read_from_pieces_equal_the_whole_adjacency_s(shared_data, monkeypatch):
+    from jgraph.partition import multilevel
+    from jgraph.partition.assignment import _neighbour_part_counts, undirected_adjacency
+    adjacency = undirected_adjacency(symmetrize(load_dataset(shared_data("facebook_musae.npz"))))
+    monkeypatch.setattr(multilevel, "PIECE_ENTRIES", 5_000)     # many pieces
+    rng = np.random.default_rng(0)
+    parts = rng.integers(0, 5, adjacency.shape[0]).astype(np.int32)
+    nodes = np.sort(rng.choice(adjacency.shape[0], 3_000, replace=False))
+    got = multilevel._part_counts(CSRAdjacency(adjacency, 20_000), nodes, parts, 5)
+    np.testing.assert_array_equal(got, _neighbour_part_counts(adjacency, nodes, parts, 5))
+
+
 def test_rows_split_into_pieces_covers_every_entry_once():
     rng = np.random.default_rng(0)
     degree = rng.integers(0, 30, 200)
