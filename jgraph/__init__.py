@@ -16,7 +16,8 @@ The Python API, in the order of a run (each name is documented where it lives):
                  LinkConfig, load_config, train(config, workdir),
                  evaluate(workdir)                                    (jgraph.train)
   outputs        embed(workdir, out) (every node's embedding or prediction on disk),
-                 read_embeddings(out)                    (jgraph.train, jgraph.data)
+                 read_embeddings(out), load_run(workdir) (a trained model: predict,
+                 embed or score a few nodes)             (jgraph.train, jgraph.data)
 
 Importing jgraph has no side effects: nothing configures JAX or starts
 `jax.distributed` until an entry point (the CLI, the launcher, a test, or your call of
@@ -51,6 +52,7 @@ _LAZY = {
                      "register_model"], "jgraph.models"),
     **dict.fromkeys(["CheckpointConfig", "DataConfig", "Experiment", "LinkConfig",
                      "ModelConfig", "TrainConfig"], "jgraph.jobs.experiment"),
+    **dict.fromkeys(["TrainedRun", "load_run"], "jgraph.train.trained"),
     "embed": "jgraph.train.api",
     "evaluate": "jgraph.train.api",
     "load_config": "jgraph.train.api",

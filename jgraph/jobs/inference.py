@@ -19,7 +19,7 @@ from jgraph.jobs.windows import edge_window, full_graph_layers, full_graph_logit
 from jgraph.mesh import REPLICATED, ROWS
 
 __all__ = ["edge_window", "full_graph_logits", "full_graph_program", "full_graph_rows_program",
-           "full_graph_scores", "split_masks"]
+           "full_graph_scores", "outputs_as", "split_masks"]
 
 
 def full_graph_program(job, graph, splits, mesh=None):
@@ -66,17 +66,22 @@ def full_graph_rows_program(job, graph, what: What, layer: int | None, mesh=None
         model = nnx.merge(job.graphdef, params)
         layers, lost = full_graph_layers(model, job.inputs, data.features, embeddings,
                                          data.graph, job.exchange, depth=layer)
-        h = layers[-1]
-        if what is What.PROBABILITIES:
-            h = jax.nn.softmax(h.astype(jnp.float32), axis=-1)
-        elif what is What.PREDICTIONS:
-            h = jnp.argmax(h, axis=-1).astype(jnp.int32)
-        return h, lost
+        return outputs_as(layers[-1], what), lost
 
     return jax.jit(jax.shard_map(
         per_device, mesh=mesh or job.mesh,
         in_specs=(REPLICATED, job.inputs.embedding_specs(), job.data_specs(graph)),
         out_specs=(ROWS, REPLICATED)))
+
+
+def outputs_as(h: jax.Array, what: What) -> jax.Array:
+    """A layer's rows [n, width] as `what` asks: as they are (embeddings, logits), their
+    softmax (probabilities) or argmax (predictions, int32[n])."""
+    if what is What.PROBABILITIES:
+        return jax.nn.softmax(h.astype(jnp.float32), axis=-1)
+    if what is What.PREDICTIONS:
+        return jnp.argmax(h, axis=-1).astype(jnp.int32)
+    return h
 
 
 def split_masks(run, splits) -> dict:

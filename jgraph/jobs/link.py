@@ -28,6 +28,7 @@ from flax import nnx
 from jax import lax
 
 from jgraph.config import ConfigError
+from jgraph.data.outputs import What
 from jgraph.jobs.abstract import abstract_loader, abstract_parts
 from jgraph.jobs.experiment import Experiment, Inference, LinkLoss, Task
 from jgraph.jobs.inputs import NodeInputs
@@ -180,18 +181,11 @@ class LinkPrediction(NodeClassification):
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
         """Per device: (seeds int32[B], their embeddings [B, D], stats) of batch `index`
-        of the job's loader, without dropout. Link prediction ranks every validation
-        and test edge against its fixed negatives (`LinkEvaluator`) with these
-        embeddings: build the job with `evaluating` over a `NodeLoader` of the nodes to
-        embed."""
-        seeds, mask = self.loader.batch(order, index)
-        sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
-                                     step=jnp.int32(0), local_seeds=True)
-        rows, valid, input_stats = self.inputs.fetch(
-            self.exchange, data.features, embeddings, sample.input_nodes, caches=data.caches)
-        model = nnx.merge(self.graphdef, params)
-        h = model(rows, valid, sample.blocks).astype(jnp.float32)
-        return sample.seeds, h, (sample.stats, input_stats)
+        of the job's loader, without dropout (`outputs_step`'s last layer). Link
+        prediction ranks every validation and test edge against its fixed negatives
+        (`LinkEvaluator`) with these embeddings: build the job with `evaluating` over a
+        `NodeLoader` of the nodes to embed."""
+        return self.outputs_step(params, embeddings, data, order, index, What.EMBEDDINGS)
 
     def eval_specs(self):
         """Seeds and embeddings row-sharded (each device's batch), stats replicated."""
@@ -370,7 +364,6 @@ def full_graph_embedding_program(job: LinkPrediction, graph: ShardedGraph, mesh=
     embeddings [n, D] row-sharded, ids lost by the exchange), on the job's mesh or on
     `mesh` (to build it for other hardware, see `jgraph.target`): the last layer's rows
     of `full_graph_rows_program`."""
-    from jgraph.data.outputs import What
     from jgraph.jobs.inference import full_graph_rows_program
     return full_graph_rows_program(job, graph, What.EMBEDDINGS, None, mesh)
 

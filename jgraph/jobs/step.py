@@ -27,8 +27,9 @@ import optax
 from flax import nnx
 from jax import lax
 
+from jgraph.data.outputs import What
 from jgraph.exchange import Exchange
-from jgraph.jobs.inference import full_graph_program
+from jgraph.jobs.inference import full_graph_program, outputs_as
 from jgraph.jobs.inputs import NodeInputs
 from jgraph.jobs.metrics import class_counts, masked_cross_entropy
 from jgraph.mesh import REPLICATED, ROWS, replicated, shard_rows
@@ -207,15 +208,28 @@ class NodeClassification:
         """jit(shard_map(eval_step)): (params, embeddings, data, order, index) ->
         batch `index`'s results (`eval_step`, laid out as `eval_specs` says); build
         the job with `evaluating` first. mesh: as for `compile_train`."""
+        return self._batch_program(graph, self.eval_step, self.eval_specs(), on_trace, mesh)
+
+    def compile_outputs(self, graph: ShardedGraph, what: What, depth: int | None = None,
+                        mesh=None):
+        """jit(shard_map(outputs_step)): (params, embeddings, data, order, index) ->
+        batch `index`'s (seeds, outputs, stats) row-sharded (stats replicated); build
+        the job with `evaluating` first, its fanouts `depth` hops."""
+        def step(params, embeddings, data, order, index):
+            return self.outputs_step(params, embeddings, data, order, index, what, depth)
+        return self._batch_program(graph, step, (ROWS, ROWS, REPLICATED), None, mesh)
+
+    def _batch_program(self, graph: ShardedGraph, per_device, out_specs, on_trace, mesh):
+        """jit(shard_map(per_device)) of (params, embeddings, data, order, index)."""
         def step(params, embeddings, data, order, index):
             if on_trace is not None:
                 on_trace()
-            return self.eval_step(params, embeddings, data, order, index)
+            return per_device(params, embeddings, data, order, index)
         return jax.jit(jax.shard_map(
             step, mesh=mesh or self.mesh,
             in_specs=(REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
                       REPLICATED),
-            out_specs=self.eval_specs()))
+            out_specs=out_specs))
 
     def full_graph_program(self, graph: ShardedGraph, masks: dict, mesh=None):
         """The program that scores the splits of `masks` ({split: bool row-sharded
@@ -395,6 +409,28 @@ class NodeClassification:
         out = {"loss": loss, "correct": outcome.correct, "count": outcome.count,
                "classes": class_counts(outcome.out, batch.labels, batch.label_mask)}
         return jax.tree.map(lambda x: lax.psum(x, axis), out)
+
+    def outputs_step(self, params, embeddings, data: StepData, order, index,
+                     what: What = What.LOGITS, depth: int | None = None):
+        """Per device: (seeds int32[B], their outputs, stats) of batch `index` of the
+        job's loader, without dropout: the rows of layer `depth` (counted from 1; None:
+        the last) over the blocks its sampler draws, which must be `depth` hops (build
+        the job with `evaluating` over a `NodeLoader` of the nodes), or their softmax or
+        argmax as `what` says (`jgraph.jobs.inference.outputs_as`)."""
+        seeds, mask = self.loader.batch(order, index)
+        sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
+                                     step=jnp.int32(0), local_seeds=True)
+        rows, valid, input_stats = self.inputs.fetch(
+            self.exchange, data.features, embeddings, sample.input_nodes, caches=data.caches)
+        params, rows = self.computing(params, rows)
+        model = nnx.merge(self.graphdef, params)
+        if depth is not None and len(sample.blocks) != depth:
+            raise ValueError(f"{len(sample.blocks)} blocks for the rows of layer {depth}")
+        h = model.encoder(rows, valid)
+        for i, hood in enumerate(sample.blocks):
+            h = model.gnn.layer(i, h, hood)
+        return sample.seeds, outputs_as(h.astype(jnp.float32), what), (sample.stats,
+                                                                       input_stats)
 
 
 @functools.cache

@@ -100,11 +100,11 @@ def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
             "peak_rss_bytes": peak_rss_bytes()}
 
 
-def _what(what) -> What:
+def _what(what, flag: str = "--what ") -> What:
     try:
         return What(what)
     except ValueError:
-        raise ConfigError(f"--what {what!r}: one of {[w.value for w in What]}") from None
+        raise ConfigError(f"{flag}{what!r}: one of {[w.value for w in What]}") from None
 
 
 def _layer(run, what: What, layer: int | None, depth: int) -> int:
@@ -139,13 +139,19 @@ def _types(node_types: Sequence[str], node_type: str | None) -> list[str]:
 def _nodes(dg, types: list[str], nodes) -> np.ndarray:
     """int64[k] sorted new ids of the original (type-local) ids `nodes` of the only
     type in `types`, checked."""
-    where = "--nodes"
+    return np.unique(new_ids(dg, types, nodes, "--nodes"))
+
+
+def new_ids(dg, types: list[str], nodes, where: str) -> np.ndarray:
+    """int64[k]: the new ids of `nodes`, original (type-local) ids of the only type in
+    `types` (an array, or a file: `.npy`, or text with one id a line), in their order;
+    ConfigError naming `where` (or the file) and the id at fault."""
     if isinstance(nodes, (str, os.PathLike)):
         where = os.fspath(nodes)
         nodes = _read_ids(where)
     if len(types) != 1:
         raise ConfigError(f"{where}: the graph has the node types {types}; name the type "
-                          f"of the listed nodes with --node-type")
+                          f"of the listed nodes (--node-type; node_type= in Python)")
     ids = np.asarray(nodes)
     if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
         raise ConfigError(f"{where}: node ids must be a list of integers, got "
@@ -156,7 +162,7 @@ def _nodes(dg, types: list[str], nodes) -> np.ndarray:
     if bad.size:
         raise ConfigError(f"{where}: node id {int(bad[0])} is out of range: type {t!r} has "
                           f"ids 0 to {count - 1} ({bad.size} id(s) out of range)")
-    return np.unique(dg.parts.to_new(t, ids.astype(np.int64)))
+    return dg.parts.to_new(t, ids.astype(np.int64)).astype(np.int64)
 
 
 def _read_ids(path: str) -> np.ndarray:
@@ -168,6 +174,22 @@ def _read_ids(path: str) -> np.ndarray:
         return np.loadtxt(path, dtype=np.int64, ndmin=1, comments="#")
     except ValueError as e:
         raise ConfigError(f"{path}: not a list of node ids ({e})") from None
+
+
+def _read_pairs(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of a file of pairs: `.npy` of shape [k, 2], or text with "src dst" a
+    line."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: no such file of pairs")
+    try:
+        pairs = (np.load(path, allow_pickle=False) if path.endswith(".npy")
+                 else np.loadtxt(path, dtype=np.int64, ndmin=2, comments="#"))
+    except ValueError as e:
+        raise ConfigError(f"{path}: not a list of pairs of node ids ({e})") from None
+    if pairs.ndim != 2 or pairs.shape[1] != 2:
+        raise ConfigError(f"{path}: pairs are two ids a row (src, dst), got an array of "
+                          f"shape {list(pairs.shape)}")
+    return pairs[:, 0], pairs[:, 1]
 
 
 def _rows(book, p: int, ntype: str, wanted: np.ndarray | None) -> np.ndarray:

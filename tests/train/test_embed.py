@@ -147,6 +147,48 @@ def test_a_node_list_gets_exactly_its_rows(workdir, reference, tmp_path):
     assert sorted(ids.tolist()) == [3, 7]
 
 
+def test_load_run_answers_a_few_nodes_as_the_whole_graph_outputs(workdir, reference, cora):
+    from jgraph import load_run
+    run = load_run(workdir)
+    ids = np.array([2707, 0, 5, 1200, 5])              # in this order, repeats too
+    exact = [-1, -1]
+    np.testing.assert_allclose(run.embed(ids, fanouts=exact), reference[1][ids],
+                               rtol=1e-5, atol=1e-5)
+    logits = run.logits(ids, fanouts=exact)
+    np.testing.assert_allclose(logits, reference[2][ids], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(run.predict(ids, fanouts=exact), logits.argmax(1))
+    prob = run.probabilities(ids, fanouts=exact)
+    np.testing.assert_allclose(prob.sum(1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(prob.argmax(1), logits.argmax(1))
+    # The run's eval fanouts (5, 5) sample as its sampled evaluation does: the test
+    # nodes' predictions score its accuracy; every neighbour scores full-graph's.
+    test = np.asarray(cora.splits["_N"]["test"])
+    labels = np.asarray(cora.node_data["_N"]["label"])[test]
+    sampled = evaluate_run(workdir, ("test",), Inference.SAMPLED)["test"]["acc"]
+    full = evaluate_run(workdir, ("test",), Inference.FULL)["test"]["acc"]
+    assert np.mean(run.predict(test) == labels) == pytest.approx(sampled, abs=1e-12)
+    assert np.mean(run.predict(test, fanouts=exact) == labels) == pytest.approx(full,
+                                                                              abs=1e-12)
+    compiled = len(run._programs)
+    np.testing.assert_array_equal(run.predict(test[::-1]), run.predict(test)[::-1])
+    assert len(run._programs) == compiled              # the same shapes: no new program
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda run: run.predict([2708]), "node id 2708 is out of range"),
+    (lambda run: run.embed([1], layer=3), "--layer 3: the model has layers 1 to 2"),
+    (lambda run: run.predict([1], fanouts=[5]), r"fanouts \[5\]: one per layer, 2"),
+    (lambda run: run.predict([1], fanouts=[5, -3]), r"fanouts \[5, -3\]: .*-1 for all"),
+    (lambda run: run.outputs([1], what="classes"), "what='classes': one of"),
+    (lambda run: run.predict([1], node_type="paper"), "'paper' is not a node type"),
+    (lambda run: run.score([1], [2]), "a node classification run scores nodes"),
+])
+def test_load_run_refuses_bad_requests_by_name(workdir, call, message):
+    from jgraph import load_run
+    with pytest.raises(ConfigError, match=message):
+        call(load_run(workdir))
+
+
 def test_two_processes_write_the_rows_one_process_writes(workdir, tmp_path):
     one = tmp_path / "one"
     embed(workdir, str(one))
@@ -255,3 +297,28 @@ def test_a_link_run_on_three_node_types_writes_each_types_embeddings(shared_data
         read_embeddings(tmp_path / "all")
     with pytest.raises(ConfigError, match="a link prediction model has no classes"):
         embed(workdir, str(tmp_path / "pred"), what="predictions")
+    # Pairs scored in original ids: the decoder on those rows, over exact neighbourhoods.
+    from jgraph import load_run
+    trained = load_run(workdir)
+    r = 1
+    s_type, name, d_type = trained.relations[r]
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, graph.num_nodes[s_type], 6)
+    dst = rng.integers(0, graph.num_nodes[d_type], 6)
+    got = trained.score(src, dst, relation=name, fanouts=[-1, -1])
+    model = nnx.merge(run.job.graphdef, params)
+    h_src, h_dst = (want[run.dg.parts.to_new(t, i)] for t, i in ((s_type, src),
+                                                               (d_type, dst)))
+    expected = np.asarray(model.score(jnp.asarray(h_src), jnp.asarray(h_dst),
+                                      jnp.full(6, r, jnp.int32)))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("\n".join(f"{a} {b}" for a, b in zip(src, dst)) + "\n")
+    np.testing.assert_allclose(trained.score(str(pairs), relation=(s_type, name, d_type),
+                                             fanouts=[-1, -1]), got, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ConfigError, match="name one with relation="):
+        trained.score(src, dst)
+    with pytest.raises(ConfigError, match="relation 'cites' is not in the graph"):
+        trained.score(src, dst, relation="cites")
+    with pytest.raises(ConfigError, match="a link prediction model has no classes"):
+        trained.predict([0], node_type=s_type)
