@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 
+from jgraph import logs
 from jgraph.cli.devices import NUM_PROCESSES_ENV, PROCESS_ID_ENV
 
 POLL_S = 0.05
@@ -140,7 +141,7 @@ class Launcher:
 
     def say(self, message: str) -> None:
         with self.lock:
-            print(f"jgraph.launch: {message}", file=sys.stderr, flush=True)
+            logs.get("launch").info("jgraph.launch: %s", message)
 
     def on_signal(self, signum, frame) -> None:
         if self.stopping is not None:
@@ -267,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.port is not None and not 1 <= args.port <= 65535:
         parser.error(f"--port must be in 1..65535, got {args.port} (leave it out for a "
                      f"free one)")
+    logs.setup(command=True)
     launcher = Launcher(command, args.num_processes, args.devices_per_process, args.grace,
                         args.stop_timeout, args.port)
     problem = args.port is not None and port_problem(args.port)

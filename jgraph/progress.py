@@ -7,31 +7,48 @@ import time
 
 from tqdm import tqdm
 
+from jgraph import logs
+
 
 class Progress:
-    """Prints each phase and its duration to stderr; silent when disabled.
+    """Says each phase and its duration, and notes along the way: INFO records of the
+    `jgraph` logger (`jgraph.logs`), or lines on `stream` where one is given; silent
+    when disabled. Progress bars (`iterate`) are drawn on stderr's terminal.
 
-    `timings` keeps every phase's seconds, whether or not anything is printed.
+    `timings` keeps every phase's seconds, whether or not anything is said.
     """
 
     def __init__(self, enabled: bool = True, stream=None):
         self.enabled = enabled
-        self.stream = stream or sys.stderr
+        self.stream = stream
         self.timings: dict[str, float] = {}
+        if enabled and stream is None:
+            logs.setup()
 
     @contextlib.contextmanager
     def phase(self, name: str):
-        if self.enabled:
-            print(f"  {name} ...", file=self.stream, flush=True)
+        self.note(f"{name} ...")
         start = time.perf_counter()
         yield
         self.timings[name] = time.perf_counter() - start
-        if self.enabled:
-            print(f"  {name}: {self.timings[name]:.1f}s", file=self.stream, flush=True)
+        self.note(f"{name}: {self.timings[name]:.1f}s")
 
     def note(self, message: str):
-        if self.enabled:
+        if not self.enabled:
+            return
+        if self.stream is not None:
             print(f"  {message}", file=self.stream, flush=True)
+        else:
+            logs.LOGGER.info("  %s", message)
+
+    def detail(self, message: str):
+        """A note for `--verbose` only (DEBUG), or on `stream` where one is given."""
+        if not self.enabled:
+            return
+        if self.stream is not None:
+            print(f"  {message}", file=self.stream, flush=True)
+        else:
+            logs.LOGGER.debug("  %s", message)
 
     def meter(self, desc: str, total: float = 0, unit: str = "",
               interval: float = 10.0) -> Meter:
@@ -41,10 +58,11 @@ class Progress:
     def iterate(self, iterable, desc: str, total: int | None = None, initial: int = 0):
         """A progress bar over `iterable`, drawn only on a terminal (redraws would flood
         a log file or the launcher's rank-prefixed output)."""
-        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        stream = self.stream or sys.stderr
+        tty = hasattr(stream, "isatty") and stream.isatty()
         return tqdm(iterable, desc=f"  {desc}", total=total, initial=initial,
-                    disable=not (self.enabled and tty), file=self.stream, leave=False,
-                    dynamic_ncols=True)
+                    disable=not (self.enabled and tty and logs.LOGGER.isEnabledFor(20)),
+                    file=stream, leave=False, dynamic_ncols=True)
 
 
 

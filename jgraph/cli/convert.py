@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
+from jgraph import logs
 from jgraph.cli.partition import DefaultsShown, peak_rss_bytes
 from jgraph.data import open_chunked
 from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, convert, is_streamed
@@ -47,7 +47,7 @@ def _positive(text: str) -> int:
 def run_convert(args) -> int:
     start = time.perf_counter()
     how = "streamed" if is_streamed(args.input) else "read whole"
-    print(f"jgraph convert {args.input} -> {args.out} ({how})", file=sys.stderr)
+    logs.LOGGER.info("jgraph convert %s -> %s (%s)", args.input, args.out, how)
     convert(args.input, args.out, edges_per_chunk=args.edges_per_chunk,
             rows_per_chunk=args.rows_per_chunk, overwrite=args.overwrite,
             progress=Progress(enabled=True))

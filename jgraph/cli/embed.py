@@ -29,7 +29,6 @@ def add_commands(sub) -> None:
                        help="replace outputs that an earlier jgraph embed wrote to DIR")
     embed.add_argument("--devices", type=int, help="simulate this many devices on CPU "
                        "(default: as many as the run trained on)")
-    embed.add_argument("--quiet", action="store_true", help="no progress output")
     embed.set_defaults(run=run_embed)
 
 

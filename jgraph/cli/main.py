@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from jgraph import logs
 from jgraph.cli import bench as bench_cmd
 from jgraph.cli import compile as compile_cmd
 from jgraph.cli import convert as convert_cmd
@@ -63,12 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
     embed_cmd.add_commands(sub)
     bench_cmd.add_commands(sub)
     compile_cmd.add_commands(sub)
+    for command in _leaves(parser):
+        said = command.add_mutually_exclusive_group()
+        said.add_argument("-q", "--quiet", action="store_true",
+                          help="say nothing along the way but warnings and errors")
+        said.add_argument("-v", "--verbose", action="store_true",
+                          help="say more along the way (debug messages)")
     return parser
+
+
+def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of the commands that run (`jgraph bench train`, not `jgraph bench`)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found.extend(_leaves(child))
+    return found or [parser]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    logs.setup(logs.level_of(args.quiet, args.verbose), command=True)
     try:
         return args.run(args) or 0
     except OSError as e:

@@ -11,6 +11,7 @@ import traceback
 
 import numpy as np
 
+from jgraph import logs
 from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.data import (
     GraphError,
@@ -215,8 +216,8 @@ def run_partition(args) -> int:
                              f"directory (jgraph convert writes one) with the bounded-memory "
                              f"method; run other inputs as one process")
     args.method = args.method or ("given" if args.assignment else "metis")
-    print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
-          f"{args.method})", file=sys.stderr)
+    logs.LOGGER.info("jgraph partition %s -> %s (%d parts, %s)", args.dataset, args.out,
+                     args.num_parts, args.method)
     try:
         fractions = link_fractions(args.link_split)
         given = [f for f, v in (("--eval-negatives", args.eval_negatives),
@@ -264,8 +265,8 @@ def run_partition(args) -> int:
 def run_chunked(args, start: float, progress: Progress) -> int:
     """`jgraph partition CHUNKED_DIR`: the bounded-memory route."""
     args.method = Method.MULTILEVEL.value
-    print(f"jgraph partition {args.dataset} -> {args.out} ({args.num_parts} parts, "
-          f"{args.method}, in bounded memory)", file=sys.stderr)
+    logs.LOGGER.info("jgraph partition %s -> %s (%d parts, %s, in bounded memory)",
+                     args.dataset, args.out, args.num_parts, args.method)
     options = ChunkedOptions(args.num_parts, seed=args.seed, tolerance=args.balance_tolerance,
                              range_entries=args.range_entries,
                              coarse_entries=args.coarse_entries)

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import os
-import sys
+
+from jgraph import logs
 
 
 def add_commands(sub) -> None:
@@ -27,7 +28,6 @@ def add_commands(sub) -> None:
                             "has a checkpoint, and starts afresh when it has none)")
     start.add_argument("--fresh", action="store_true",
                        help="delete WORKDIR's checkpoints and start over")
-    train.add_argument("--quiet", action="store_true", help="no progress output")
     train.set_defaults(run=run_train)
 
     ev = sub.add_parser("eval", help="evaluate a trained run",
@@ -40,7 +40,6 @@ def add_commands(sub) -> None:
                          "(default: the config's train.inference)")
     ev.add_argument("--devices", type=int, help="simulate this many devices on CPU "
                     "(default: as many as the run trained on)")
-    ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(run=run_eval)
 
 
@@ -64,8 +63,7 @@ def run_train(args) -> int:
         result = train_and_evaluate(config, workdir,
                                     Progress(enabled=first and not args.quiet), resume)
     except RunStopped as stopped:
-        if first:
-            print(f"jgraph train: {stopped}", file=sys.stderr)
+        logs.get("train").warning("jgraph train: %s", stopped)
         return 128 + stopped.signum
     # The scores (val_acc ... or val_mrr, test_hits@k ...), then how the run went.
     scores = [k for k in result if k.startswith(("val_", "test_"))]

@@ -16,11 +16,9 @@ start costs one pass of decompressing row 0).
 from __future__ import annotations
 
 import contextlib
-import gzip
 import itertools
 import os
 import time
-import warnings
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -32,7 +30,15 @@ from jgraph.data.chunked import ChunkedWriter, check_chunked_out, save_chunked
 from jgraph.data.datasets import load_dataset
 from jgraph.data.graph import GraphError
 from jgraph.data.npz import DatasetError
-from jgraph.data.ogb import _SPLITS, _read_csv, _read_labels, _read_values, _split_dir, is_ogb_dir
+from jgraph.data.ogb import (
+    _SPLITS,
+    _read_csv,
+    _read_labels,
+    _read_values,
+    _split_dir,
+    csv_blocks,
+    is_ogb_dir,
+)
 from jgraph.progress import Progress
 
 EDGES_PER_CHUNK, ROWS_PER_CHUNK = 1 << 24, 1 << 20
@@ -195,23 +201,8 @@ def npz_edge_index(path: str | os.PathLike, key: str, edges: int
 
 def csv_rows(file: str, rows: int, dtype=np.float64) -> Iterator[np.ndarray]:
     """A headerless, comma-separated `.csv.gz` in blocks of at most `rows` lines,
-    [k, columns] each."""
-    if not os.path.exists(file):
-        raise DatasetError(f"{file}: no such file")
-    line = 0
-    with gzip.open(file, "rt") as f:
-        while True:
-            try:
-                with warnings.catch_warnings():     # "input contained no data", at the end
-                    warnings.simplefilter("ignore", UserWarning)
-                    block = np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2, max_rows=rows)
-            except (OSError, ValueError, EOFError) as e:
-                raise DatasetError(f"{file}: cannot be read as numbers after line {line} "
-                                   f"({e})") from None
-            if not len(block):
-                return
-            line += len(block)
-            yield block
+    [k, columns] each (`jgraph.data.ogb.csv_blocks`)."""
+    return csv_blocks(file, dtype, rows)
 
 
 # -- OGB directories, streamed ---------------------------------------------------------------

@@ -354,7 +354,7 @@ def calibrated_sampler(run: Run, progress: Progress) -> NodeClassification:
         sampler = calibrate(job.sampler, run.dg.graph, job.exchange, job.loader,
                             seed=t.seed, headroom=t.capacity_headroom,
                             batch_seeds=job.batch_seeds, num_seeds=job.seeds_per_step)
-    progress.note(f"src rows per hop: {list(sampler.capacities)} (worst case {worst})")
+    progress.detail(f"src rows per hop: {list(sampler.capacities)} (worst case {worst})")
     return dataclasses.replace(job, sampler=sampler)
 
 
@@ -373,7 +373,7 @@ def calibrated_exchange(job: NodeClassification, graph, embeddings=None,
         embeddings = job.inputs.init_embeddings(job.mesh, jax.random.key(job.seed))
     with progress.phase("measuring the exchange"):
         exchange = exchange.fitted(measure_exchange(job, graph, embeddings))
-    progress.note(f"exchange capacities by route and request length: "
+    progress.detail(f"exchange capacities by route and request length: "
                   f"{sizing.dump(exchange.capacities)}")
     return dataclasses.replace(job, exchange=exchange)
 

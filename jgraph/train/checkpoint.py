@@ -46,6 +46,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jgraph import logs
 from jgraph.hashing import fmix32, hash32
 from jgraph.mesh import all_processes, host_sync
 
@@ -354,5 +355,6 @@ class StopRequest:
             raise KeyboardInterrupt
         if self.requested is None:
             self.requested = signal.Signals(signum)
-            print(f"  {self.requested.name}: saving a checkpoint after this step, then "
-                  f"stopping (SIGINT to stop at once)", file=sys.stderr, flush=True)
+            logs.get("train").warning("  %s: saving a checkpoint after this step, then "
+                                      "stopping (SIGINT to stop at once)",
+                                      self.requested.name)

@@ -478,8 +478,10 @@ class Loop:
         save_model(self.workdir, params, embeddings)
         if jax.process_index() == 0:
             write_json(os.path.join(self.workdir, "result.json"), result)
-            if rows:
-                plot_curves(rows, os.path.join(self.workdir, "curves.png"),
-                            f"{config.name}: {dg.meta.graph_name} on {self.mesh.size} "
-                            f"device(s)")
+            if rows and not plot_curves(rows, os.path.join(self.workdir, "curves.png"),
+                                        f"{config.name}: {dg.meta.graph_name} on "
+                                        f"{self.mesh.size} device(s)"):
+                self.progress.note(f"curves.png not written: matplotlib is not installed "
+                                   f"(pip install \"jgraph[plots]\"); the event files show "
+                                   f"the curves: tensorboard --logdir {self.workdir}")
         return result

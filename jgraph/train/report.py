@@ -64,9 +64,13 @@ def write_json(path: str, value: dict) -> None:
     os.replace(tmp, path)
 
 
-def plot_curves(rows: Sequence[dict], path: str, title: str) -> None:
-    """PNG: training loss (left) and train/val accuracy (right) by epoch."""
-    import matplotlib
+def plot_curves(rows: Sequence[dict], path: str, title: str) -> bool:
+    """PNG: training loss (left) and train/val accuracy (right) by epoch. Returns False
+    (and writes nothing) where matplotlib is not installed (the `plots` extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -87,3 +91,4 @@ def plot_curves(rows: Sequence[dict], path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return True

@@ -319,3 +319,33 @@ def test_edge_id_beyond_num_node_list_raises_naming_directory_and_id(tmp_path):
         load_ogb(root)
     msg = str(info.value)
     assert str(root) in msg and "id 4" in msg and "destination" in msg
+
+
+@pytest.mark.parametrize("rows", [None, 3])
+def test_pandas_and_numpy_read_the_same_arrays(tmp_path, monkeypatch, rows):
+    """OGB's csv files parse through pandas where installed (the `ogb` extra) and numpy's
+    loadtxt otherwise: the same arrays either way, whole or in blocks, NaNs kept, and
+    the same error naming the file."""
+    import sys
+
+    from jgraph.data.ogb import csv_blocks
+    pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    floats = rng.standard_normal((10, 4)).astype(np.float32)
+    floats[3, 1] = np.nan
+    _write_csv(tmp_path / "feat.csv.gz", floats)
+    _write_csv(tmp_path / "edge.csv.gz", rng.integers(0, 2**40, size=(7, 2)))
+    (tmp_path / "empty.csv.gz").write_bytes(gzip.compress(b""))
+    cases = [("feat.csv.gz", np.float64), ("edge.csv.gz", np.int64),
+             ("empty.csv.gz", np.int64)]
+    by_pandas = [list(csv_blocks(str(tmp_path / f), t, rows)) for f, t in cases]
+    monkeypatch.setitem(sys.modules, "pandas", None)           # import raises ImportError
+    by_numpy = [list(csv_blocks(str(tmp_path / f), t, rows)) for f, t in cases]
+    for (name, dtype), a, b in zip(cases, by_pandas, by_numpy):
+        assert [x.shape for x in a] == [x.shape for x in b], name
+        for x, y in zip(a, b):
+            assert x.dtype == y.dtype == dtype
+            np.testing.assert_array_equal(x, y)
+    assert np.isnan(np.concatenate(by_pandas[0])[3, 1])
+    assert len(by_pandas[0]) == (1 if rows is None else 4)
+    assert by_pandas[2][0].shape == (0, 1)

@@ -96,9 +96,16 @@ def rows(val):
                          ids=["with_val", "val_acc_none", "some_val_acc_none"])
 def test_plot_curves_writes_a_png(tmp_path, val):
     path = tmp_path / "curves.png"
-    plot_curves(rows(val), str(path), "a title")
+    assert plot_curves(rows(val), str(path), "a title") is True
     data = path.read_bytes()
     assert data[:8] == PNG_MAGIC and len(data) > 1000
+
+
+def test_without_matplotlib_no_png_is_written_and_the_caller_is_told(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # import raises ImportError
+    assert plot_curves(rows([0.5]), str(tmp_path / "curves.png"), "a title") is False
+    assert not (tmp_path / "curves.png").exists()
 
 
 def test_json_log_appends_one_json_line_per_row_and_write_json_round_trips(tmp_path):
