@@ -27,11 +27,15 @@ by the same exchange machinery, `window` chunks a round, as many rounds as the b
 device needs, so a hub spans rounds and nothing is sized by the largest degree.
 
 Mean and gcn GraphSAGE only: their aggregate is linear in the neighbours' rows, which
-the estimator needs. Dropout is refused (the paper's CVD variant is not implemented).
+the estimator needs (`check_model` says why each other layer is refused). A model that
+drops trains with the paper's CVD (`cv_forward`): a mean pass without dropout keeps
+the control variate and the histories, and a dropout pass adds each sampled
+neighbour's dropout noise scaled to exact dropout's variance.
 """
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import NamedTuple
 
 import jax
@@ -61,7 +65,7 @@ from jgraph.jobs.programs import Programs, struct_on
 from jgraph.jobs.run import Run, dense_optimizer, node_parts, seed_loader, with_caches
 from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
 from jgraph.jobs.windows import edge_window, full_graph_layers, local_inputs, window_aggregate
-from jgraph.mesh import REPLICATED, ROWS, rows_sharding
+from jgraph.mesh import REPLICATED, ROWS, rows_sharding, vary_like
 from jgraph.models.sage import Aggregator, SAGEConv
 from jgraph.models.stack import MessagePassing, layer_input
 from jgraph.sampling import NeighborSampler
@@ -99,20 +103,37 @@ class ControlVariateData(NamedTuple):
     chunk_start: jax.Array
 
 
-def check_model(gnn, dropout: float, input_dropout: float) -> None:
-    """ValueError unless every layer is a mean or gcn GraphSAGE layer and nothing drops."""
+def check_model(gnn) -> None:
+    """ValueError unless every layer is a mean or gcn GraphSAGE layer, saying why
+    another is refused: the estimator corrects a sum of histories by a scaled sample of
+    differences, which has the exact aggregate as its mean only where the aggregate is
+    linear in the neighbours' rows."""
     for i, conv in enumerate(gnn.convs):
-        if not (isinstance(conv, SAGEConv)
-                and conv.aggregator in (Aggregator.MEAN, Aggregator.GCN)):
-            kind = (f"a {conv.aggregator.value} GraphSAGE layer" if isinstance(conv, SAGEConv)
-                    else f"a {type(conv).__name__}")
-            raise ValueError(f"train.sampler: control_variate needs mean or gcn GraphSAGE "
-                             f"layers (an aggregate linear in the neighbours' rows); layer {i} "
-                             f"is {kind}")
-    if dropout or input_dropout:
-        raise ValueError(f"train.sampler: control_variate does not apply dropout (the "
-                         f"paper's CVD variant is not implemented): set model.dropout=0 and "
-                         f"model.input_dropout=0 (got {dropout} and {input_dropout})")
+        if isinstance(conv, SAGEConv) and conv.aggregator in (Aggregator.MEAN,
+                                                               Aggregator.GCN):
+            continue
+        if isinstance(conv, SAGEConv) and conv.aggregator is Aggregator.POOL:
+            why = ("its pool aggregate is a maximum over the neighbours' transformed "
+                   "rows, and no sum of histories plus a scaled sample has a maximum as "
+                   "its mean")
+        elif isinstance(conv, SAGEConv):
+            why = (f"its {conv.aggregator.value} aggregate is not linear in the "
+                   f"neighbours' rows")
+        elif type(conv).__name__ == "GATConv":
+            why = ("its attention weights are a softmax over the whole neighbourhood of "
+                   "rows that change every step, so its aggregate is not linear in the "
+                   "neighbours' rows (attention computed from the histories alone is a "
+                   "different model, not an estimate of this one)")
+        else:
+            why = f"a {type(conv).__name__} has no control-variate estimator here"
+        raise ValueError(f"train.sampler: control_variate needs mean or gcn GraphSAGE "
+                         f"layers (an aggregate linear in the neighbours' rows); layer "
+                         f"{i} is {_name(conv)}: {why}")
+
+
+def _name(conv) -> str:
+    return (f"a {conv.aggregator.value} GraphSAGE layer" if isinstance(conv, SAGEConv)
+            else f"a {type(conv).__name__}")
 
 
 def input_block(dst: jax.Array) -> Block:
@@ -185,37 +206,83 @@ def neighbour_history_sums(exchange: Exchange, chunks: Exchange, graph, chunk_st
     return acc, (st_nbr, st_rows)
 
 
-def cv_forward(gnn, x, input_sums, degree, blocks, history_src, history_sums):
+def drawn_sum(block, rows: jax.Array) -> jax.Array:
+    """[n_dst, F]: Σ over each dst node's sampled slots of `rows` (block's src rows),
+    a slot column at a time (never an [n_dst, W, F] gather: an input layer's W may be
+    a hub's degree and F the raw features')."""
+    n_dst, width = block.nbr.shape
+    acc = vary_like(vary_like(jnp.zeros((n_dst,) + rows.shape[1:], rows.dtype), rows),
+                    block.nbr)
+    if width == 0:
+        return acc
+
+    def column(k, acc):
+        nbr = lax.dynamic_index_in_dim(block.nbr, k, axis=1, keepdims=False)
+        ok = lax.dynamic_index_in_dim(block.mask, k, axis=1, keepdims=False)
+        return acc + jnp.where(ok[:, None], jnp.take(rows, jnp.where(ok, nbr, 0), axis=0), 0)
+    return lax.fori_loop(0, width, column, acc)
+
+
+def drops(gnn) -> bool:
+    """Whether `gnn` applies dropout (between layers or to its inputs) in training."""
+    return bool(gnn.dropout.rate) or bool(gnn.input_dropout.rate)
+
+
+def cv_forward(gnn, x, input_sums, degree, blocks, history_src, history_sums, key=None):
     """(the last layer's rows [n_dst, C], the fresh input rows of layers 1.. L-1, one
     [n_src_l, F] per layer, for block l's src): the stack `gnn` on `blocks` (model
-    order, blocks[0] the `input_block`), every layer's neighbour aggregate estimated
-    with control variates (see the module).
+    order), every layer's neighbour aggregate estimated with control variates (see the
+    module), and with `key` (training a model that drops) VR-GCN's CVD.
 
-    x: [n0, F] input rows of blocks[0]'s nodes; input_sums: [n0, F] their P X sums;
-    degree: int32[n0] their in-degrees (every later block's dst are the first rows of
-    the one before, so its in-degrees are a prefix); history_src[l - 1]: [n_src_l, F]
-    the histories of block l's src; history_sums[l - 1]: [n_dst_l, F] the sums of
-    every in-neighbour's history of block l's dst."""
-    h, fresh = x, []
+    The mean pass, without dropout, estimates layer l's aggregate as the module says
+    (h̄ the histories, μ its fresh rows):
+
+        Σ_{u ∈ N(v)} h̄_u  +  n/D · Σ_{u ∈ S(v)} (μ_u - h̄_u)           (n = |N(v)|, D = |S(v)|)
+
+    and its rows are the histories' next values. The dropout pass reads the same
+    blocks with dropout applied (`gnn.post` and `gnn.drop_inputs` with `key`, so the
+    masks are those plain training draws on the same rows), its rows h̃, and adds the
+    dropout noise of the sampled neighbours to the mean pass's estimate:
+
+        ... + sqrt(n/D) · Σ_{u ∈ S(v)} (h̃_u - μ_u)
+
+    Given the layer's inputs, h̃_u - μ_u has mean zero over the masks (inverted
+    dropout), so the estimate's mean over masks and samples is that of exact
+    dropout's Σ_{u ∈ N(v)} h̃_u; and the noise terms of distinct neighbours being
+    independent, its variance over a sample of D of the n is D/n of the whole sum's,
+    which the sqrt(n/D) scale brings back to exactly exact dropout's, where n/D would
+    inflate it n/D-fold (the paper's variance argument, Chen et al. 2018, sec. 4.2).
+    With every neighbour drawn (D = n) the estimate is Σ h̃_u itself: exact dropout
+    training's forward and gradients. The input layer's aggregate is exact without
+    input dropout; with it, blocks[0] draws the input layer's neighbours for its noise
+    term. Gradients flow through both passes (the mean pass's n/D term carries the
+    gradient's mean)."""
     last = len(gnn.convs) - 1
-    for i, conv in enumerate(gnn.convs):
+
+    def layer(i, h, total, deg, step_key):
+        conv = gnn.convs[i]
+        n_dst = total.shape[0]
+        partial = {"sum": conv.message(total), "count": deg}
+        return gnn.post(i, conv.update(layer_input(conv, h[:n_dst]), partial), step_key)
+
+    mean, fresh = x, []
+    noisy = gnn.drop_inputs(x, key) if key is not None and drops(gnn) else None
+    for i in range(len(gnn.convs)):
         block = blocks[i]
         n_dst = block.num_dst
-        deg = degree[:n_dst].astype(h.dtype)
-        if i == 0:
-            total = input_sums.astype(h.dtype)
-        else:
-            delta = h - history_src[i - 1].astype(h.dtype)
-            picked = jnp.take(delta, jnp.where(block.mask, block.nbr, 0), axis=0)
-            drawn = jnp.sum(jnp.where(block.mask[..., None], picked, 0), axis=1)
-            sampled = jnp.maximum(jnp.sum(block.mask, axis=1), 1).astype(h.dtype)
-            total = (history_sums[i - 1].astype(h.dtype)
-                     + drawn * (deg / sampled)[:, None])
-        partial = {"sum": conv.message(total), "count": deg}
-        h = gnn.post(i, conv.update(layer_input(conv, h[:n_dst]), partial))
+        deg = degree[:n_dst].astype(mean.dtype)
+        sampled = jnp.maximum(jnp.sum(block.mask, axis=1), 1).astype(mean.dtype)
+        total = input_sums.astype(mean.dtype)[:n_dst] if i == 0 else (
+            history_sums[i - 1].astype(mean.dtype)
+            + drawn_sum(block, mean - history_src[i - 1].astype(mean.dtype))
+            * (deg / sampled)[:, None])
+        if noisy is not None:
+            noise = drawn_sum(block, noisy - mean) * jnp.sqrt(deg / sampled)[:, None]
+            noisy = layer(i, noisy, total + noise, deg, key)
+        mean = layer(i, mean, total, deg, None)
         if i < last:
-            fresh.append(h)
-    return h, fresh
+            fresh.append(mean)
+    return (mean if noisy is None else noisy), fresh
 
 
 class Batch(NamedTuple):
@@ -241,7 +308,8 @@ class Batch(NamedTuple):
 class ControlVariateClassification(NodeClassification):
     """Node classification whose layers above the first estimate their aggregates with
     control variates (see the module). `sampler` draws the layers above the input one
-    (len(fanouts) = layers - 1).
+    (len(fanouts) = layers - 1), and the input layer too where `input_hop` (input
+    dropout: its noise term reads sampled neighbours).
 
     graph: the `ShardedGraph`; input_sums, chunk_start: its per-device blocks of
     `ControlVariateData`; chunk_offsets: int64[P + 1] the partitions' chunk id ranges
@@ -256,6 +324,7 @@ class ControlVariateClassification(NodeClassification):
     widths: tuple[int, ...] = ()
     history_init: HistoryInit = HistoryInit.INFERENCE
     history_dtype: object = jnp.float32
+    input_hop: bool = False
 
     # -- host side ---------------------------------------------------------------------
 
@@ -293,6 +362,12 @@ class ControlVariateClassification(NodeClassification):
                 jnp.zeros((self.mesh.size * n, w), self.history_dtype) for w in self.widths),
                 out_shardings=tuple(rows_sharding(self.mesh) for _ in self.widths))
             return zeros()
+        return self.inferred_histories(state)
+
+    def inferred_histories(self, state: TrainState) -> tuple:
+        """Every node's input to each layer above the first, by full-graph inference
+        with the state's parameters (no dropout): the histories as exact as they get."""
+        graph = self.graph
         inputs, exchange = self.inputs, here(self.exchange, self.mesh)
 
         def per_device(params, embeddings, data):
@@ -326,10 +401,11 @@ class ControlVariateClassification(NodeClassification):
         seeds, mask = self.loader.batch(order, index)
         sample = self.sampler.sample(graph, exchange, seeds, mask, seed=self.seed, step=step,
                                      local_seeds=True)
-        blocks = (input_block(sample.blocks[0].src), *sample.blocks)
+        blocks = (tuple(sample.blocks) if self.input_hop
+                  else (input_block(sample.blocks[0].src), *sample.blocks))
         nodes = blocks[0].dst
         rows, valid, input_stats = self.inputs.fetch(exchange, data.features, embeddings,
-                                                     nodes, caches=data.caches)
+                                                     blocks[0].src, caches=data.caches)
         me = lax.axis_index(axis)
         first_chunk = jnp.asarray(self.chunk_offsets, jnp.int32)[me]
 
@@ -359,12 +435,13 @@ class ControlVariateClassification(NodeClassification):
 
     def batch_loss(self, params, embedding_rows, batch: Batch, key=None):
         """(loss sum, `Outcome` whose out is (logits, the fresh rows of the layers above
-        the first))."""
-        del embedding_rows, key            # no embeddings, no dropout (checked)
+        the first)); with `key`, the model's dropout through CVD (`cv_forward`)."""
+        del embedding_rows                 # no embeddings (checked)
         model = nnx.merge(self.graphdef, params)
         x = dense(model.encoder(batch.rows, batch.valid)).astype(jnp.float32)
         logits, fresh = cv_forward(model.gnn, x, batch.input_sums, batch.degree,
-                                   batch.blocks, batch.history_src, batch.history_sums)
+                                   batch.blocks, batch.history_src, batch.history_sums,
+                                   key)
         loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
         return loss, Outcome(count, correct, count, (logits, tuple(fresh)))
 
@@ -457,6 +534,13 @@ def layer_widths(gnn) -> tuple[int, ...]:
     return tuple(conv.fc_neigh.in_features for conv in gnn.convs)
 
 
+def cv_fanouts(config: Experiment) -> tuple:
+    """The hops a control-variate job draws: those above the input layer, and the input
+    layer's too with input dropout (its noise term's neighbours)."""
+    fanouts = config.train.fanouts
+    return tuple(fanouts) if config.model.input_dropout else tuple(fanouts[:-1])
+
+
 class ControlVariateNodes(NodeKind):
     """Node classification with control-variate sampling (`train.sampler:
     control_variate`): the layers above the input one draw fanouts[:-1]."""
@@ -468,18 +552,32 @@ class ControlVariateNodes(NodeKind):
         p = node_parts(config, dg)
         model = nnx.merge(p.graphdef, p.params)
         try:
-            check_model(model.gnn, m.dropout, m.input_dropout)
+            check_model(model.gnn)
             job = prepare(ControlVariateClassification(
-                p.graphdef, dense_optimizer(config), NeighborSampler(t.fanouts[:-1]),
+                p.graphdef, dense_optimizer(config), NeighborSampler(cv_fanouts(config)),
                 seed_loader(config, dg, p.target, t.batch_size, t.drop_last),
                 dg.exchange(config.exchange, platform), p.inputs, p.labels, seed=t.seed,
                 compute_dtype=t.precision.dtype, widths=layer_widths(model.gnn)[1:],
-                history_init=t.history_init, history_dtype=t.history_precision.dtype),
-                dg.graph)
+                history_init=t.history_init, history_dtype=t.history_precision.dtype,
+                input_hop=bool(m.input_dropout)), dg.graph)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
                    p.params, self)
+
+    def end_epoch(self, run: Run, job, state: TrainState, epoch: int):
+        """Every `train.history_refresh` epochs, every history recomputed by full-graph
+        inference with the current parameters; the row's history_refresh_seconds say
+        what it took (None on the other epochs)."""
+        period = run.config.train.history_refresh
+        if period is None:
+            return state, {}
+        if (epoch + 1) % period:
+            return state, {"history_refresh_seconds": None}
+        begin = time.perf_counter()
+        histories = jax.block_until_ready(job.inferred_histories(state))
+        return (dataclasses.replace(state, histories=histories),
+                {"history_refresh_seconds": time.perf_counter() - begin})
 
     def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
         """The control-variate job of a graph of the counts' shapes: its P X sums and
@@ -493,12 +591,13 @@ class ControlVariateNodes(NodeKind):
 
         def make_job(graphdef, params, labels):
             widths = layer_widths(nnx.merge(graphdef, params).gnn)
-            common = {**parts.common, "sampler": NeighborSampler(t.fanouts[:-1])}
+            common = {**parts.common, "sampler": NeighborSampler(cv_fanouts(config))}
             return ControlVariateClassification(
                 graphdef, loader=parts.seeds, labels=labels, **common, graph=graph,
                 input_sums=struct_on(mesh, ROWS, (devices * n, widths[0]), jnp.float32),
                 chunk_start=struct_on(mesh, ROWS, (devices * n,), jnp.int32),
                 chunk_offsets=np.arange(devices + 1, dtype=np.int64) * (n + e // CHUNK),
                 widths=widths[1:], history_init=HistoryInit.ZEROS,
-                history_dtype=t.history_precision.dtype)
+                history_dtype=t.history_precision.dtype,
+                input_hop=bool(config.model.input_dropout))
         return abstract_node_programs(config, counts, parts, make_job)

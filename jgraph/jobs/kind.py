@@ -62,6 +62,12 @@ class JobKind:
         """The programs of a run built from a partitioned graph."""
         raise NotImplementedError
 
+    def end_epoch(self, run: Run, job, state, epoch: int):
+        """(the state the next epoch starts from, fields for the epoch's row) after
+        epoch `epoch`'s steps: the state as it is, and nothing, unless the kind keeps
+        something it renews between epochs (control variates' histories)."""
+        return state, {}
+
     # -- evaluating --------------------------------------------------------------------
 
     def describe(self, run: Run) -> str:

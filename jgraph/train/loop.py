@@ -422,6 +422,8 @@ class Loop:
                "epoch_seconds": s.sums.seconds,
                self.kind.rate: s.sums.count / max(s.sums.seconds, 1e-9),
                "compile_seconds": s.compile_seconds}
+        s.state, renewed = self.kind.end_epoch(self.run, s.job, s.state, s.epoch)
+        row.update(renewed)
         if self.val_eval is not None:
             fields, score = self.kind.epoch_scores(self.val_eval(s.state.params,
                                                                  s.state.embeddings))
