@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import logging
 import os
 import signal
 import socket
@@ -139,13 +140,14 @@ class Launcher:
         self.ranks: list[Rank] = []
         self.stopping: int | None = None     # the signal passed on to the ranks, if any
 
-    def say(self, message: str) -> None:
+    def say(self, message: str, level: int = logging.INFO) -> None:
         with self.lock:
-            logs.get("launch").info("jgraph.launch: %s", message)
+            logs.get("launch").log(level, "jgraph.launch: %s", message)
 
     def on_signal(self, signum, frame) -> None:
         if self.stopping is not None:
-            self.say(f"{signal.Signals(signum).name} again: killing every process")
+            self.say(f"{signal.Signals(signum).name} again: killing every process",
+                     logging.WARNING)
             for r in self.ranks:
                 r.signal(signal.SIGKILL)
             return
@@ -179,7 +181,8 @@ class Launcher:
             except OSError as e:
                 started = (f"; stopping the {len(self.ranks)} process(es) already started"
                            if self.ranks else "")
-                self.say(f"cannot start {self.command[0]!r}: {e.strerror or e}{started}")
+                self.say(f"cannot start {self.command[0]!r}: {e.strerror or e}{started}",
+                         logging.ERROR)
                 return 127 if isinstance(e, FileNotFoundError) else 126
         self.say(f"{self.num_processes} processes x {self.devices} device(s), coordinator "
                  f"{self.coordinator}, pids " + " ".join(
@@ -197,7 +200,8 @@ class Launcher:
                     return exit_status(-self.stopping) if any(codes) else 0
                 if time.monotonic() > stop_deadline:
                     self.say(f"processes still running {self.stop_timeout:.0f}s after "
-                             f"{signal.Signals(self.stopping).name}: killing them")
+                             f"{signal.Signals(self.stopping).name}: killing them",
+                             logging.WARNING)
                     return exit_status(-self.stopping)
             elif any(c in STOPPED for c in codes):
                 # A process was signalled directly, saved with the others (they vote on
@@ -209,9 +213,11 @@ class Launcher:
             elif failed:
                 rank, code = failed[0]
                 self.say(f"rank {rank.rank} (pid {rank.proc.pid}) {describe(code)}; "
-                         f"stopping the other {self.num_processes - 1} process(es)")
+                         f"stopping the other {self.num_processes - 1} process(es)",
+                         logging.ERROR)
                 self.stop_others(rank)
-                self.say(f"rank {rank.rank} failed: exiting with status {exit_status(code)}")
+                self.say(f"rank {rank.rank} failed: exiting with status {exit_status(code)}",
+                         logging.ERROR)
                 return exit_status(code) or 1
             elif all(c == 0 for c in codes):
                 return 0
@@ -274,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = args.port is not None and port_problem(args.port)
     if problem:
         launcher.say(f"port {args.port} {problem}; choose another --port or leave it out "
-                     f"for a free one")
+                     f"for a free one", logging.ERROR)
         return 2
     return launcher.run()
 

@@ -15,7 +15,8 @@ other than the first names itself ("[process 2/4] ...") unless `jgraph.launch`
 already prefixes its lines.
 
 A program that configures `logging` itself (a handler on the root logger) receives
-jgraph's records like any other library's. Otherwise jgraph writes its own to stderr
+jgraph's records like any other library's, from every process (its handlers, not
+jgraph's, decide what each process writes). Otherwise jgraph writes its own to stderr
 at INFO, as its commands do; `logging.getLogger("jgraph").setLevel(...)` quiets it.
 """
 from __future__ import annotations

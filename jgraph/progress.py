@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 
@@ -34,21 +35,19 @@ class Progress:
         self.note(f"{name}: {self.timings[name]:.1f}s")
 
     def note(self, message: str):
-        if not self.enabled:
-            return
-        if self.stream is not None:
-            print(f"  {message}", file=self.stream, flush=True)
-        else:
-            logs.LOGGER.info("  %s", message)
+        self._say(logging.INFO, message)
 
     def detail(self, message: str):
         """A note for `--verbose` only (DEBUG), or on `stream` where one is given."""
+        self._say(logging.DEBUG, message)
+
+    def _say(self, level: int, message: str):
         if not self.enabled:
             return
         if self.stream is not None:
             print(f"  {message}", file=self.stream, flush=True)
         else:
-            logs.LOGGER.debug("  %s", message)
+            logs.LOGGER.log(level, "  %s", message)
 
     def meter(self, desc: str, total: float = 0, unit: str = "",
               interval: float = 10.0) -> Meter:
@@ -61,7 +60,7 @@ class Progress:
         stream = self.stream or sys.stderr
         tty = hasattr(stream, "isatty") and stream.isatty()
         return tqdm(iterable, desc=f"  {desc}", total=total, initial=initial,
-                    disable=not (self.enabled and tty and logs.LOGGER.isEnabledFor(20)),
+                    disable=not (self.enabled and tty and logs.LOGGER.isEnabledFor(logging.INFO)),
                     file=stream, leave=False, dynamic_ncols=True)
 
 

@@ -86,8 +86,7 @@ def test_missing_and_malformed_files_are_reported(tmp_path):
 @pytest.mark.parametrize("settings, message", [
     (["model.aggregator=pool"], "model.aggregator mean or gcn"),
     (["model.kind=gat"], "model.kind: sage"),
-    (["model.dropout=0.5"], "set model.dropout=0 and model.input_dropout=0"),
-    (["model.input_dropout=0.2"], "set model.dropout=0 and model.input_dropout=0"),
+    (["model.attn_dropout=0.2"], "no attention to drop"),
     (["model.num_layers=1", "train.fanouts=[2]", "train.eval_fanouts=[-1]"],
      "model.num_layers >= 2"),
     (["train.mode=full"], "task: node, train.mode: sampled"),
@@ -102,3 +101,20 @@ def test_control_variates_refuse_what_their_estimator_cannot_do_naming_the_key(s
     assert "train.sampler: control_variate" in str(err.value)
     assert message in str(err.value)
     override(Run(), base)          # mean GraphSAGE without dropout is accepted
+    override(Run(), base + ["model.dropout=0.5", "model.input_dropout=0.2",
+                            "train.history_refresh=3"])          # and with it (CVD)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["train.sampler=control_variate", "train.history_refresh=0"],
+     "train.history_refresh: a period of at least 1 epoch"),
+    (["train.sampler=control_variate", "train.history_refresh=-2"],
+     "train.history_refresh: a period of at least 1 epoch"),
+    (["train.history_refresh=2"], "only train.sampler: control_variate keeps histories"),
+    (["train.sampler=control_variate", "train.history_precision=int8"],
+     "train.history_precision: 'int8' is not one of"),
+])
+def test_history_settings_are_refused_by_name(settings, message):
+    from jgraph.jobs.experiment import Experiment as Run
+    with pytest.raises(ConfigError, match=message):
+        override(Run(), settings)

@@ -82,8 +82,10 @@ def csv_blocks(file: str, dtype=np.float64, rows: int | None = None):
     """A headerless, comma-separated `.csv.gz` as [k, columns] arrays of `dtype`, at
     most `rows` lines each (None: one block). Parsed by pandas where it is installed
     (the `ogb` extra; OGB reads its files with it), 2x numpy's loadtxt on edge lists
-    and 5x on float features; by numpy.loadtxt otherwise. A DatasetError names the file
-    and the line after which it could not be read."""
+    and 5x on float features; by numpy.loadtxt otherwise. The two read OGB's files
+    alike; pandas also reads an empty field of a float column as NaN, where loadtxt
+    refuses it. A DatasetError names the file (and, read in blocks, the line after
+    which it could not be read)."""
     if not os.path.exists(file):
         raise DatasetError(f"{file}: no such file")
     try:
@@ -118,7 +120,8 @@ def csv_blocks(file: str, dtype=np.float64, rows: int | None = None):
                 if rows is None:
                     return
     except (OSError, ValueError, EOFError, TypeError) as e:
-        raise DatasetError(f"{file}: cannot be read as numbers after line {line} "
+        where = f" after line {line}" if line else ""
+        raise DatasetError(f"{file}: cannot be read as numbers{where} "
                            f"({type(e).__name__}: {e})") from None
 
 

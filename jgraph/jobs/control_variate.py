@@ -12,7 +12,9 @@ neighbours' fresh rows h_u. Over the draws its mean is the exact sum of the fres
 (whatever h̄ is), and its variance depends only on h - h̄, which vanishes as training
 settles. The input layer's history is the input itself: its aggregate P X is exact,
 computed once per partition (the paper's preprocessing, `prepare`), so only the layers
-above it sample: fanouts' last entry (the input layer's) is never drawn. After each
+above it sample: fanouts' last entry (the input layer's) is drawn only where input
+dropout needs sampled neighbours for its noise term (`cv_forward`), which then fetches
+their feature rows too. After each
 step the fresh rows of every node the batch computed become its histories, on the
 owners (a node computed on several devices gets their mean: the same value, since a
 node's draws depend only on its id and the step).
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from typing import NamedTuple
 
 import jax
@@ -66,6 +69,7 @@ from jgraph.jobs.run import Run, dense_optimizer, node_parts, seed_loader, with_
 from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
 from jgraph.jobs.windows import edge_window, full_graph_layers, local_inputs, window_aggregate
 from jgraph.mesh import REPLICATED, ROWS, rows_sharding, vary_like
+from jgraph.models.gat import GATConv
 from jgraph.models.sage import Aggregator, SAGEConv
 from jgraph.models.stack import MessagePassing, layer_input
 from jgraph.sampling import NeighborSampler
@@ -74,6 +78,9 @@ from jgraph.sharded import DistGraph
 
 CHUNK = 16
 """In-edges one request of the history fetch reads (see the module)."""
+
+# Each job's compiled history inference (`inferred_histories`), while the job lives.
+_HISTORY_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Summed(MessagePassing):
@@ -119,7 +126,7 @@ def check_model(gnn) -> None:
         elif isinstance(conv, SAGEConv):
             why = (f"its {conv.aggregator.value} aggregate is not linear in the "
                    f"neighbours' rows")
-        elif type(conv).__name__ == "GATConv":
+        elif isinstance(conv, GATConv):
             why = ("its attention weights are a softmax over the whole neighbourhood of "
                    "rows that change every step, so its aggregate is not linear in the "
                    "neighbours' rows (attention computed from the histories alone is a "
@@ -246,17 +253,21 @@ def cv_forward(gnn, x, input_sums, degree, blocks, history_src, history_sums, ke
 
         ... + sqrt(n/D) · Σ_{u ∈ S(v)} (h̃_u - μ_u)
 
-    Given the layer's inputs, h̃_u - μ_u has mean zero over the masks (inverted
-    dropout), so the estimate's mean over masks and samples is that of exact
-    dropout's Σ_{u ∈ N(v)} h̃_u; and the noise terms of distinct neighbours being
-    independent, its variance over a sample of D of the n is D/n of the whole sum's,
-    which the sqrt(n/D) scale brings back to exactly exact dropout's, where n/D would
-    inflate it n/D-fold (the paper's variance argument, Chen et al. 2018, sec. 4.2).
-    With every neighbour drawn (D = n) the estimate is Σ h̃_u itself: exact dropout
-    training's forward and gradients. The input layer's aggregate is exact without
-    input dropout; with it, blocks[0] draws the input layer's neighbours for its noise
-    term. Gradients flow through both passes (the mean pass's n/D term carries the
-    gradient's mean)."""
+    Where μ_u is the mean of h̃_u over the masks, the noise term has mean zero, so the
+    estimate's mean over masks and samples is exact dropout's, E Σ_{u ∈ N(v)} h̃_u;
+    and the noise terms of distinct neighbours being independent, its variance over a
+    sample of D of the n is D/n of the whole sum's, which the sqrt(n/D) scale brings
+    back to exact dropout's, where n/D would inflate it n/D-fold (the paper's variance
+    argument, Chen et al. 2018, sec. 4.2). That holds exactly where dropout's only
+    randomness is the layer's own masks: at the input layer (μ = x), and at the layer
+    above an exact one (tested: the mean and the variance match). Deeper, μ (the mean
+    pass's rows, without dropout below) stands for E h̃ as the paper's approximation:
+    through a nonlinearity they differ, and the estimate's mean moves from exact
+    dropout's by sqrt(D/n) of that difference. With every neighbour drawn (D = n) the
+    estimate is Σ h̃_u itself: exact dropout training's forward and gradients, at any
+    depth. The input layer's aggregate is exact without input dropout; with it,
+    blocks[0] draws the input layer's neighbours for its noise term. Gradients flow
+    through both passes (the mean pass's n/D term carries the gradient's mean)."""
     last = len(gnn.convs) - 1
 
     def layer(i, h, total, deg, step_key):
@@ -364,22 +375,31 @@ class ControlVariateClassification(NodeClassification):
             return zeros()
         return self.inferred_histories(state)
 
-    def inferred_histories(self, state: TrainState) -> tuple:
+    def inferred_histories(self, state: TrainState, replace: bool = False) -> tuple:
         """Every node's input to each layer above the first, by full-graph inference
-        with the state's parameters (no dropout): the histories as exact as they get."""
-        graph = self.graph
+        with the state's parameters (no dropout): the histories as exact as they get.
+        replace: the state's tables are given up for the new ones (donated: a refresh
+        holds one set of tables, not two). One compiled program per job and mode."""
+        programs = _HISTORY_PROGRAMS.setdefault(self, {})
+        if replace not in programs:
+            programs[replace] = self._history_program(replace)
+        args = (state.params, state.embeddings, self.data(self.graph))
+        return programs[replace](*args, state.histories) if replace else programs[replace](*args)
+
+    def _history_program(self, replace: bool):
         inputs, exchange = self.inputs, here(self.exchange, self.mesh)
 
-        def per_device(params, embeddings, data):
+        def per_device(params, embeddings, data, *old):
             model = nnx.merge(self.graphdef, params)
             layers, _ = full_graph_layers(model, inputs, data.features, embeddings,
                                           data.graph, exchange)
             return tuple(h.astype(self.history_dtype) for h in layers[:-1])
-        program = jax.jit(jax.shard_map(
+        tables = tuple(ROWS for _ in self.widths)
+        return jax.jit(jax.shard_map(
             per_device, mesh=self.mesh,
-            in_specs=(REPLICATED, inputs.embedding_specs(), self.data_specs(graph)),
-            out_specs=tuple(ROWS for _ in self.widths)))
-        return program(state.params, state.embeddings, self.data(graph))
+            in_specs=(REPLICATED, inputs.embedding_specs(), self.data_specs(self.graph),
+                      *((tables,) if replace else ())),
+            out_specs=tables), donate_argnums=(3,) if replace else ())
 
     def evaluating(self, loader, fanouts) -> NodeClassification:
         """Evaluation samples plainly (with the eval fanouts: all neighbours by default)."""
@@ -569,13 +589,13 @@ class ControlVariateNodes(NodeKind):
         """Every `train.history_refresh` epochs, every history recomputed by full-graph
         inference with the current parameters; the row's history_refresh_seconds say
         what it took (None on the other epochs)."""
-        period = run.config.train.history_refresh
-        if period is None:
+        t = run.config.train
+        if t.history_refresh is None:
             return state, {}
-        if (epoch + 1) % period:
+        if (epoch + 1) % t.history_refresh or epoch + 1 == t.epochs:   # none after the last
             return state, {"history_refresh_seconds": None}
         begin = time.perf_counter()
-        histories = jax.block_until_ready(job.inferred_histories(state))
+        histories = jax.block_until_ready(job.inferred_histories(state, replace=True))
         return (dataclasses.replace(state, histories=histories),
                 {"history_refresh_seconds": time.perf_counter() - begin})
 

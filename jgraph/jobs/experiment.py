@@ -423,9 +423,10 @@ class Experiment:
                               f"model.aggregator mean or gcn (an aggregate linear in the "
                               f"neighbours' rows); got {m.kind} / {aggregator.value}")
         if m.attn_dropout:
-            raise ConfigError(f"model.attn_dropout={m.attn_dropout}: control_variate trains "
-                              f"GraphSAGE layers, which have no attention to drop; its "
-                              f"dropout (CVD) is model.dropout and model.input_dropout")
+            raise ConfigError(f"model.attn_dropout={m.attn_dropout}: train.sampler: "
+                              f"control_variate trains GraphSAGE layers, which have no "
+                              f"attention to drop; its dropout (CVD) is model.dropout and "
+                              f"model.input_dropout")
 
     def relative_to(self, folder: str) -> Experiment:
         """This config with a relative `data.path` taken from `folder` (the config

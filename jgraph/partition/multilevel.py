@@ -78,6 +78,9 @@ METIS_TRIALS = 3
 # most this many of a process's nodes (their weights: 8 bytes a node and constraint),
 # for at most this many rounds of turns.
 RELIEVE_NODES, RELIEVE_ROUNDS = 1 << 21, 4
+# Each round of the search on disk reads a process's edges once or twice: at most this
+# many rounds a turn (each moves or swaps as many nodes as a partition needs).
+RELIEVE_ROUNDS_PER_TURN = 64
 
 # The most METIS's edge weights may add up to (it sums them in 32-bit integers).
 METIS_WEIGHT_TOTAL = 1 << 30
@@ -551,7 +554,8 @@ def _relieve(adjacency, parts: np.ndarray, weights: NodeWeights, loads: np.ndarr
             def counts_of(idx, mine=mine):
                 parts[nodes] = mine
                 return _part_counts(adjacency, nodes[idx], parts, num_parts)
-            stats = relieve(mine, weights.take(nodes - lo), after, limits, counts_of)
+            stats = relieve(mine, weights.take(nodes - lo), after, limits, counts_of,
+                            max_rounds=RELIEVE_ROUNDS_PER_TURN)
             parts[nodes] = mine
             moved = stats.moves + 2 * stats.swaps
         if group.size > 1:

@@ -357,4 +357,4 @@ class StopRequest:
             self.requested = signal.Signals(signum)
             logs.get("train").warning("  %s: saving a checkpoint after this step, then "
                                       "stopping (SIGINT to stop at once)",
-                                      self.requested.name)
+                                      self.requested.name, extra=logs.EVERY_PROCESS)

@@ -135,7 +135,7 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     elif job.samples:
         job = calibrated_exchange(job, dg.graph, begin.state.embeddings, progress)
 
-    loop = Loop(config, run, workdir, ckpts, identity, progress, on_step, begin, job)
+    loop = Loop(config, run, workdir, ckpts, identity, progress, on_step, begin, job, start)
     try:
         loop.train_epochs()
         ckpts.close()
@@ -186,7 +186,7 @@ class Loop:
 
     def __init__(self, config: Experiment, run: Run, workdir: str, ckpts: Checkpoints,
                  identity: dict, progress: Progress, on_step: Callable[[int], None] | None,
-                 begin: Start, job: NodeClassification):
+                 begin: Start, job: NodeClassification, started: float):
         self.config, self.run, self.workdir, self.ckpts = config, run, workdir, ckpts
         self.identity, self.progress, self.on_step = identity, progress, on_step
         self.dg, self.mesh = run.dg, run.dg.mesh
@@ -209,6 +209,8 @@ class Loop:
                            begin.position.step, begin.step, begin.sums,
                            saved=None if begin.restored is None else begin.restored.step)
         self.s.train, self.s.compile_seconds = self.compile(job)
+        # From the run's start (`started`, perf_counter) to its first step.
+        self.setup_seconds = time.perf_counter() - started
 
     def counter(self, name: str) -> Callable[[], None]:
         def bump():
@@ -468,6 +470,7 @@ class Loop:
             "exchange_capacities": sizing.dump(s.job.exchange.capacities),
             "capacity_growths": s.regrown,
             "compile_seconds": s.compile_seconds,
+            "setup_seconds": self.setup_seconds,
             "eval_compile_seconds": val_eval.compile_seconds if val_eval is not None else None,
             "seconds": seconds,
             rate: float(np.median([r[rate] for r in rows])) if rows else None,

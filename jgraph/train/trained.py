@@ -51,22 +51,24 @@ def load_run(workdir: str, progress: bool = False) -> TrainedRun:
 
 class TrainedRun:
     """A trained run's model and graph (see the module). Fields: workdir, config (the
-    run's `Experiment`), node_types, relations, num_layers; task: "node" or "link"."""
+    run's `Experiment`), task (`Task.NODE` or `Task.LINK`), node_types, relations,
+    num_layers."""
 
     def __init__(self, workdir: str, progress: Progress | None = None):
         self.workdir = workdir
         self._run, self._params, self._embeddings = open_trained(workdir, progress)
         self.config = self._run.config
-        self.task = self.config.task.value
+        self.task = self.config.task
         self.node_types = tuple(self._run.dg.book.node_types)
         self.relations = tuple(tuple(r) for r in self._run.dg.meta.relations)
         self.num_layers = nnx.merge(self._run.job.graphdef, self._params).gnn.num_layers
-        self._data = self._run.job.data(self._run.dg.graph)
-        self._programs: dict = {}
+        self._programs: dict = {}           # by shape: (program, the data it reads)
+        graphdef = self._run.job.graphdef
+        self._score = jax.jit(lambda params, a, b, e: nnx.merge(graphdef, params).score(a, b, e))
 
     def __repr__(self) -> str:
         return (f"TrainedRun({self.workdir!r}: {self.config.model.kind}, "
-                f"{self.num_layers} layers, task {self.task}, {self._run.dg.num_parts} "
+                f"{self.num_layers} layers, task {self.task.value}, {self._run.dg.num_parts} "
                 f"partitions)")
 
     # -- answers ------------------------------------------------------------------------
@@ -103,6 +105,8 @@ class TrainedRun:
         types = _types(self.node_types, node_type) if node_type is not None \
             else list(self.node_types)
         new = new_ids(run.dg, types, nodes, "nodes")
+        if not new.size:
+            raise ConfigError("nodes: give at least one node id")
         return self._rows(new, what, layer, self._fanouts(fanouts, layer))
 
     def score(self, src, dst=None, relation: str | Sequence[str] | None = None, *,
@@ -113,7 +117,7 @@ class TrainedRun:
         a file of pairs (`.npy` [k, 2], or text with "src dst" a line). relation: the
         relation's name or (src type, name, dst type) (default: the only one)."""
         run = self._run
-        if run.config.task is not Task.LINK:
+        if self.task is not Task.LINK:
             raise ConfigError(f"{self.workdir}: a node classification run scores nodes "
                               f"(predict, probabilities), not pairs")
         where = "src"
@@ -124,19 +128,17 @@ class TrainedRun:
             src, dst = _read_pairs(where)
         r = self._relation(relation)
         s_type, _, d_type = self.relations[r]
-        src = new_ids(run.dg, [s_type], src, where if where != "src" else "src")
-        dst = new_ids(run.dg, [d_type], dst, where if where != "src" else "dst")
-        if src.shape != dst.shape:
+        src = new_ids(run.dg, [s_type], src, where)
+        dst = new_ids(run.dg, [d_type], dst, "dst" if where == "src" else where)
+        if src.shape != dst.shape or not src.size:
             raise ConfigError(f"score: {src.size} sources and {dst.size} destinations; give "
-                              f"one of each per pair")
+                              f"one of each per pair, at least one pair")
         layer = self.num_layers
         h = self._rows(np.concatenate([src, dst]), What.EMBEDDINGS, layer,
                        self._fanouts(fanouts, layer))
-        graphdef = run.job.graphdef
-        scored = jax.jit(lambda params, a, b, e: nnx.merge(graphdef, params).score(a, b, e))
         etype = np.full(src.size, r, np.int32)
-        return np.asarray(scored(self._params, jnp.asarray(h[:src.size]),
-                                 jnp.asarray(h[src.size:]), jnp.asarray(etype)),
+        return np.asarray(self._score(self._params, jnp.asarray(h[:src.size]),
+                                      jnp.asarray(h[src.size:]), jnp.asarray(etype)),
                           np.float32)
 
     # -- inside -------------------------------------------------------------------------
@@ -182,13 +184,15 @@ class TrainedRun:
                                        most=most)
         key = (what, layer, fanouts, loader.batch_size, loader.per_device)
         if key not in self._programs:
+            # The evaluating job is a plain one (a control-variate run's too): its data.
             job = run.job.evaluating(loader, fanouts)
-            self._programs[key] = job.compile_outputs(dg.graph, what, layer)
-        program = self._programs[key]
+            self._programs[key] = (job.compile_outputs(dg.graph, what, layer),
+                                   job.data(dg.graph))
+        program, data = self._programs[key]
         order = loader.epoch_order(0)
         found, values = [], []
         for i in range(loader.steps_per_epoch):
-            seeds, h, stats = program(self._params, self._embeddings, self._data, order,
+            seeds, h, stats = program(self._params, self._embeddings, data, order,
                                       jnp.int32(i))
             check_stats(jax.device_get(stats))
             seeds, h = to_host(seeds), to_host(h)
@@ -197,4 +201,7 @@ class TrainedRun:
             values.append(h[real])
         found, values = np.concatenate(found), np.concatenate(values)
         at = np.argsort(found)
+        if not np.array_equal(found[at], unique):
+            raise RuntimeError(f"outputs of {found.size} node(s) came back for "
+                               f"{unique.size} asked")
         return values[at][np.searchsorted(found[at], new)]

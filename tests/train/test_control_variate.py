@@ -421,7 +421,8 @@ def test_a_stopped_run_resumes_with_its_bf16_histories_and_the_same_losses(tmp_p
 
     settings = ["data.num_parts=2", "train.epochs=3", "train.batch_size=32",
                 "model.hidden=16", "checkpoint.every_steps=2", "checkpoint.asynchronous=false",
-                "train.history_init=zeros", "train.history_precision=bf16"]
+                "train.history_init=zeros", "train.history_precision=bf16",
+                "train.history_refresh=1"]
     experiment = str(Path(__file__).resolve().parents[2] / "experiments" / "cv_sage_cora.yaml")
     config = load(Config, experiment, settings)
     quiet = Progress(enabled=False)
@@ -438,10 +439,22 @@ def test_a_stopped_run_resumes_with_its_bf16_histories_and_the_same_losses(tmp_p
     def lines(run, name):
         return [json.loads(line) for line in (tmp_path / run / name).read_text().splitlines()]
     assert lines("stopped", "steps.jsonl") == lines("whole", "steps.jsonl")
-    timings = {"epoch_seconds", "seeds_per_s", "compile_seconds"}
+    timings = {"epoch_seconds", "seeds_per_s", "compile_seconds", "history_refresh_seconds"}
 
     def epochs(run):
         return [{k: v for k, v in r.items() if k not in timings}
                 for r in lines(run, "metrics.jsonl")]
     assert epochs("stopped") == epochs("whole")
     assert resumed["test_acc"] == reference["test_acc"]
+    # The histories were refreshed after epochs 1 and 2 (not after the last).
+    refreshed = [r["history_refresh_seconds"] for r in lines("whole", "metrics.jsonl")]
+    assert [s is not None and s > 0 for s in refreshed] == [True, True, False], refreshed
+
+    # The saved model answers for a few nodes (its evaluation is plain sampling): with
+    # every neighbour, the test nodes' predictions score the run's test accuracy.
+    from jgraph import load_dataset, load_run
+    cora = load_dataset("cora")
+    test = np.asarray(cora.splits["_N"]["test"])
+    labels = np.asarray(cora.node_data["_N"]["label"])[test]
+    predicted = load_run(str(tmp_path / "whole")).predict(test, fanouts=[-1, -1])
+    assert np.mean(predicted == labels) == pytest.approx(reference["test_acc"], abs=1e-12)
