@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-from jgraph import logs
+import jgraph.progress as logs
 from jgraph.cli.devices import NUM_PROCESSES_ENV, PROCESS_ID_ENV
 
 POLL_S = 0.05

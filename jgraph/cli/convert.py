@@ -5,7 +5,7 @@ import argparse
 import json
 import time
 
-from jgraph import logs
+import jgraph.progress as logs
 from jgraph.cli.partition import DefaultsShown, peak_rss_bytes
 from jgraph.data import open_chunked
 from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, convert, is_streamed

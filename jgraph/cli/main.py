@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from jgraph import logs
+import jgraph.progress as logs
 from jgraph.cli import bench as bench_cmd
 from jgraph.cli import compile as compile_cmd
 from jgraph.cli import convert as convert_cmd

@@ -11,7 +11,7 @@ import traceback
 
 import numpy as np
 
-from jgraph import logs
+import jgraph.progress as logs
 from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.data import (
     GraphError,

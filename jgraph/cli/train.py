@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from jgraph import logs
+import jgraph.progress as logs
 
 
 def add_commands(sub) -> None:

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jgraph import logs
+import jgraph.progress as logs
 from jgraph.hashing import fmix32, hash32
 from jgraph.mesh import all_processes, host_sync
 

@@ -1,4 +1,4 @@
-"""jgraph's messages go through `logging` (the `jgraph` logger, `jgraph.logs`): the
+"""jgraph's messages go through `logging` (the `jgraph` logger, `jgraph.progress`): the
 commands' progress at INFO on stderr, silenced by --quiet, more with --verbose; in a
 job of several processes said once (by the first), each process naming itself where
 the launcher does not; results stay on stdout."""
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from jgraph import logs
+import jgraph.progress as logs
 from jgraph.cli import main
 from jgraph.progress import Progress
 

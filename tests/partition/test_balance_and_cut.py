@@ -211,7 +211,7 @@ def test_a_limit_no_assignment_meets_is_said_by_name(capsys):
     edges = np.stack([np.concatenate([src, src[:-1]]),
                       np.concatenate([np.zeros(n - 1, int), src[1:]])])
     graph = Graph(name="star", num_nodes={"_N": n}, edges={("_N", "_E", "_N"): edges})
-    from jgraph import logs
+    import jgraph.progress as logs
     logs.setup(command=True)
     parts = assign(graph, 2, "metis")
     assert parts.shape == (n,)

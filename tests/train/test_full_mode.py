@@ -26,7 +26,8 @@ SMALL = ["data.num_parts=2", "model.hidden=16", "checkpoint.every_steps=2",
          "checkpoint.keep=2"]
 TIMINGS = {"epoch_seconds", "seeds_per_s", "compile_seconds"}
 RUN_ONLY = {"seconds", "seeds_per_s", "resumed_from_step", "checkpoints", "compile_seconds",
-            "eval_compile_seconds", "compiles", "compiles_by_step", "capacity_growths"}
+            "eval_compile_seconds", "compiles", "compiles_by_step", "capacity_growths",
+            "setup_seconds"}
 
 
 def read_lines(path):

@@ -204,7 +204,8 @@ def read_lines(path):
 
 
 RUN_ONLY = {"seconds", "edges_per_s", "resumed_from_step", "checkpoints", "compile_seconds",
-            "eval_compile_seconds", "compiles", "compiles_by_step", "capacity_growths"}
+            "eval_compile_seconds", "compiles", "compiles_by_step", "capacity_growths",
+            "setup_seconds"}
 TIMINGS = {"epoch_seconds", "edges_per_s", "compile_seconds"}
 
 

@@ -35,7 +35,8 @@ TIMINGS = {"epoch_seconds", "seeds_per_s", "compile_seconds"}
 # capacities the checkpoint holds, so it compiles once and grows nothing (the final
 # `capacities` are compared).
 RUN_ONLY = {"seconds", "seeds_per_s", "resumed_from_step", "checkpoints", "compile_seconds",
-            "eval_compile_seconds", "compiles", "compiles_by_step", "capacity_growths"}
+            "eval_compile_seconds", "compiles", "compiles_by_step", "capacity_growths",
+            "setup_seconds"}
 
 
 def config(*extra):
