@@ -196,15 +196,6 @@ def npz_edge_index(path: str | os.PathLike, key: str, edges: int
             yield src.read(k), dst.read(k)
 
 
-# -- gzipped csv files, as streams ----------------------------------------------------------
-
-
-def csv_rows(file: str, rows: int, dtype=np.float64) -> Iterator[np.ndarray]:
-    """A headerless, comma-separated `.csv.gz` in blocks of at most `rows` lines,
-    [k, columns] each (`jgraph.data.ogb.csv_blocks`)."""
-    return csv_blocks(file, dtype, rows)
-
-
 # -- OGB directories, streamed ---------------------------------------------------------------
 
 
@@ -312,7 +303,8 @@ def _csv(raw: str, edges: int, rows: int) -> tuple[int, Stream, dict[str, Stream
     node_data = {}
     feat = os.path.join(raw, "node-feat.csv.gz")
     if os.path.exists(feat):
-        node_data["feat"] = Stream(feat, (b.astype(np.float32) for b in csv_rows(feat, rows)))
+        node_data["feat"] = Stream(feat, (b.astype(np.float32)
+                                          for b in csv_blocks(feat, rows=rows)))
     # One value per node: small enough to read whole (and read as load_ogb reads them).
     for file, key, read in (("node_year.csv.gz", "year", _read_values),
                             ("node-label.csv.gz", "label", _read_labels)):
@@ -332,7 +324,7 @@ def _blocks(values: np.ndarray, rows: int) -> Iterator[np.ndarray]:
 
 
 def _pairs(file: str, edges: int) -> Iterator[np.ndarray]:
-    for block in csv_rows(file, edges, np.int64):
+    for block in csv_blocks(file, np.int64, edges):
         if block.shape[1] != 2:
             raise DatasetError(f"{file}: {block.shape[1]} columns, expected 2 (src,dst)")
         yield block
@@ -343,7 +335,7 @@ def _csv_edges(edge_file: str, feat_file: str, edges: int):
     lockstep."""
     seen = 0
     for pairs, feat in itertools.zip_longest(_pairs(edge_file, edges),
-                                             csv_rows(feat_file, edges)):
+                                             csv_blocks(feat_file, rows=edges)):
         if pairs is None or feat is None or len(pairs) != len(feat):
             raise DatasetError(f"{feat_file}: has a different number of lines from "
                                f"{edge_file} (they agree for the first {seen})")
