@@ -56,7 +56,7 @@ class Dataset(NamedTuple):
 DATASETS = {
     "cora": Dataset("cv_sage_cora.yaml", 50, ["model.dropout=0.5", "model.input_dropout=0.5"],
                     "[10,10]", []),
-    "facebook": Dataset("cv_sage_facebook.yaml", 10,
+    "facebook": Dataset("cv_sage_facebook.yaml", 20,
                         ["model.dropout=0.5", "model.input_dropout=0.2"], "[10,10]", []),
     "bench200k": Dataset("cv_sage_facebook.yaml", 5, ["model.dropout=0.5"], "[15,10]",
                          [f"data.path={BENCH}", "data.symmetrize=false",

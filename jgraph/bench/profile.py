@@ -68,8 +68,7 @@ class PhasePrograms:
     # -- per device ----------------------------------------------------------------------
 
     def _batch(self, state: TrainState, data, order, index):
-        seeds, mask = self.job.loader.batch(order, index)
-        return self.job.fetch(data, state.embeddings, seeds, mask, state.step)
+        return self.job.training_batch(state, data, order, index)
 
     def _sample(self, state, data, order, index):
         seeds, mask = self.job.loader.batch(order, index)

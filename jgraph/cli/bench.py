@@ -133,8 +133,9 @@ def _common(parser, settings: str, devices_flag: str = "--devices") -> None:
           "once, like facebook_musae)", action="store_true")
     _flag(parser, settings, "--batch-size", "train.batch_size", "seeds per device per step")
     _flag(parser, settings, "--seed", "train.seed", "partitioning, shuffles and sampling")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="set any other key of the settings (e.g. exchange.max_rungs=2)")
+    parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="set any other keys of the settings (e.g. exchange.max_rungs=2), "
+                             "as jgraph train")
     parser.add_argument("--json", action="store_true", help="print JSON lines only")
 
 

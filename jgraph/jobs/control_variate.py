@@ -48,7 +48,7 @@ from flax import nnx
 from jax import lax
 
 from jgraph.config import ConfigError
-from jgraph.data.sparse import dense
+from jgraph.data.sparse import SparseRows, dense
 from jgraph.exchange import (
     Exchange,
     ExchangeStats,
@@ -270,16 +270,22 @@ def cv_forward(gnn, x, input_sums, degree, blocks, history_src, history_sums, ke
     through both passes (the mean pass's n/D term carries the gradient's mean)."""
     last = len(gnn.convs) - 1
 
-    def layer(i, h, total, deg, step_key):
+    def layer(i, h, summed, deg, step_key):
+        """Layer i's rows from its dst rows in h and `summed`, the sum of its
+        neighbours' messages."""
         conv = gnn.convs[i]
-        n_dst = total.shape[0]
-        partial = {"sum": conv.message(total), "count": deg}
+        n_dst = summed.shape[0]
+        partial = {"sum": summed, "count": deg}
         return gnn.post(i, conv.update(layer_input(conv, h[:n_dst]), partial), step_key)
 
+    # x may be sparse input rows (the first layer takes them as they are). The noise
+    # is summed after the layer's message, linear in its rows for every layer the
+    # estimator allows (`check_model`): input dropout's noise keeps x's non-zeros, so
+    # the first layer's is an embedding bag, never a dense [n_src, F] matrix.
     mean, fresh = x, []
     noisy = gnn.drop_inputs(x, key) if key is not None and drops(gnn) else None
     for i in range(len(gnn.convs)):
-        block = blocks[i]
+        conv, block = gnn.convs[i], blocks[i]
         n_dst = block.num_dst
         deg = degree[:n_dst].astype(mean.dtype)
         sampled = jnp.maximum(jnp.sum(block.mask, axis=1), 1).astype(mean.dtype)
@@ -287,13 +293,23 @@ def cv_forward(gnn, x, input_sums, degree, blocks, history_src, history_sums, ke
             history_sums[i - 1].astype(mean.dtype)
             + drawn_sum(block, mean - history_src[i - 1].astype(mean.dtype))
             * (deg / sampled)[:, None])
+        summed = conv.message(total)
         if noisy is not None:
-            noise = drawn_sum(block, noisy - mean) * jnp.sqrt(deg / sampled)[:, None]
-            noisy = layer(i, noisy, total + noise, deg, key)
-        mean = layer(i, mean, total, deg, None)
+            noise = drawn_sum(block, conv.message(layer_input(conv, _minus(noisy, mean))))
+            noisy = layer(i, noisy, summed + noise * jnp.sqrt(deg / sampled)[:, None],
+                          deg, key)
+        mean = layer(i, mean, summed, deg, None)
         if i < last:
             fresh.append(mean)
     return (mean if noisy is None else noisy), fresh
+
+
+def _minus(a, b):
+    """a - b, for rows of the same layout: sparse rows with b's non-zeros (a dropped
+    copy of b) subtract their stored values."""
+    if isinstance(b, SparseRows):
+        return b.with_values(a.values - b.values)
+    return a - b
 
 
 class Batch(NamedTuple):
@@ -458,7 +474,7 @@ class ControlVariateClassification(NodeClassification):
         the first)); with `key`, the model's dropout through CVD (`cv_forward`)."""
         del embedding_rows                 # no embeddings (checked)
         model = nnx.merge(self.graphdef, params)
-        x = dense(model.encoder(batch.rows, batch.valid)).astype(jnp.float32)
+        x = model.encoder(batch.rows, batch.valid).astype(jnp.float32)
         logits, fresh = cv_forward(model.gnn, x, batch.input_sums, batch.degree,
                                    batch.blocks, batch.history_src, batch.history_sums,
                                    key)

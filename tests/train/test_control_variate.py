@@ -26,6 +26,7 @@ from flax import nnx
 from jax import lax
 
 from jgraph.bench.exchange import global_csc
+from jgraph.data.sparse import SparseRows
 from jgraph.data import load_dataset
 from jgraph.jobs import build_run
 from jgraph.jobs.experiment import (
@@ -68,6 +69,18 @@ def cv_run(path, layers=3, fanouts=None, batch_size=16, history_init=HistoryInit
 def cora8(tmp_path_factory):
     root = tmp_path_factory.mktemp("cora-cv")
     partition_graph(load_dataset("cora"), DEVICES, "metis", str(root))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def cora8_sparse(tmp_path_factory):
+    """Cora with its features stored as sparse rows (as facebook_musae's are)."""
+    root = tmp_path_factory.mktemp("cora-cv-sparse")
+    graph = load_dataset("cora")
+    data = graph.node_data["_N"]
+    sparse = {"_N": {**data, "feat": SparseRows.from_dense(data["feat"])}}
+    partition_graph(dataclasses.replace(graph, node_data=sparse), DEVICES, "metis",
+                    str(root))
     return str(root)
 
 
@@ -339,16 +352,22 @@ def dropout_program(job, graph):
         out_specs=(REPLICATED, REPLICATED, ROWS, ROWS)))
 
 
-@pytest.mark.parametrize("input_dropout", [0.0, 0.3])
-def test_cvd_with_every_neighbour_drawn_is_exact_dropout_training(cora8, input_dropout):
+@pytest.mark.parametrize("input_dropout,features", [(0.0, "dense"), (0.3, "dense"),
+                                                    (0.3, "sparse")])
+def test_cvd_with_every_neighbour_drawn_is_exact_dropout_training(request, input_dropout,
+                                                                  features):
     # Fanout -1 draws every in-neighbour: CVD's estimate is then the exact sum of the
     # dropped rows, whatever the histories, and its loss and gradients those of plain
-    # training with dropout (the same masks: the same rows, the same key).
+    # training with dropout (the same masks: the same rows, the same key). Sparse input
+    # rows keep their non-zeros through input dropout's noise term (an embedding bag).
+    cora8 = request.getfixturevalue("cora8" if features == "dense" else "cora8_sparse")
     run = cv_run(cora8, layers=2, fanouts=(-1, -1), batch_size=32, dropout=0.5,
                  input_dropout=input_dropout)
     job, dg = run.job, run.dg
     graph = dg.graph
     assert job.input_hop == (input_dropout > 0)
+    stored = job.data(graph).features["_N"]
+    assert isinstance(stored, SparseRows) == (features == "sparse")
     plain = job.evaluating(job.loader, (-1, -1))
     rng = np.random.default_rng(3)
     tables = tuple(node_table(rng.normal(size=(graph.num_nodes, w)).astype(np.float32) * 3,
