@@ -26,8 +26,8 @@ from flax import nnx
 from jax import lax
 
 from jgraph.bench.exchange import global_csc
-from jgraph.data.sparse import SparseRows
 from jgraph.data import load_dataset
+from jgraph.data.sparse import SparseRows
 from jgraph.jobs import build_run
 from jgraph.jobs.experiment import (
     DataConfig,
