@@ -381,31 +381,31 @@ class ControlVariateClassification(NodeClassification):
         """One [P * nodes_per_part, width] row-sharded table per layer above the first:
         zeros, or every node's input to that layer by full-graph inference with the
         state's parameters."""
-        graph = self.graph
-        n = graph.nodes_per_part
+        n = self.graph.nodes_per_part
+        # Made on the devices (abstractly, under `jax.eval_shape`).
+        zeros = jax.jit(lambda: tuple(
+            jnp.zeros((self.mesh.size * n, w), self.history_dtype) for w in self.widths),
+            out_shardings=tuple(rows_sharding(self.mesh) for _ in self.widths))()
         if self.history_init is HistoryInit.ZEROS:
-            # Made on the devices (abstractly, under `jax.eval_shape`).
-            zeros = jax.jit(lambda: tuple(
-                jnp.zeros((self.mesh.size * n, w), self.history_dtype) for w in self.widths),
-                out_shardings=tuple(rows_sharding(self.mesh) for _ in self.widths))
-            return zeros()
-        return self.inferred_histories(state)
+            return zeros
+        return self.inferred_histories(dataclasses.replace(state, histories=zeros))
 
-    def inferred_histories(self, state: TrainState, replace: bool = False) -> tuple:
+    def inferred_histories(self, state: TrainState) -> tuple:
         """Every node's input to each layer above the first, by full-graph inference
         with the state's parameters (no dropout): the histories as exact as they get.
-        replace: the state's tables are given up for the new ones (donated: a refresh
-        holds one set of tables, not two). One compiled program per job and mode."""
-        programs = _HISTORY_PROGRAMS.setdefault(self, {})
-        if replace not in programs:
-            programs[replace] = self._history_program(replace)
-        args = (state.params, state.embeddings, self.data(self.graph))
-        return programs[replace](*args, state.histories) if replace else programs[replace](*args)
+        The state's tables are given up for the new ones (donated: a refresh holds one
+        set of tables, not two). One compiled program per job, the one that made the
+        first histories, so a refresh compiles nothing."""
+        if self not in _HISTORY_PROGRAMS:
+            _HISTORY_PROGRAMS[self] = self._history_program()
+        return _HISTORY_PROGRAMS[self](state.params, state.embeddings, self.data(self.graph),
+                                       state.histories)
 
-    def _history_program(self, replace: bool):
+    def _history_program(self):
         inputs, exchange = self.inputs, here(self.exchange, self.mesh)
 
-        def per_device(params, embeddings, data, *old):
+        def per_device(params, embeddings, data, old):
+            del old                        # donated: the new tables take its buffers
             model = nnx.merge(self.graphdef, params)
             layers, _ = full_graph_layers(model, inputs, data.features, embeddings,
                                           data.graph, exchange)
@@ -414,8 +414,8 @@ class ControlVariateClassification(NodeClassification):
         return jax.jit(jax.shard_map(
             per_device, mesh=self.mesh,
             in_specs=(REPLICATED, inputs.embedding_specs(), self.data_specs(self.graph),
-                      *((tables,) if replace else ())),
-            out_specs=tables), donate_argnums=(3,) if replace else ())
+                      tables),
+            out_specs=tables), donate_argnums=(3,))
 
     def evaluating(self, loader, fanouts) -> NodeClassification:
         """Evaluation samples plainly (with the eval fanouts: all neighbours by default)."""
@@ -611,7 +611,7 @@ class ControlVariateNodes(NodeKind):
         if (epoch + 1) % t.history_refresh or epoch + 1 == t.epochs:   # none after the last
             return state, {"history_refresh_seconds": None}
         begin = time.perf_counter()
-        histories = jax.block_until_ready(job.inferred_histories(state, replace=True))
+        histories = jax.block_until_ready(job.inferred_histories(state))
         return (dataclasses.replace(state, histories=histories),
                 {"history_refresh_seconds": time.perf_counter() - begin})
 

@@ -291,6 +291,29 @@ def test_with_fixed_parameters_the_forward_is_exact_after_one_epoch_per_history(
     assert errors[-1] <= 1e-4, errors
 
 
+def test_a_refresh_makes_the_forward_exact_at_once(cora8):
+    # Parameters fixed: a refresh (`inferred_histories`, what train.history_refresh
+    # runs) gives every node its exact rows, so the next batch's logits are exact at
+    # once, not after an epoch per history as above; from zero histories they are not.
+    run = cv_run(cora8, layers=2, fanouts=(1, 1), batch_size=32,
+                 history_init=HistoryInit.ZEROS)
+    job, dg = run.job, run.dg
+    graph, data = dg.graph, job.data(dg.graph)
+    exact = exact_logits(job, dg, run.params)
+    state = job.init(run.params)
+    forward = batch_program(job, graph)
+    order = job.loader.epoch_order(0)
+
+    def error(histories):
+        _, _, blocks, logits, _ = forward(run.params, histories, data, order, jnp.int32(0),
+                                          jnp.int32(3))
+        seeds, got = seed_logits(logits, blocks)
+        return float(np.max(np.abs(got - exact[seeds]))) / float(np.max(np.abs(exact[seeds])))
+    stale = error(state.histories)
+    fresh = error(job.inferred_histories(state))
+    assert stale > 1e-2 and fresh <= 1e-4, (stale, fresh)
+
+
 def test_the_estimated_logits_average_to_the_exact_ones(cora8):
     run = cv_run(cora8, layers=2, fanouts=(1, 1), batch_size=32)
     job, dg = run.job, run.dg
