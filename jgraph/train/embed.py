@@ -50,15 +50,15 @@ def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
     an earlier `jgraph embed` output at `out`.
     """
     progress = progress or Progress()
-    what = _what(what)
+    what = parse_what(what)
     out = os.path.abspath(out)
     check_out(out, overwrite)
     begin = time.perf_counter()
     run, params, embeddings = open_trained(workdir, progress)
     depth = nnx.merge(run.job.graphdef, run.params).gnn.num_layers
-    layer = _layer(run, what, layer, depth)
+    layer = checked_layer(run, what, layer, depth)
     book = run.dg.book
-    types = _types(book.node_types, node_type)
+    types = checked_types(book.node_types, node_type)
     wanted = None if nodes is None else _nodes(run.dg, types, nodes)
     rows = {t: {p: int(_rows(book, p, t, wanted).size) for p in range(book.num_parts)}
             for t in types}
@@ -100,14 +100,15 @@ def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
             "peak_rss_bytes": peak_rss_bytes()}
 
 
-def _what(what, flag: str = "--what ") -> What:
+def parse_what(what, flag: str = "--what ") -> What:
+    """`what` as a `What`; ConfigError naming `flag` and the choices otherwise."""
     try:
         return What(what)
     except ValueError:
         raise ConfigError(f"{flag}{what!r}: one of {[w.value for w in What]}") from None
 
 
-def _layer(run, what: What, layer: int | None, depth: int) -> int:
+def checked_layer(run, what: What, layer: int | None, depth: int) -> int:
     """The layer to read, checked against the model's `depth` layers."""
     link = run.config.task is Task.LINK
     if what is not What.EMBEDDINGS:
@@ -127,7 +128,8 @@ def _layer(run, what: What, layer: int | None, depth: int) -> int:
     return int(layer)
 
 
-def _types(node_types: Sequence[str], node_type: str | None) -> list[str]:
+def checked_types(node_types: Sequence[str], node_type: str | None) -> list[str]:
+    """The node types to read: every one, or `node_type`, checked to be one of them."""
     if node_type is None:
         return list(node_types)
     if node_type not in node_types:
@@ -176,7 +178,7 @@ def _read_ids(path: str) -> np.ndarray:
         raise ConfigError(f"{path}: not a list of node ids ({e})") from None
 
 
-def _read_pairs(path: str) -> tuple[np.ndarray, np.ndarray]:
+def read_pairs(path: str) -> tuple[np.ndarray, np.ndarray]:
     """(src, dst) of a file of pairs: `.npy` of shape [k, 2], or text with "src dst" a
     line."""
     if not os.path.isfile(path):

@@ -34,7 +34,7 @@ from jgraph.jobs.link import to_host
 from jgraph.jobs.run import check_stats
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
-from jgraph.train.embed import _layer, _read_pairs, _types, _what, new_ids
+from jgraph.train.embed import checked_layer, checked_types, new_ids, parse_what, read_pairs
 from jgraph.train.model import open_trained
 
 # Seeds on the busiest device are padded to a power of two, at least this many, so a
@@ -100,9 +100,9 @@ class TrainedRun:
         nodes: original ids of `node_type` (the only type by default): an array, a
         list, or a file (`.npy`, or text with one id a line)."""
         run = self._run
-        what = _what(what, "what=")
-        layer = _layer(run, what, layer, self.num_layers)
-        types = _types(self.node_types, node_type) if node_type is not None \
+        what = parse_what(what, "what=")
+        layer = checked_layer(run, what, layer, self.num_layers)
+        types = checked_types(self.node_types, node_type) if node_type is not None \
             else list(self.node_types)
         new = new_ids(run.dg, types, nodes, "nodes")
         if not new.size:
@@ -125,7 +125,7 @@ class TrainedRun:
             if not isinstance(src, (str, os.PathLike)):
                 raise ConfigError("score(src, dst): give both ends, or a file of pairs as src")
             where = os.fspath(src)
-            src, dst = _read_pairs(where)
+            src, dst = read_pairs(where)
         r = self._relation(relation)
         s_type, _, d_type = self.relations[r]
         src = new_ids(run.dg, [s_type], src, where)
