@@ -37,6 +37,20 @@ def writer_alive(name: str) -> bool:
     return True
 
 
+def occupied(out: str, ours: Callable[[str], bool], what: str) -> tuple[str, bool] | None:
+    """What stops writing `what` (e.g. "a chunked graph directory") to `out`, as
+    (reason, replaceable), or None where nothing does: `out` absent or an empty
+    directory. replaceable: `out` is a directory that `ours` recognises as `what`,
+    which a write told to overwrite may replace; anything else is never replaced."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        return "exists and is not a directory", False
+    if not os.path.isdir(out) or not os.listdir(out):
+        return None
+    if not ours(out):
+        return f"is not empty and is not {what}; refusing to replace it", False
+    return f"is not empty: it is {what}", True
+
+
 @contextlib.contextmanager
 def atomic_dir(out: str, check: Callable[[], None] = lambda: None):
     """Yields a new, empty sibling of `out` to write into; renames it to `out` if the

@@ -55,7 +55,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jgraph.atomic import atomic_dir
+from jgraph.atomic import atomic_dir, occupied
 from jgraph.data.graph import (
     DEFAULT_NTYPE,
     DEFAULT_REL,
@@ -766,16 +766,11 @@ class ChunkedWriter:
 def check_chunked_out(out: str, overwrite: bool) -> None:
     """Raise a DatasetError unless `out` may receive a chunked graph: absent, an empty
     directory, or (with `overwrite`) a chunked graph directory."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise DatasetError(f"{out}: exists and is not a directory")
-    if not os.path.isdir(out) or not os.listdir(out):
-        return
-    if not is_chunked_dir(out):
-        raise DatasetError(f"{out}: is not empty and is not a chunked graph directory; "
-                           f"refusing to replace it")
-    if not overwrite:
-        raise DatasetError(f"{out}: holds a chunked graph; pass overwrite=True (--overwrite) "
-                           f"to replace it")
+    found = occupied(out, is_chunked_dir, "a chunked graph directory")
+    if found is not None and not (found[1] and overwrite):
+        reason, replaceable = found
+        raise DatasetError(f"{out}: {reason}" + ("; pass overwrite=True (--overwrite) to "
+                                                 "replace it" if replaceable else ""))
 
 
 def save_chunked(graph: Graph, out: str | os.PathLike, *, edges_per_chunk: int = 1 << 24,

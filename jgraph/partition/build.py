@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from jgraph.atomic import atomic_dir
+from jgraph.atomic import atomic_dir, occupied
 from jgraph.data.graph import Graph
 from jgraph.data.links import EdgeSet
 from jgraph.data.sparse import SparseRows
@@ -237,15 +237,9 @@ def check_out_dir(out: str, overwrite: bool) -> None:
     """Raise an OutputExistsError unless `out` may receive a partition: absent, an empty
     directory, or a partition directory that `overwrite` allows to replace.
     (`partition_graph` checks it; a caller may too before loading a large graph.)"""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise OutputExistsError(out, "exists and is not a directory", replaceable=False)
-    if not os.path.isdir(out) or not os.listdir(out):
-        return
-    if not _holds_partition(out):
-        raise OutputExistsError(out, "is not empty and is not a jgraph partition directory; "
-                                     "refusing to replace it", replaceable=False)
-    if not overwrite:
-        raise OutputExistsError(out, "is not empty (it holds a partition)", replaceable=True)
+    found = occupied(out, _holds_partition, "a jgraph partition directory")
+    if found is not None and not (found[1] and overwrite):
+        raise OutputExistsError(out, *found)
 
 
 def _holds_partition(path: str) -> bool:

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jgraph.atomic import publish, staging_dir
+from jgraph.atomic import occupied, publish, staging_dir
 from jgraph.config import ConfigError
 from jgraph.data.outputs import INDEX, What, is_outputs_dir, write_chunk, write_index
 from jgraph.jobs.experiment import Task
@@ -206,15 +206,11 @@ def _rows(book, p: int, ntype: str, wanted: np.ndarray | None) -> np.ndarray:
 def check_out(out: str, overwrite: bool) -> None:
     """Raise `OutputExists` unless `out` may receive outputs: absent, an empty
     directory, or an earlier `jgraph embed` output that `overwrite` lets replace."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise OutputExists(f"{out} exists and is not a directory")
-    if not os.path.isdir(out) or not os.listdir(out):
-        return
-    if not is_outputs_dir(out):
-        raise OutputExists(f"{out} is not empty and holds no jgraph outputs ({INDEX}); "
-                           f"refusing to replace it")
-    if not overwrite:
-        raise OutputExists(f"{out} holds earlier outputs; pass --overwrite to replace them")
+    found = occupied(out, is_outputs_dir, f"a jgraph outputs directory ({INDEX})")
+    if found is not None and not (found[1] and overwrite):
+        reason, replaceable = found
+        raise OutputExists(f"{out} {reason}"
+                           + ("; pass --overwrite to replace it" if replaceable else ""))
 
 
 def check_disk(out: str, need: int) -> None:

@@ -220,7 +220,7 @@ def test_an_output_directory_is_replaced_only_with_overwrite(workdir, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    with pytest.raises(OutputExists, match="holds no jgraph outputs"):
+    with pytest.raises(OutputExists, match="is not a jgraph outputs directory"):
         embed(workdir, str(other), overwrite=True)
     assert (other / "notes.txt").read_text() == "mine"
     assert not list(tmp_path.glob("out.partial-*"))
