@@ -37,6 +37,15 @@ def writer_alive(name: str) -> bool:
     return True
 
 
+def free_bytes(path: str) -> int:
+    """Free bytes on the disk that holds `path`, or will: its nearest existing
+    ancestor's."""
+    where = os.path.abspath(path)
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    return shutil.disk_usage(where).free
+
+
 def occupied(out: str, ours: Callable[[str], bool], what: str) -> tuple[str, bool] | None:
     """What stops writing `what` (e.g. "a chunked graph directory") to `out`, as
     (reason, replaceable), or None where nothing does: `out` absent or an empty

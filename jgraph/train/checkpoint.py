@@ -47,6 +47,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 import jgraph.progress as logs
+from jgraph.atomic import free_bytes
 from jgraph.hashing import fmix32, hash32
 from jgraph.mesh import all_processes, host_sync
 
@@ -167,10 +168,7 @@ def check_space(directory: str, tree, what: str) -> None:
     need = sum(shard.data.nbytes for leaf in jax.tree.leaves(tree)
                for shard in getattr(leaf, "addressable_shards", ()) if shard.replica_id == 0)
     need = int(need * 1.1) + (1 << 20)
-    where = directory
-    while not os.path.exists(where):
-        where = os.path.dirname(where)
-    free = shutil.disk_usage(where).free
+    free = free_bytes(directory)
     if need > free:
         raise CheckpointError(f"{directory}: {what} needs about {need / 2**20:.1f} MiB and "
                               f"the disk has {free / 2**20:.1f} MiB free; free some space "

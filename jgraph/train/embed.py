@@ -12,7 +12,6 @@ directory appears whole or not at all (written as a sibling and renamed).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Sequence
 
@@ -20,7 +19,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jgraph.atomic import occupied, publish, staging_dir
+from jgraph.atomic import free_bytes, occupied, publish, staging_dir
 from jgraph.config import ConfigError
 from jgraph.data.outputs import INDEX, What, is_outputs_dir, write_chunk, write_index
 from jgraph.jobs.experiment import Task
@@ -216,10 +215,7 @@ def check_out(out: str, overwrite: bool) -> None:
 def check_disk(out: str, need: int) -> None:
     """Raise ConfigError when the disk that will hold `out` has less free space than
     `need` bytes and a margin."""
-    where = os.path.dirname(out)
-    while where and not os.path.exists(where):
-        where = os.path.dirname(where)
-    free = shutil.disk_usage(where or ".").free
+    free = free_bytes(out)
     need = int(need * 1.05) + (1 << 20)
     if need > free:
         raise ConfigError(f"{out}: the outputs need about {need / 2**20:.1f} MiB and the "

@@ -247,8 +247,8 @@ def test_a_workdir_without_a_model_and_a_full_disk_are_refused(workdir, tmp_path
                                                               monkeypatch):
     with pytest.raises(ConfigError, match="not a trained run"):
         embed(str(tmp_path), str(tmp_path / "out"))
-    import jgraph.train.embed as embed_module
-    monkeypatch.setattr(embed_module.shutil, "disk_usage",
+    import jgraph.atomic as atomic  # where the free space is read
+    monkeypatch.setattr(atomic.shutil, "disk_usage",
                         lambda path: type("Usage", (), {"free": 1000})())
     with pytest.raises(ConfigError, match="the outputs need about .* MiB and the disk has "
                                           "0.0 MiB free"):
