@@ -375,8 +375,7 @@ def dropout_program(job, graph):
         out_specs=(REPLICATED, REPLICATED, ROWS, ROWS)))
 
 
-@pytest.mark.parametrize("input_dropout,features", [(0.0, "dense"), (0.3, "dense"),
-                                                    (0.3, "sparse")])
+@pytest.mark.parametrize("input_dropout,features", [(0.0, "dense"), (0.3, "sparse")])
 def test_cvd_with_every_neighbour_drawn_is_exact_dropout_training(request, input_dropout,
                                                                   features):
     # Fanout -1 draws every in-neighbour: CVD's estimate is then the exact sum of the
@@ -427,7 +426,7 @@ def test_cvd_averages_to_exact_dropout_with_exact_dropouts_variance(cora8):
     cvd, dropped = cvd_program(job, graph), dropout_program(plain, graph)
     order = job.loader.epoch_order(0)
     draws = {"cvd": [], "exact dropout": []}
-    for step in range(60):
+    for step in range(40):
         _, _, seeds, got = cvd(run.params, state.histories, job.data(graph), order,
                                jnp.int32(0), jnp.int32(step))
         draws["cvd"].append(np.asarray(got))
