@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import weakref
 from typing import NamedTuple
 
 import jax
@@ -78,9 +77,6 @@ from jgraph.sharded import DistGraph
 
 CHUNK = 16
 """In-edges one request of the history fetch reads (see the module)."""
-
-# Each job's compiled history inference (`inferred_histories`), while the job lives.
-_HISTORY_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Summed(MessagePassing):
@@ -352,6 +348,10 @@ class ControlVariateClassification(NodeClassification):
     history_init: HistoryInit = HistoryInit.INFERENCE
     history_dtype: object = jnp.float32
     input_hop: bool = False
+    # The compiled history inference, shared by the jobs `dataclasses.replace` makes of
+    # this one (calibrated, grown), so a refresh reuses the program that made the first
+    # histories.
+    history_programs: dict = dataclasses.field(default_factory=dict, repr=False)
 
     # -- host side ---------------------------------------------------------------------
 
@@ -396,10 +396,10 @@ class ControlVariateClassification(NodeClassification):
         The state's tables are given up for the new ones (donated: a refresh holds one
         set of tables, not two). One compiled program per job, the one that made the
         first histories, so a refresh compiles nothing."""
-        if self not in _HISTORY_PROGRAMS:
-            _HISTORY_PROGRAMS[self] = self._history_program()
-        return _HISTORY_PROGRAMS[self](state.params, state.embeddings, self.data(self.graph),
-                                       state.histories)
+        if "inference" not in self.history_programs:
+            self.history_programs["inference"] = self._history_program()
+        return self.history_programs["inference"](state.params, state.embeddings,
+                                                  self.data(self.graph), state.histories)
 
     def _history_program(self):
         inputs, exchange = self.inputs, here(self.exchange, self.mesh)
