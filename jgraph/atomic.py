@@ -46,18 +46,20 @@ def free_bytes(path: str) -> int:
     return shutil.disk_usage(where).free
 
 
-def occupied(out: str, ours: Callable[[str], bool], what: str) -> tuple[str, bool] | None:
+def occupied(out: str, ours: Callable[[str], bool], what: str, overwrite: bool
+             ) -> tuple[str, bool] | None:
     """What stops writing `what` (e.g. "a chunked graph directory") to `out`, as
-    (reason, replaceable), or None where nothing does: `out` absent or an empty
-    directory. replaceable: `out` is a directory that `ours` recognises as `what`,
-    which a write told to overwrite may replace; anything else is never replaced."""
+    (reason, replaceable), or None where nothing does: `out` absent, an empty
+    directory, or (with `overwrite`) a directory that `ours` recognises as `what`.
+    replaceable: `out` is such a directory, which overwrite would replace; anything
+    else is never replaced."""
     if os.path.exists(out) and not os.path.isdir(out):
         return "exists and is not a directory", False
     if not os.path.isdir(out) or not os.listdir(out):
         return None
     if not ours(out):
         return f"is not empty and is not {what}; refusing to replace it", False
-    return f"is not empty: it is {what}", True
+    return None if overwrite else (f"is not empty: it is {what}", True)
 
 
 @contextlib.contextmanager

@@ -766,8 +766,8 @@ class ChunkedWriter:
 def check_chunked_out(out: str, overwrite: bool) -> None:
     """Raise a DatasetError unless `out` may receive a chunked graph: absent, an empty
     directory, or (with `overwrite`) a chunked graph directory."""
-    found = occupied(out, is_chunked_dir, "a chunked graph directory")
-    if found is not None and not (found[1] and overwrite):
+    found = occupied(out, is_chunked_dir, "a chunked graph directory", overwrite)
+    if found:
         reason, replaceable = found
         raise DatasetError(f"{out}: {reason}" + ("; pass overwrite=True (--overwrite) to "
                                                  "replace it" if replaceable else ""))

@@ -237,8 +237,8 @@ def check_out_dir(out: str, overwrite: bool) -> None:
     """Raise an OutputExistsError unless `out` may receive a partition: absent, an empty
     directory, or a partition directory that `overwrite` allows to replace.
     (`partition_graph` checks it; a caller may too before loading a large graph.)"""
-    found = occupied(out, _holds_partition, "a jgraph partition directory")
-    if found is not None and not (found[1] and overwrite):
+    found = occupied(out, _holds_partition, "a jgraph partition directory", overwrite)
+    if found:
         raise OutputExistsError(out, *found)
 
 

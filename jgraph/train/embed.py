@@ -205,8 +205,8 @@ def _rows(book, p: int, ntype: str, wanted: np.ndarray | None) -> np.ndarray:
 def check_out(out: str, overwrite: bool) -> None:
     """Raise `OutputExists` unless `out` may receive outputs: absent, an empty
     directory, or an earlier `jgraph embed` output that `overwrite` lets replace."""
-    found = occupied(out, is_outputs_dir, f"a jgraph outputs directory ({INDEX})")
-    if found is not None and not (found[1] and overwrite):
+    found = occupied(out, is_outputs_dir, f"a jgraph outputs directory ({INDEX})", overwrite)
+    if found:
         reason, replaceable = found
         raise OutputExists(f"{out} {reason}"
                            + ("; pass --overwrite to replace it" if replaceable else ""))
