@@ -4,6 +4,8 @@ The Python API, in the order of a run (each name is documented where it lives):
 
   graphs         Graph, Relation, load_dataset, load_npz, save_npz, symmetrize,
                  add_reverse_relations, SparseRows, split_edges,
+                 Preparation, HeldOut, prepare (what is done to a graph before it
+                 is partitioned, recorded with the partition),
                  ChunkedWriter, open_chunked (graphs larger than memory) (jgraph.data)
   partitioning   partition_graph, open_partitions, PartitionBook     (jgraph.partition)
   devices        use_devices (simulate N CPU devices / join a multi-process job),
@@ -39,6 +41,7 @@ from jgraph.data import (
     split_edges,
     symmetrize,
 )
+from jgraph.data.prepare import HeldOut, Preparation, prepare
 from jgraph.partition import PartitionBook, open_partitions, partition_graph
 
 __version__ = "0.1.0"
@@ -76,8 +79,8 @@ def __dir__():
 
 __all__ = [  # noqa: RUF022  (in the docstring's order)
     "Graph", "Relation", "load_dataset", "load_npz", "save_npz", "symmetrize",
-    "add_reverse_relations", "SparseRows", "split_edges", "ChunkedWriter", "open_chunked",
-    "partition_graph", "open_partitions", "PartitionBook",
+    "add_reverse_relations", "SparseRows", "split_edges", "Preparation", "HeldOut", "prepare",
+    "ChunkedWriter", "open_chunked", "partition_graph", "open_partitions", "PartitionBook",
     "use_devices", "make_mesh", "DistGraph", "DistTensor", "DistEmbedding", "HotCache",
     "SparseAdam", "SparseAdagrad", "ExchangeConfig",
     "NodeLoader", "NeighborSampler",

@@ -245,6 +245,15 @@ def test_the_settings_page_is_what_its_generator_writes_now():
         f"`{generator.GENERATOR}` from the repository's root")
 
 
+def test_the_batch_size_is_said_to_be_per_device_with_the_global_batch_it_makes():
+    # Sized as if global, a run on 8 devices takes 8 times the batch meant.
+    note = settings_generator().field_notes()["train.batch_size"]
+    assert "per device" in note and "the global batch is batch_size x devices" in note
+    training = " ".join((ROOT / "docs" / "training.md").read_text().split())
+    assert ("`train.batch_size` is per device" in training
+            and "the global batch is `train.batch_size` x devices" in training)
+
+
 def test_every_setting_has_a_note_and_the_supplement_only_fills_gaps():
     """A setting the docstrings leave out gets its note from the generator's SUPPLEMENT;
     once its class's docstring describes it, the supplement's entry must go."""

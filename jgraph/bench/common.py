@@ -3,6 +3,7 @@ what it checks before running a program: that the memory it needs is there."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 from collections.abc import Iterator
@@ -10,11 +11,12 @@ from typing import NamedTuple
 
 import jax
 
-from jgraph.data import DatasetError, load_dataset, symmetrize
+from jgraph.data import DatasetError
+from jgraph.data.prepare import HeldOut
 from jgraph.jobs.experiment import DataConfig
+from jgraph.jobs.run import data_preparation, open_data
 from jgraph.mesh import first_devices
-from jgraph.partition import Method, PartitionMeta, open_partitions, partition_graph
-from jgraph.partition.chunked import METHOD, ChunkedOptions, bounded_route, partition_chunked
+from jgraph.partition import PartitionMeta
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph, make_mesh
 
@@ -22,72 +24,38 @@ from jgraph.sharded import DistGraph, make_mesh
 @contextlib.contextmanager
 def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Progress,
                       node_data: tuple[str, ...] = (), splits: tuple[str, ...] = (),
-                      held_out=None) -> Iterator[tuple[PartitionMeta, DistGraph]]:
-    """Load `data.path` (an npz, a built-in name or synthetic:...), symmetrized if
-    `data.symmetrize`, partition it with `data.method` into `data.num_parts` and open it
-    on a mesh of the first `data.num_parts` devices.
+                      held_out: HeldOut | None = None
+                      ) -> Iterator[tuple[PartitionMeta, DistGraph]]:
+    """`data.path` prepared and partitioned as training does it (`jgraph.jobs.run.
+    open_data`: data's preparation, and link prediction's `held_out` edges) into
+    `data.num_parts`, opened on a mesh of the first `data.num_parts` devices; a
+    partition directory as it is.
 
-    A context manager yielding (meta, dist_graph); the partition directory lives until
-    it exits. The graph must be homogeneous with every array of `node_data` and a
+    A context manager yielding (meta, dist_graph); a partition it wrote lives until it
+    exits. The graph must be homogeneous with every array of `node_data` and a
     non-empty split of each name in `splits`, else DatasetError names `bench` and what
-    it needs. held_out: graph -> (graph, edge splits), applied before symmetrizing
-    (link prediction's `jgraph.jobs.run.held_out_edges`).
+    it needs.
     """
-    spec, num_parts, method = data.path, data.num_parts, (data.method or Method.METIS).value
+    num_parts = data.num_parts
     mesh = make_mesh(num_parts, first_devices(num_parts))
-    partitioned = os.path.isfile(os.path.join(spec, "meta.json"))
-    if partitioned or bounded_route(spec, data.method):
-        # Read as training reads it: a partition directory as it is, a chunked graph
-        # partitioned in bounded memory; never the whole graph in this process.
-        if held_out is not None or data.symmetrize:
-            raise DatasetError(f"{spec}: held-out edges and data.symmetrize need the graph "
-                               f"in memory; partition it with them first")
-        with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
-            root = spec
-            if not partitioned:
-                root = os.path.join(tmp, "parts")
-                with progress.phase(f"partitioning ({METHOD}, {num_parts} parts)"):
-                    partition_chunked(spec, root, ChunkedOptions(num_parts, seed=seed),
-                                      progress=progress)
-            meta = open_partitions(root).meta
-            if meta.num_parts != num_parts:
-                raise DatasetError(f"{spec}: holds {meta.num_parts} partitions, data.num_parts "
-                                   f"is {num_parts}; they must match")
-            have = meta.node_data.get(meta.node_types[0], {})
-            missing = [n for n in node_data if n not in have]
-            if len(meta.node_types) != 1 or missing:
-                raise DatasetError(f"{spec}: jgraph bench {bench} needs a homogeneous graph"
-                                   + (f"; missing node data {missing}" if missing else ""))
-            t = meta.node_types[0]
-            if splits and not all(sum(p.splits.get(t, {}).get(s, 0) for p in meta.parts)
-                                  for s in splits):
-                raise DatasetError(f"{spec}: jgraph bench {bench} needs a "
-                                   f"{'/'.join(splits)} split")
-            yield meta, DistGraph(root, mesh)
-        return
+    asked = dataclasses.replace(data_preparation(data), held_out=held_out)
     with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
-        with progress.phase("loading graph"):
-            graph = load_dataset(spec)
-            edge_splits = None
-            if held_out is not None:
-                graph, edge_splits = held_out(graph)
-            if data.symmetrize:
-                graph = symmetrize(graph)
-        ntypes = graph.node_types
-        missing = [n for n in node_data if n not in graph.node_data.get(ntypes[0], {})]
-        if len(ntypes) != 1 or missing:
+        dg = open_data(data, asked, mesh, tmp, progress, seed=seed, check_seeds=False)
+        meta = dg.meta
+        if meta.num_parts != num_parts:
+            raise DatasetError(f"{data.path}: holds {meta.num_parts} partitions, "
+                               f"data.num_parts is {num_parts}; they must match")
+        t = meta.node_types[0]
+        missing = [n for n in node_data if n not in meta.node_data.get(t, {})]
+        if len(meta.node_types) != 1 or missing:
             wanted = f" with node data {list(node_data)}" if node_data else ""
-            raise DatasetError(f"{spec}: jgraph bench {bench} needs a homogeneous "
+            raise DatasetError(f"{data.path}: jgraph bench {bench} needs a homogeneous "
                                f"graph{wanted}" + (f"; missing {missing}" if missing else ""))
-        if splits and not all(len(graph.splits.get(ntypes[0], {}).get(s, ())) for s in splits):
-            raise DatasetError(f"{spec}: jgraph bench {bench} needs a non-empty "
-                               f"{'/'.join(splits)} split; the graph has "
-                               f"{ {k: len(v) for k, v in graph.splits.get(ntypes[0], {}).items()} }")  # noqa: E501
-        with progress.phase(f"partitioning ({method}, {num_parts} parts)"):
-            meta = partition_graph(graph, num_parts, method, tmp, seed=seed,
-                                   edge_splits=edge_splits)
-        del graph
-        yield meta, DistGraph(tmp, mesh)
+        counts = {s: sum(p.splits.get(t, {}).get(s, 0) for p in meta.parts) for s in splits}
+        if not all(counts.values()):
+            raise DatasetError(f"{data.path}: jgraph bench {bench} needs a non-empty "
+                               f"{'/'.join(splits)} split; the graph has {counts}")
+        yield meta, dg
 
 
 # -- memory ------------------------------------------------------------------------------

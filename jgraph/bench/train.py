@@ -16,7 +16,6 @@ Perfetto or TensorBoard).
 """
 from __future__ import annotations
 
-import functools
 import os
 import time
 
@@ -34,7 +33,7 @@ from jgraph.jobs.run import (
     calibrated_exchange,
     calibrated_sampler,
     check_stats,
-    held_out_edges,
+    preparation,
 )
 from jgraph.partition.files import peak_rss_bytes
 from jgraph.progress import Progress
@@ -48,7 +47,7 @@ def is_exchange_stats(x) -> bool:
 
 def bench_train(cfg: TrainBench, progress: Progress) -> dict:
     link = cfg.task is Task.LINK
-    held_out = functools.partial(held_out_edges, cfg.experiment("")) if link else None
+    held_out = preparation(cfg.experiment("")).held_out
     with partition_on_mesh(cfg.data, seed=cfg.train.seed, bench="train", progress=progress,
                            splits=() if link else ("train",),
                            node_data=("feat",) if link else ("feat", "label"),

@@ -1,15 +1,26 @@
-"""`jgraph convert`: write a graph as a chunked graph directory (`jgraph.data.chunked`)."""
+"""`jgraph convert`: write a graph as a chunked graph directory (`jgraph.data.chunked`):
+a dataset jgraph reads, or the user's own CSV / Parquet tables that a schema file
+describes (`jgraph.data.tables`)."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import time
 
 import jgraph.progress as logs
-from jgraph.cli.partition import DefaultsShown, peak_rss_bytes
+from jgraph.cli.partition import TRANSFORMS, DefaultsShown, peak_rss_bytes
 from jgraph.data import open_chunked
+from jgraph.data.chunked import check_chunked_out
 from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, convert, is_streamed
+from jgraph.data.prepare import Preparation
+from jgraph.data.prepare_chunked import prepare_chunked
+from jgraph.data.tables import convert_tables, is_schema_file
 from jgraph.progress import Progress
+
+# Beside OUT_DIR while a graph converted with a preparation is prepared from it.
+RAW = ".raw"
 
 
 def add_commands(sub) -> None:
@@ -17,18 +28,29 @@ def add_commands(sub) -> None:
         "convert", help="write a graph in the chunked format (for graphs larger than memory)",
         description="Write a graph as a chunked graph directory (OUT_DIR/metadata.json + "
                     ".npy chunks), which `jgraph partition` reads a chunk at a time. A "
-                    "homogeneous OGB directory (ogbn-papers100M's raw/data.npz included) is "
-                    "streamed, never read whole; any other input is loaded, then written.",
+                    "schema file (.yaml, .yml or .json) describes the user's own tables "
+                    "(CSV or Parquet: node ids, features, labels, splits; edges), read in "
+                    "batches and numbered 0..n-1 per node type, the user's ids kept "
+                    "(needs pyarrow: pip install \"jgraph[tables]\"). A homogeneous OGB "
+                    "directory (ogbn-papers100M's raw/data.npz included) is streamed, never "
+                    "read whole; any other input is loaded, then written.",
         formatter_class=DefaultsShown)
-    p.add_argument("input", help="a built-in name (cora), an .npz file, an OGB dataset "
-                                 "directory, or synthetic:nodes=N,edges=E,...")
+    p.add_argument("input", help="a schema file of the user's tables (SCHEMA.yaml or "
+                                 "SCHEMA.json), a built-in name (cora), an .npz file, an OGB "
+                                 "dataset directory, or synthetic:nodes=N,edges=E,...")
     p.add_argument("out", metavar="OUT_DIR", help="the chunked graph directory to write")
     p.add_argument("--edges-per-chunk", type=_positive, default=EDGES_PER_CHUNK,
-                   help="edges per edge chunk")
+                   help="edges per edge chunk (from tables: of one relation, its last "
+                        "chunk the rest)")
     p.add_argument("--rows-per-chunk", type=_positive, default=ROWS_PER_CHUNK,
                    help="rows per chunk of node data and splits")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a chunked graph directory at OUT_DIR")
+    for name, _, help_text in TRANSFORMS:
+        p.add_argument(f"--{name.replace('_', '-')}", action="store_true",
+                       help=help_text + ", streamed (jgraph.data.prepare_chunked)")
+    p.add_argument("--normalize-features", nargs="?", const="feat", metavar="NAME",
+                   help="scale each row of node array NAME (default feat) to sum 1")
     p.add_argument("--json", action="store_true",
                    help="print one JSON line of results instead of the summary")
     p.set_defaults(run=run_convert)
@@ -46,11 +68,28 @@ def _positive(text: str) -> int:
 
 def run_convert(args) -> int:
     start = time.perf_counter()
-    how = "streamed" if is_streamed(args.input) else "read whole"
+    tables = is_schema_file(args.input)
+    how = "from tables" if tables else "streamed" if is_streamed(args.input) else "read whole"
     logs.LOGGER.info("jgraph convert %s -> %s (%s)", args.input, args.out, how)
-    convert(args.input, args.out, edges_per_chunk=args.edges_per_chunk,
-            rows_per_chunk=args.rows_per_chunk, overwrite=args.overwrite,
-            progress=Progress(enabled=True))
+    write = convert_tables if tables else convert
+    progress = Progress(enabled=True)
+    asked = Preparation(normalize_features=args.normalize_features,
+                        **{step: getattr(args, flag) for flag, step, _ in TRANSFORMS})
+    if not asked.steps:
+        write(args.input, args.out, edges_per_chunk=args.edges_per_chunk,
+              rows_per_chunk=args.rows_per_chunk, overwrite=args.overwrite, progress=progress)
+    else:
+        # Converted as it is into a sibling, then prepared from it, streamed, into OUT.
+        check_chunked_out(args.out, args.overwrite)
+        raw = os.path.realpath(args.out) + RAW
+        try:
+            write(args.input, raw, edges_per_chunk=args.edges_per_chunk,
+                  rows_per_chunk=args.rows_per_chunk, overwrite=True, progress=progress)
+            with progress.phase(f"preparing ({', '.join(asked.steps)})"):
+                prepare_chunked(raw, args.out, asked, overwrite=args.overwrite,
+                                progress=progress, rows_per_chunk=args.rows_per_chunk)
+        finally:
+            shutil.rmtree(raw, ignore_errors=True)
     graph = open_chunked(args.out)      # the headers of what was written, checked
     seconds = time.perf_counter() - start
     row = {"input": args.input, "out": args.out, "num_nodes": graph.total_nodes,

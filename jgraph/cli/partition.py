@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -13,19 +14,9 @@ import numpy as np
 
 import jgraph.progress as logs
 from jgraph.cli.devices import distributed_env, start_distributed
-from jgraph.data import (
-    GraphError,
-    add_reverse_relations,
-    add_self_loops,
-    deduplicate,
-    is_chunked_dir,
-    is_symmetric,
-    load_dataset,
-    open_chunked,
-    remove_self_loops,
-    split_edges,
-    symmetrize,
-)
+from jgraph.data import GraphError, is_chunked_dir, load_dataset, open_chunked
+from jgraph.data.prepare import HeldOut, Preparation, prepare, recorded_preparation
+from jgraph.data.prepare_chunked import PREPARED, prepare_chunked
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
@@ -35,13 +26,15 @@ from jgraph.partition.group import Group
 from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
 from jgraph.progress import Progress
 
-# Applied in this order, each when its flag is given.
+# The preparation's flags (`jgraph.data.prepare.Preparation`, applied in its order):
+# (flag, the step it sets, help).
 TRANSFORMS = (
-    ("remove_self_loops", remove_self_loops, "drop self-loop edges"),
-    ("symmetrize", symmetrize, "add every edge's reverse and deduplicate (same-type relations)"),
-    ("add_reverse", add_reverse_relations, "add a reverse relation rev_<name> for every relation"),
-    ("dedup", deduplicate, "drop duplicate edges"),
-    ("self_loops", add_self_loops, "give every node one self-loop (same-type relations)"),
+    ("remove_self_loops", "remove_self_loops", "drop self-loop edges"),
+    ("symmetrize", "symmetrize",
+     "add every edge's reverse and deduplicate (same-type relations)"),
+    ("add_reverse", "reverse_relations", "add a reverse relation rev_<name> for every relation"),
+    ("dedup", "dedup", "drop duplicate edges"),
+    ("self_loops", "self_loops", "give every node one self-loop (same-type relations)"),
 )
 
 
@@ -85,11 +78,15 @@ def add_commands(sub) -> None:
     p.add_argument("--range-entries", type=int,
                    help="chunked graphs: adjacency entries (and in-edges) per node range "
                         "on disk, the largest block a phase holds in memory (default: 2^25 "
-                        "for one process, 1/N of it for N, at least 2^23)")
+                        "for one process, 1/(2N) of it for each of N processes, at least "
+                        "2^22)")
     p.add_argument("--coarse-entries", type=int,
-                   help="chunked graphs: the largest coarse graph (adjacency entries) that "
-                        "METIS partitions, on the first process (default: 2^25 for one "
-                        "process, 1/N of it for N, at least 2^22)")
+                   help="chunked graphs: coarsening stops at this many adjacency entries, "
+                        "the largest coarse graph METIS partitions whole (on the first "
+                        "process); a coarsest graph still larger is partitioned as samples "
+                        "of this size, each process running METIS on its share of them "
+                        "(default: 2^25 for one process, 1/(2N) of it for each of N "
+                        "processes, at least 2^22)")
     p.add_argument("--assignment", metavar="FILE.npy",
                    help="each node's partition, made elsewhere (e.g. by ParMETIS across "
                         "hosts for a graph too large to partition on one machine): an "
@@ -105,6 +102,8 @@ def add_commands(sub) -> None:
                    help="replace an existing partition directory at --out")
     for name, _, help_text in TRANSFORMS:
         p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=help_text)
+    p.add_argument("--normalize-features", nargs="?", const="feat", metavar="NAME",
+                   help="scale each row of node array NAME (default feat) to sum 1")
     p.add_argument("--link-split", metavar="VAL,TEST",
                    help="for link prediction: hold out these fractions of each relation's "
                         "edges as val and test positives (after --remove-self-loops, before "
@@ -142,20 +141,34 @@ def load_assignment(path: str) -> np.ndarray:
         raise PartitionError(f"--assignment {path}: not a readable .npy array ({e})") from None
 
 
+def preparation_of(args) -> Preparation:
+    """The preparation the flags ask for (`jgraph.data.prepare`)."""
+    fractions = link_fractions(args.link_split)
+    given = [f for f, v in (("--eval-negatives", args.eval_negatives),
+                            ("--split-seed", args.split_seed)) if v is not None]
+    if fractions is None and given:
+        raise GraphError(f"{' and '.join(given)} only apply with --link-split VAL,TEST")
+    held_out = None if fractions is None else HeldOut(
+        *fractions, eval_negatives=1000 if args.eval_negatives is None else args.eval_negatives,
+        seed=args.split_seed or 0)
+    return Preparation(held_out=held_out, normalize_features=args.normalize_features,
+                       **{step: getattr(args, flag) for flag, step, _ in TRANSFORMS})
+
+
 def out_of_core(args) -> bool:
     """Whether the request goes to the chunked route (`partition_chunked`): a chunked
-    graph directory, the multilevel method, and nothing that needs the graph in memory
-    (transforms, link splits, a given assignment; refused where asked for by name)."""
+    graph directory and the multilevel method, without what needs the graph in memory
+    (a given assignment, --no-rebalance; refused where asked for by name). The
+    preparation is streamed on that route (`jgraph.data.prepare_chunked`)."""
     if not is_chunked_dir(args.dataset) or args.method not in (None, Method.MULTILEVEL.value):
         return False
-    asked = [f"--{name.replace('_', '-')}" for name, _, _ in TRANSFORMS if getattr(args, name)]
-    asked += [flag for flag, value in (("--link-split", args.link_split),
-                                       ("--assignment", args.assignment),
-                                       ("--no-rebalance", args.no_rebalance)) if value]
+    asked = [flag for flag, value in (("--link-split", args.link_split),
+                                      ("--assignment", args.assignment),
+                                      ("--no-rebalance", args.no_rebalance)) if value]
     if asked:
         raise PartitionError(f"{' '.join(asked)}: not available when partitioning a chunked "
                              f"graph directory in bounded memory; give --method metis to "
-                             f"load it whole, or write the graph transformed")
+                             f"load it whole")
     return True
 
 
@@ -219,29 +232,15 @@ def run_partition(args) -> int:
     logs.LOGGER.info("jgraph partition %s -> %s (%d parts, %s)", args.dataset, args.out,
                      args.num_parts, args.method)
     try:
-        fractions = link_fractions(args.link_split)
-        given = [f for f, v in (("--eval-negatives", args.eval_negatives),
-                                ("--split-seed", args.split_seed)) if v is not None]
-        if fractions is None and given:
-            raise GraphError(f"{' and '.join(given)} only apply with --link-split VAL,TEST")
+        asked = preparation_of(args)
+        # What the input had done to it already (a chunked directory records it), then this.
+        preparation = recorded_preparation(args.dataset).then(asked)
         if (args.method == Method.GIVEN.value) != (args.assignment is not None):
             raise PartitionError("--method given and --assignment FILE.npy go together")
         assignment = None if args.assignment is None else load_assignment(args.assignment)
         check_out_dir(args.out, args.overwrite)       # before loading a large graph
-        edge_splits = None
         with progress.phase("loading dataset"):
-            graph = load_dataset(args.dataset)
-            for name, transform, _ in TRANSFORMS:
-                if fractions is not None and name != "remove_self_loops" and edge_splits is None:
-                    # Held out before any edge is reversed, as `jgraph train` does.
-                    split = split_edges(graph, *fractions,
-                                        eval_negatives=(1000 if args.eval_negatives is None
-                                                        else args.eval_negatives),
-                                        seed=args.split_seed or 0,
-                                        undirected=args.symmetrize or is_symmetric(graph))
-                    graph, edge_splits = split.graph, split.edges
-                if getattr(args, name):
-                    graph = transform(graph)
+            graph, edge_splits = prepare(load_dataset(args.dataset), asked)
         if assignment is not None:
             assignment = check_given(Method.GIVEN, assignment, graph.total_nodes,
                                      args.num_parts, what=f"--assignment {args.assignment}")
@@ -249,7 +248,7 @@ def run_partition(args) -> int:
                                tolerance=args.balance_tolerance,
                                rebalance=not args.no_rebalance, overwrite=args.overwrite,
                                progress=progress, edge_splits=edge_splits,
-                               assignment=assignment)
+                               assignment=assignment, preparation=preparation)
     except OutputExistsError as e:
         hint = "; pass --overwrite to replace it" if e.replaceable else ""
         raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None
@@ -270,13 +269,26 @@ def run_chunked(args, start: float, progress: Progress) -> int:
     options = ChunkedOptions(args.num_parts, seed=args.seed, tolerance=args.balance_tolerance,
                              range_entries=args.range_entries,
                              coarse_entries=args.coarse_entries)
+    asked = preparation_of(args)
     limit_arenas()                      # before any thread of the job starts
     start_distributed()                 # one of several processes: join them
     group = Group.from_jax()
+    # The preparation, streamed by the first process into a chunked graph beside --out
+    # (removed once partitioned); the job partitions that.
+    source = os.path.realpath(args.out) + PREPARED if asked.steps else args.dataset
     try:
         try:
-            meta = partition_chunked(args.dataset, args.out, options, overwrite=args.overwrite,
+            if asked.steps:
+                if group.leader:
+                    check_out_dir(args.out, args.overwrite)
+                    with progress.phase(f"preparing ({', '.join(asked.steps)})"):
+                        prepare_chunked(args.dataset, source, asked, overwrite=True,
+                                        progress=progress)
+                group.barrier("prepared")
+            meta = partition_chunked(source, args.out, options, overwrite=args.overwrite,
                                      progress=progress, check_out=check_out_dir, group=group)
+            if group.leader and source != args.dataset:
+                shutil.rmtree(source)
         except OutputExistsError as e:
             hint = "; pass --overwrite to replace it" if e.replaceable else ""
             raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None

@@ -74,14 +74,33 @@ def run_train(args) -> int:
     return 0
 
 
+def trained_partition(workdir: str) -> str:
+    """The partition directory a run in `workdir` trained on: its saved config's
+    data.path when that is one (as `jgraph.train.model.open_trained` opens it), else
+    WORKDIR/partition. Read without JAX, which must not start before `use_devices`."""
+    import yaml
+    try:
+        with open(os.path.join(workdir, "config.yaml")) as f:
+            path = yaml.safe_load(f)["data"]["path"]
+        # Relative to the config file, as `jgraph.config.load` reads it.
+        path = os.path.join(workdir, path)
+        if os.path.exists(os.path.join(path, "meta.json")):
+            return path
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        pass
+    return os.path.join(workdir, "partition")
+
+
 def run_devices(workdir: str) -> int | None:
     """The devices a run in `workdir` trained on (per process in a multi-process job,
-    as --devices counts them), from its partition; None if it has none to read."""
+    as --devices counts them): its partition's, one per partition, whether the run
+    partitioned its graph or was given a partition directory; None if there is none to
+    read."""
     import json
 
     from jgraph.cli.devices import NUM_PROCESSES_ENV
     try:
-        with open(os.path.join(workdir, "partition", "meta.json")) as f:
+        with open(os.path.join(trained_partition(workdir), "meta.json")) as f:
             parts = int(json.load(f)["num_parts"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

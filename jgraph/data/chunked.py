@@ -19,6 +19,9 @@ Layout (format version 1):
                                          int32[n_i, K] and <name>.values-00000.npy [n_i, K]
     DIR/splits/<type>/<name>-00000.npy   int[k_i] node ids (type-local) of a named split,
                                          sorted and unique across the chunks
+    DIR/ids/<type>.npy                   int64[n] or S<k>[n] (UTF-8) the user's own id of
+                                         each node of the type, whole (optional; a type
+                                         without one is known by its ids 0..n-1)
 
 Homogeneous ids number the node types one after another, in `num_nodes` order: type
 t's local id i is `sum(counts of the types before t) + i`. Edge k is the k-th edge of
@@ -35,7 +38,10 @@ the chunks laid end to end (its edge id). `metadata.json`:
                           "bow": {"dtype": "float32", "shape": [4714], "sparse": 31,
                                   "rows": [...], "files": [indices files],
                                   "value_files": [values files]}}},
-     "splits": {"_N": {"train": {"rows": [k_0, ...], "files": [...]}}}}
+     "splits": {"_N": {"train": {"rows": [k_0, ...], "files": [...]}}},
+     "ids": {"_N": {"file": "ids/_N.npy", "dtype": "S12"}},     # optional; or "int64"
+     "preparation": {"symmetrize": true, ...}}   # optional: what was done to the graph
+                                                 # (`jgraph.data.prepare.Preparation`)
 
 File names are relative to DIR, so chunks written by another tool (Spark, a SQL
 export) can be listed in a hand-written metadata.json. `ChunkedWriter` writes the
@@ -66,6 +72,7 @@ from jgraph.data.graph import (
     _check_ids,
     _check_name,
     _row_arrays,
+    check_user_ids,
 )
 from jgraph.data.npz import DatasetError
 from jgraph.data.sparse import SparseRows
@@ -166,7 +173,8 @@ class ChunkedGraph:
 
     Fields: root; name; num_nodes {type: n} in id order; relations [Relation];
     edges: {"src", "dst", "etype"?: Chunks}; edge_data {name: Chunks}; node_data
-    {type: {name: Chunks}}; splits {type: {name: Chunks}}.
+    {type: {name: Chunks}}; splits {type: {name: Chunks}}; ids {type: (file, dtype)}
+    of the types that keep the user's own ids (`node_ids`).
     """
 
     def __init__(self, root: str | os.PathLike):
@@ -258,6 +266,14 @@ class ChunkedGraph:
             self.splits[t] = {name: self._chunks(f"splits.{t}.{name}",
                                                  {**entry, "dtype": "int64", "shape": []})
                               for name, entry in named.items()}
+        self.ids = {}
+        for t, entry in raw.get("ids", {}).items():
+            self._known_type(t, "ids")
+            file, dtype = entry["file"], np.dtype(entry["dtype"])
+            if not isinstance(file, str) or not (dtype == np.int64 or dtype.kind == "S"):
+                raise DatasetError(self._where(f"ids.{t}: expected a file name and dtype int64 "
+                                               f"or S<k> (UTF-8 bytes), got {entry}"))
+            self.ids[t] = (file, dtype)
 
     def _known_type(self, t: str, field: str) -> None:
         if t not in self.num_nodes:
@@ -338,6 +354,12 @@ class ChunkedGraph:
         for t, named in self.splits.items():
             for name, c in named.items():
                 check(f"splits.{t}.{name}", c, ids=True)
+        for t, (file, dtype) in self.ids.items():
+            shape, stored = npy_header(os.path.join(self.root, file))
+            if shape != (self.num_nodes[t],) or stored != dtype:
+                raise DatasetError(f"{os.path.join(self.root, file)}: ids.{t} hold "
+                                   f"{stored}{list(shape)}, expected {dtype}"
+                                   f"[{self.num_nodes[t]}] (one id per node)")
 
     # -- views ------------------------------------------------------------------------
 
@@ -451,6 +473,9 @@ class ChunkedGraph:
             pieces.append(np.asarray(self.load(c.files[i])[local]))
             if c.sparse is not None:
                 values.append(np.asarray(self.load(c.value_files[i])[local]))
+            self.check_rows(c.value_files[i] if c.sparse is not None else c.files[i],
+                             ntype, name, values[-1] if c.sparse is not None else pieces[-1],
+                             local + starts[i])
         if c.sparse is not None:
             empty = lambda dt: np.zeros((0, c.sparse), dt)
             idx = np.concatenate(pieces) if pieces else empty(np.int32)
@@ -458,6 +483,28 @@ class ChunkedGraph:
             return SparseRows(idx.astype(np.int32, copy=False), val, c.shape[0])
         return (np.concatenate(pieces) if pieces
                 else np.zeros((0, *c.shape), c.dtype))
+
+    def check_rows(self, file: str, ntype: str, name: str, rows: np.ndarray,
+                    ids: np.ndarray) -> None:
+        """What `Graph` checks of node arrays, on rows as they are read: no NaN or
+        infinity, and `label` classes of -1 (unlabelled) or more; a DatasetError naming
+        the file and the node (type-local id) otherwise."""
+        where = f"{self.path(file)}: node data {name!r} of type {ntype!r}"
+        if rows.dtype.kind == "f":
+            bad = ~np.isfinite(rows.reshape(len(rows), -1)).all(axis=1)
+            if bad.any():
+                at = int(np.flatnonzero(bad)[0])
+                row = rows[at].reshape(-1)
+                raise DatasetError(f"{where} holds {row[~np.isfinite(row)][0]} at node "
+                                   f"{int(ids[at])}; NaN and infinity are not valid node "
+                                   f"values")
+        if name == "label" and rows.dtype.kind not in "iu":
+            raise DatasetError(f"{where} holds {rows.dtype}; labels are one integer class "
+                               f"per node (-1 = unlabelled)")
+        if name == "label" and rows.size and rows.min() < -1:
+            at = int(np.argmin(rows))
+            raise DatasetError(f"{where} holds {rows[at]} at node {int(ids[at])}; labels are "
+                               f"classes 0..C-1, or -1 for unlabelled")
 
     def split(self, ntype: str, name: str) -> np.ndarray:
         """int64[k]: the split's node ids (type-local), checked sorted, unique, in range."""
@@ -474,6 +521,14 @@ class ChunkedGraph:
             raise DatasetError(f"{where}: ids must be sorted and unique across the chunks; "
                                f"{int(ids[at])} is followed by {int(ids[at + 1])}")
         return ids
+
+    def node_ids(self, ntype: str) -> np.ndarray | None:
+        """The user's id of each node of `ntype` (int64[n] or S<k>[n], memory-mapped), or
+        None for a type known by its ids 0..n-1."""
+        if ntype not in self.num_nodes:
+            raise DatasetError(self._where(f"unknown node type {ntype!r}; node types are "
+                                           f"{list(self.num_nodes)}"))
+        return self.load(self.ids[ntype][0]) if ntype in self.ids else None
 
     def to_graph(self) -> Graph:
         """The whole graph in memory (for graphs that fit: `--method metis`)."""
@@ -503,7 +558,8 @@ class ChunkedGraph:
                        for t, named in self.node_data.items()},
             edge_data=edge_data,
             splits={t: {name: self.split(t, name) for name in named}
-                    for t, named in self.splits.items()})
+                    for t, named in self.splits.items()},
+            ids={t: np.asarray(self.node_ids(t)) for t in self.ids})
 
 
 def open_chunked(root: str | os.PathLike) -> ChunkedGraph:
@@ -539,7 +595,7 @@ class ChunkedWriter:
 
     def __init__(self, out: str | os.PathLike, num_nodes: int | Mapping[str, int], *,
                  name: str = "graph", relations: Sequence[Sequence[str]] | None = None,
-                 overwrite: bool = False):
+                 overwrite: bool = False, preparation: Mapping | None = None):
         self.out = os.path.realpath(os.fspath(out))
         if isinstance(num_nodes, Mapping):
             self.num_nodes = {t: int(n) for t, n in num_nodes.items()}
@@ -565,6 +621,8 @@ class ChunkedWriter:
                              f"{[r.name for r in self.relations]}")
         self.name = name
         self.overwrite = overwrite
+        # What was done to the graph before it was written (`jgraph.data.prepare`).
+        self.preparation = dict(preparation) if preparation else None
         self._offsets = dict(zip(self.num_nodes, np.concatenate(
             [[0], np.cumsum(list(self.num_nodes.values()))])))
         self._total = sum(self.num_nodes.values())
@@ -572,6 +630,7 @@ class ChunkedWriter:
         self._edge_data: dict[str, dict] = {}
         self._node_data: dict[str, dict[str, dict]] = {}
         self._splits: dict[str, dict[str, dict]] = {}
+        self._ids: dict[str, dict[str, str]] = {}
         self._split_last: dict[tuple[str, str], int] = {}
         self._stack = contextlib.ExitStack()
         self._dir: str | None = None
@@ -729,6 +788,16 @@ class ChunkedWriter:
         if ids.size:
             self._split_last[ntype, name] = int(ids[-1])
 
+    def add_ids(self, ids, *, ntype: str | None = None) -> None:
+        """The user's own id of every node of `ntype`, whole, in node order: integers
+        (stored int64) or strings (stored as UTF-8 bytes S<k>); unique."""
+        ntype = self._type(ntype)
+        if ntype in self._ids:
+            raise GraphError(f"ids of type {ntype!r} are given twice")
+        ids = check_user_ids(ids, self.num_nodes[ntype], f"ids of type {ntype!r}")
+        dtype = "int64" if ids.dtype.kind == "i" else f"S{ids.dtype.itemsize}"
+        self._ids[ntype] = {"file": self._save(f"ids/{ntype}.npy", ids), "dtype": dtype}
+
     def _type(self, ntype: str | None) -> str:
         if ntype is None:
             if len(self.num_nodes) != 1:
@@ -757,6 +826,10 @@ class ChunkedWriter:
             "node_data": self._node_data,
             "splits": self._splits,
         }
+        if self._ids:
+            meta["ids"] = self._ids
+        if self.preparation:
+            meta["preparation"] = self.preparation
         path = os.path.join(self._dir, METADATA)
         with open(path + ".tmp", "w") as f:
             json.dump(meta, f, indent=1)
@@ -792,3 +865,5 @@ def save_chunked(graph: Graph, out: str | os.PathLike, *, edges_per_chunk: int =
         for t, named in graph.splits.items():
             for name, ids in named.items():
                 w.add_split(name, ids, ntype=t)
+        for t, ids in graph.ids.items():
+            w.add_ids(ids, ntype=t)

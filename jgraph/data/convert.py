@@ -1,10 +1,12 @@
 """Convert a graph to the chunked format (`jgraph.data.chunked`), streaming what is large.
 
-`convert(spec, out)` takes anything `load_dataset` reads. A homogeneous OGB dataset
-directory is streamed: edges, features and labels pass through a chunk at a time, so
-memory is bounded by the chunk sizes, not by the graph (ogbn-papers100M: 1.6B edges
-and 111M x 128 features). Anything else (built-in graphs, `.npz` files, synthetic
-specs, ogbn-mag) is loaded whole and written by `save_chunked`.
+`convert(spec, out)` takes anything `load_dataset` reads, and DGL's chunked graph
+directories. A homogeneous OGB dataset directory is streamed: edges, features and labels
+pass through a chunk at a time, so memory is bounded by the chunk sizes, not by the
+graph (ogbn-papers100M: 1.6B edges and 111M x 128 features). A DGL chunked graph
+directory (DGL's or GraphStorm's metadata.json with csv / numpy / parquet files) is
+streamed too, by `jgraph.data.dgl.convert_dgl`. Anything else (built-in graphs, `.npz`
+files, synthetic specs, ogbn-mag) is loaded whole and written by `save_chunked`.
 
 papers100M's binary layout keeps its arrays in `.npz` files, zip archives of `.npy`
 members, deflated (`np.savez_compressed`) or stored (`np.savez`). `NpzMember` reads one
@@ -28,6 +30,7 @@ import numpy as np
 
 from jgraph.data.chunked import ChunkedWriter, check_chunked_out, save_chunked
 from jgraph.data.datasets import load_dataset
+from jgraph.data.dgl import convert_dgl, is_dgl_chunked_dir
 from jgraph.data.graph import GraphError
 from jgraph.data.npz import DatasetError
 from jgraph.data.ogb import (
@@ -364,8 +367,9 @@ def _splits(directory: str) -> dict[str, np.ndarray]:
 
 
 @contextlib.contextmanager
-def _blame(where: str):
-    """What the writer finds wrong in the data becomes a DatasetError naming its file."""
+def as_dataset_errors(where: str):
+    """A context in which what the writer (`ChunkedWriter`) finds wrong in the data, a
+    GraphError, is raised as a DatasetError naming `where`, the data's file."""
     try:
         yield
     except GraphError as e:
@@ -380,7 +384,7 @@ def write_streams(out: str | os.PathLike, num_nodes: int, edges: Stream,
     blocks, one chunk each; `node_data` of row blocks in id order; sorted `splits`."""
     progress = progress or Progress(enabled=False)
     with ChunkedWriter(out, num_nodes, name=name, overwrite=overwrite) as w:
-        with progress.phase("edges"), _blame(edges.where):
+        with progress.phase("edges"), as_dataset_errors(edges.where):
             count, chunks, noted = 0, 0, time.perf_counter()
             for src, dst, data in edges.blocks:
                 w.add_edges(src, dst, data=data)
@@ -392,7 +396,7 @@ def write_streams(out: str | os.PathLike, num_nodes: int, edges: Stream,
         with progress.phase("node data"):
             for key, stream in node_data.items():
                 count = 0
-                with _blame(stream.where):
+                with as_dataset_errors(stream.where):
                     for rows in stream.blocks:
                         w.add_node_data(key, rows)
                         count += len(rows)
@@ -410,8 +414,9 @@ def write_streams(out: str | os.PathLike, num_nodes: int, edges: Stream,
 def convert(spec: str | os.PathLike, out: str | os.PathLike, *,
             edges_per_chunk: int = EDGES_PER_CHUNK, rows_per_chunk: int = ROWS_PER_CHUNK,
             overwrite: bool = False, progress: Progress | None = None) -> None:
-    """Write the graph `spec` names (anything `load_dataset` reads) as a chunked graph
-    directory `out`: a homogeneous OGB directory streamed, anything else read whole."""
+    """Write the graph `spec` names (anything `load_dataset` reads, or a DGL chunked
+    graph directory) as a chunked graph directory `out`: a homogeneous OGB directory and
+    a DGL chunked directory streamed, anything else read whole."""
     progress = progress or Progress(enabled=False)
     for flag, value in (("edges_per_chunk", edges_per_chunk), ("rows_per_chunk", rows_per_chunk)):
         if value < 1:
@@ -419,6 +424,10 @@ def convert(spec: str | os.PathLike, out: str | os.PathLike, *,
     check_chunked_out(os.path.realpath(os.fspath(out)), overwrite)   # before a long read
     if is_streamed(spec):
         convert_ogb(spec, out, edges_per_chunk=edges_per_chunk, rows_per_chunk=rows_per_chunk,
+                    overwrite=overwrite, progress=progress)
+        return
+    if is_dgl_chunked_dir(spec):
+        convert_dgl(spec, out, edges_per_chunk=edges_per_chunk, rows_per_chunk=rows_per_chunk,
                     overwrite=overwrite, progress=progress)
         return
     with progress.phase("loading dataset"):

@@ -5,6 +5,7 @@ import importlib.resources
 import os
 
 from jgraph.data.chunked import is_chunked_dir, load_chunked
+from jgraph.data.dgl import is_dgl_chunked_dir
 from jgraph.data.graph import Graph
 from jgraph.data.npz import DatasetError, load_npz
 from jgraph.data.ogb import is_ogb_dir, load_ogb
@@ -24,7 +25,8 @@ def load_dataset(spec: str | os.PathLike) -> Graph:
     `spec` is one of: a built-in name (`cora`); a `.npz` file in one of jgraph's
     layouts; a chunked graph directory (`jgraph.data.chunked`, read whole); an OGB
     node-property dataset directory; or a synthetic spec
-    (`synthetic:nodes=...,edges=...`, see `jgraph.data.synthetic`).
+    (`synthetic:nodes=...,edges=...`, see `jgraph.data.synthetic`). A DGL chunked
+    graph directory is refused with the `jgraph convert` command that reads it.
     """
     spec = os.fspath(spec)
     if spec in BUILTIN:
@@ -34,6 +36,12 @@ def load_dataset(spec: str | os.PathLike) -> Graph:
     if os.path.isdir(spec):
         if is_chunked_dir(spec):
             return load_chunked(spec)
+        if is_dgl_chunked_dir(spec):
+            # DGL's format is for graphs larger than memory: converted once, a block at a
+            # time, then read as jgraph's chunked format by everything that reads graphs.
+            raise DatasetError(f"{spec}: a DGL chunked graph directory (DGL's metadata.json); "
+                               f"convert it first: jgraph convert {spec} OUT_DIR, then "
+                               f"use OUT_DIR")
         if os.path.exists(os.path.join(spec, "part-0")) or os.path.exists(
                 os.path.join(spec, "node_map.npy")):
             raise DatasetError(f"{spec}: a jgraph partition directory without meta.json "

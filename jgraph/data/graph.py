@@ -73,6 +73,11 @@ class Graph:
       edge_data: {Relation: {name: array[E_r, ...]}} — per-edge arrays (e.g. `weight`).
       splits: {node_type: {name: int64[k]}} — sorted, unique node indices of each split
         (`train`, `val`, `test`, and any other named node set).
+      ids: {node_type: int64[n] or bytes_[n]} — the user's own id of each node (integers,
+        or UTF-8 strings) for types built from the user's tables (`jgraph convert
+        SCHEMA.yaml OUT`); node i of the type is the user's `ids[type][i]`. Unique per type.
+        A type without an entry is known by its jgraph ids 0..n-1. Carried to the
+        partition directory, so embeddings and predictions answer in the user's ids.
 
     Construction validates every array (ids in range, row counts, dtypes, finite floats,
     `label` integers >= -1, `feat` a matrix) and raises a `GraphError` naming the field
@@ -85,6 +90,7 @@ class Graph:
     node_data: Mapping[str, Mapping[str, np.ndarray]] = dataclasses.field(default_factory=dict)
     edge_data: Mapping[Relation, Mapping[str, np.ndarray]] = dataclasses.field(default_factory=dict)
     splits: Mapping[str, Mapping[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+    ids: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         num_nodes = {}
@@ -155,9 +161,15 @@ class Graph:
                                      f"{idx.size - unique.size} node(s) more than once")
                 splits[ntype][key] = unique
 
+        ids = {}
+        for ntype, values in self.ids.items():
+            if ntype not in num_nodes:
+                raise GraphError(f"ids for unknown node type {ntype!r}")
+            ids[ntype] = check_user_ids(values, num_nodes[ntype], f"ids of type {ntype!r}")
+
         for field, value in (("num_nodes", num_nodes), ("edges", edges),
                              ("node_data", node_data), ("edge_data", edge_data),
-                             ("splits", splits)):
+                             ("splits", splits), ("ids", ids)):
             object.__setattr__(self, field, value)
 
     # -- constructors -------------------------------------------------------------------
@@ -245,6 +257,31 @@ class Graph:
         if len(self.edges) > 12:
             lines.append(f"  ... and {len(self.edges) - 12} more relations")
         return "\n".join(lines)
+
+
+def check_user_ids(values, count: int, what: str) -> np.ndarray:
+    """A type's user ids as stored: int64[count], or bytes_[count] (UTF-8; numpy str
+    arrays are encoded), unique; GraphError naming `what` and a repeated id otherwise."""
+    values = np.asarray(values)
+    if values.dtype.kind == "U":
+        values = np.char.encode(values, "utf-8")
+    elif values.dtype.kind in "iu":
+        values = values.astype(np.int64)
+    elif values.dtype.kind != "S":
+        raise GraphError(f"{what}: user ids are integers or strings, got {values.dtype}")
+    if values.shape != (count,):
+        raise GraphError(f"{what}: {list(values.shape)} ids for {count} nodes (one per node)")
+    ordered = np.sort(values)
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if repeated.size:
+        raise GraphError(f"{what}: id {_shown(ordered[repeated[0]])} names more than one "
+                         f"node ({repeated.size} repeated id(s))")
+    return values
+
+
+def _shown(value) -> str:
+    """A user id as a message shows it: strings decoded and quoted."""
+    return repr(value.decode("utf-8", "replace")) if isinstance(value, bytes) else str(value)
 
 
 def _row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,

@@ -11,6 +11,13 @@ that remain). Each validation and test positive gets `eval_negatives` fixed nega
 destinations, drawn uniformly from the nodes of its destination type (OGB's protocol:
 every model is ranked against the same negatives).
 
+Every draw is a hash, not a stream of random numbers: a relation's distinct edges (or
+pairs) are ranked by `mix64` of (seed, relation, the edge's key), the lowest going to
+validation, the next to test, and a positive's negatives are hashes of (seed, split,
+relation, its key, j). So the split depends on the seed and the edges alone, not on
+their order, their chunks or how many processes read them: a graph streamed from disk
+in bounded memory (`jgraph.data.prepare`) draws the split that it draws in memory.
+
 The rest of the edges are the training positives, once per undirected pair. Self-loops
 stay in the graph but are never positives (a node scored against itself says nothing).
 Ids are original homogeneous ids (type t's local id i is `type_offsets()[t] + i`);
@@ -26,6 +33,35 @@ import numpy as np
 from jgraph.data.graph import Graph, GraphError
 
 EDGE_SPLITS = ("train", "val", "test")
+
+
+def mix64(*parts) -> np.ndarray:
+    """uint64 hash of the integer arrays (or scalars) `parts`, combined in order:
+    splitmix64's finaliser after each one, so every bit of every part moves every bit
+    of the result. Broadcasts like numpy arithmetic."""
+    h = np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        for part in parts:
+            h = np.asarray(h, np.uint64) ^ np.asarray(part).astype(np.uint64)
+            h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            h = h ^ (h >> np.uint64(31))
+    return h
+
+
+def held_out_order(keys: np.ndarray, seed: int, relation: int) -> np.ndarray:
+    """Positions of the distinct `keys` of one relation in the order they are held out:
+    validation takes the first, test the next (ties, improbable, by key)."""
+    return np.lexsort((keys, mix64(seed, relation, keys)))
+
+
+def fixed_negatives(keys: np.ndarray, count: int, num_dst: int, seed: int, split: int,
+                    relation: int) -> np.ndarray:
+    """int64[k, count] negative destinations (type-local, uniform over `num_dst`) of the
+    positives `keys` of one relation and split: hashes of the key, not draws."""
+    j = np.arange(count, dtype=np.uint64)[None, :]
+    h = mix64(seed, split, relation, np.asarray(keys)[:, None], j)
+    return (h % np.uint64(max(num_dst, 1))).astype(np.int64)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -98,36 +134,35 @@ def split_edges(graph: Graph, val_fraction: float = 0.1, test_fraction: float = 
             else np.ones(index.shape[1], bool)
         keys, first = np.unique(key[candidate], return_index=True)
         first = np.flatnonzero(candidate)[first]
-        order = np.random.default_rng([seed, r]).permutation(keys.size)
+        order = held_out_order(keys, seed, r)
         n_val = int(round(val_fraction * keys.size))
         n_test = int(round(test_fraction * keys.size))
         held = {"val": order[:n_val], "test": order[n_val:n_val + n_test],
-                "train": np.sort(order[n_val + n_test:])}
+                "train": order[n_val + n_test:]}
         gone = np.isin(key, keys[order[:n_val + n_test]])
         keep = np.flatnonzero(~gone)
         kept_edges[rel] = index[:, keep]
         data = {k: v[keep] for k, v in graph.edge_data.get(rel, {}).items()}
         if data:
             kept_data[rel] = data
-        for name, at in held.items():
-            pos = first[np.sort(at)]
+        for s, (name, at) in enumerate(held.items()):
+            at = np.sort(at)                # positives in key order
+            pos = first[at]
+            negatives = None
+            if name != "train":
+                negatives = offsets[rel.dst_type] + fixed_negatives(
+                    keys[at], eval_negatives, n_dst, seed, s, r)
             parts[name].append((index[0, pos] + offsets[rel.src_type],
                                 index[1, pos] + offsets[rel.dst_type],
-                                np.full(pos.size, r, np.int32), rel.dst_type))
+                                np.full(pos.size, r, np.int32), negatives))
+    def cat(pieces: list, dtype, empty=(0,)) -> np.ndarray:
+        return np.concatenate(pieces).astype(dtype) if pieces else np.zeros(empty, dtype)
     edges = {}
-    for s, name in enumerate(EDGE_SPLITS):
-        src = np.concatenate([p[0] for p in parts[name]]).astype(np.int64)
-        dst = np.concatenate([p[1] for p in parts[name]]).astype(np.int64)
-        etype = np.concatenate([p[2] for p in parts[name]]).astype(np.int32)
-        negatives = None
-        if name != "train":
-            rng = np.random.default_rng([seed, len(graph.edges), s])
-            negatives = np.concatenate([
-                offsets[dtype] + rng.integers(0, graph.num_nodes[dtype], (p[0].size,
-                                                                          eval_negatives))
-                for p, dtype in ((p, p[3]) for p in parts[name])]).astype(np.int64) \
-                if src.size else np.zeros((0, eval_negatives), np.int64)
-        edges[name] = EdgeSet(src, dst, etype, negatives)
+    for name in EDGE_SPLITS:
+        src, dst, etype, negatives = zip(*parts[name]) if parts[name] else ([],) * 4
+        edges[name] = EdgeSet(cat(src, np.int64), cat(dst, np.int64), cat(etype, np.int32),
+                              None if name == "train"
+                              else cat(negatives, np.int64, (0, eval_negatives)))
     if not len(edges["train"]):
         raise GraphError(f"graph {graph.name!r}: no training edges are left after the split")
     return LinkSplit(graph.replace(edges=kept_edges, edge_data=kept_data), edges, undirected)

@@ -5,7 +5,9 @@ Layout (format version 1), row chunks as the chunked graph format's node data
 (`jgraph.data.chunked`), each beside the original ids of its rows:
 
     DIR/index.json                     see below; written last
-    DIR/<type>/ids-00003.npy           int64[r] original (type-local) node ids
+    DIR/<type>/ids-00003.npy           int64[r] original (type-local) node ids, or the
+                                       user's own ids where the graph has them
+                                       (`Graph.ids`: int64, or S<k> UTF-8 strings)
     DIR/<type>/values-00003.npy        [r, width] float32 rows, or int32[r] classes
 
 One chunk per partition and node type (the number is the partition's), written by the
@@ -29,6 +31,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
+
+from jgraph.data.ids import decoded
 
 FORMAT, VERSION, INDEX = "jgraph-outputs", 1, "index.json"
 
@@ -60,7 +64,8 @@ def write_chunk(root: str, ntype: str, part: int, ids: np.ndarray, values: np.nd
     if len(ids) != len(values):
         raise ValueError(f"{len(ids)} ids for {len(values)} rows")
     os.makedirs(os.path.join(root, ntype), exist_ok=True)
-    for name, array in zip(chunk_names(ntype, part), (ids.astype(np.int64), values)):
+    ids = ids if ids.dtype.kind == "S" else ids.astype(np.int64)
+    for name, array in zip(chunk_names(ntype, part), (ids, values)):
         np.save(os.path.join(root, name), np.ascontiguousarray(array))
 
 
@@ -111,8 +116,9 @@ def read_index(root: str | os.PathLike) -> dict:
 
 
 class Outputs(NamedTuple):
-    """One node type's outputs: ids int64[N] original node ids, values [N, width] (or
-    int32[N] predicted classes), row i of values being node ids[i]'s."""
+    """One node type's outputs: ids [N] the nodes' ids (the user's own where the graph
+    has them: int64, or str; else original int64 ids), values [N, width] (or int32[N]
+    predicted classes), row i of values being node ids[i]'s."""
 
     ids: np.ndarray
     values: np.ndarray
@@ -147,8 +153,9 @@ def read_embeddings(root: str | os.PathLike, node_type: str | None = None) -> Ou
         ids.append(got[0])
         values.append(got[1])
     if len(ids) == 1:
-        return Outputs(ids[0], values[0])
+        return Outputs(decoded(ids[0]), values[0])
     if not ids:
         shape = (0,) if index.get("what") == What.PREDICTIONS.value else (0, index["width"])
         return Outputs(np.zeros(0, np.int64), np.zeros(shape, index["dtype"]))
-    return Outputs(np.concatenate(ids), np.concatenate(values))
+    # Strings of several widths widen to the longest.
+    return Outputs(decoded(np.concatenate(ids)), np.concatenate(values))

@@ -117,19 +117,26 @@ def _nonempty(edge_data: dict) -> dict:
 def normalize_features(graph: Graph, name: str = "feat") -> Graph:
     """Scale each node's `name` row to sum 1 (rows of zeros stay zero), as GCN's
     preprocessing of the Planetoid features; float arrays only."""
+    if not any(name in arrays for arrays in graph.node_data.values()):
+        raise GraphError(f"normalize_features: no node type holds an array {name!r}; the "
+                         f"graph has { {t: sorted(a) for t, a in graph.node_data.items()} }")
     node_data = {}
     for ntype, arrays in graph.node_data.items():
         arrays = dict(arrays)
         if name in arrays:
             x = arrays[name]
             # Sparse rows: their stored values are the row's non-zeros.
-            sparse = isinstance(x, SparseRows)
-            values = np.asarray(x.values if sparse else x)
-            if not np.issubdtype(values.dtype, np.floating):
-                values = values.astype(np.float32)
-            total = np.abs(values.reshape(values.shape[0], -1)).sum(1).reshape(
-                (-1,) + (1,) * (values.ndim - 1))
-            values = (values / np.where(total == 0, 1, total)).astype(values.dtype)
-            arrays[name] = x.with_values(values) if sparse else values
+            arrays[name] = (x.with_values(normalized_rows(x.values))
+                            if isinstance(x, SparseRows) else normalized_rows(x))
         node_data[ntype] = arrays
     return graph.replace(node_data=node_data)
+
+
+def normalized_rows(values) -> np.ndarray:
+    """Rows scaled to sum 1 in absolute value (zero rows stay zero), as floats."""
+    values = np.asarray(values)
+    if not np.issubdtype(values.dtype, np.floating):
+        values = values.astype(np.float32)
+    total = np.abs(values.reshape(values.shape[0], -1)).sum(1).reshape(
+        (-1,) + (1,) * (values.ndim - 1))
+    return (values / np.where(total == 0, 1, total)).astype(values.dtype)

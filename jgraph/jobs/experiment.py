@@ -122,11 +122,18 @@ class DataConfig:
     method: partitioning (ignored for a partition directory); None: multilevel for a
       chunked graph directory (read in passes, in memory bounded by its nodes), metis
       otherwise.
-    symmetrize: add each edge's reverse (homogeneous graphs stored one way round).
+    remove_self_loops, symmetrize, reverse_relations, dedup, self_loops,
+      normalize_features: the graph's preparation before partitioning, in this order
+      (`jgraph.data.prepare`; the same on a chunked graph directory, streamed); a
+      partition directory as data.path records its own, and a config that asks for
+      another is refused. remove_self_loops: drop edges from a node to itself.
+    symmetrize: add each edge's reverse, once (homogeneous graphs stored one way round).
     reverse_relations: add an inverse relation per relation (R-GCN).
+    dedup: keep one edge per (source, destination) in every relation.
     self_loops: give every node one self-loop edge in same-type relations (GAT's
       neighbourhood includes the node itself).
-    normalize_features: scale each feature row to sum 1 (GCN's Planetoid preprocessing).
+    normalize_features: scale each row of data.feature to sum 1 (GCN's Planetoid
+      preprocessing).
     target_type: the labelled node type; None = the only type, or the one with labels.
     feature: the node array of input features ([N, width] numbers); a node type
       without it learns an embedding (model.embedding_dim). A name no node type holds
@@ -138,8 +145,10 @@ class DataConfig:
     path: str = "cora"
     num_parts: int = 0
     method: Method | None = None
+    remove_self_loops: bool = False
     symmetrize: bool = False
     reverse_relations: bool = False
+    dedup: bool = False
     self_loops: bool = False
     normalize_features: bool = False
     target_type: str | None = None
@@ -236,8 +245,11 @@ class TrainConfig:
       memory).
     optimizer, lr, weight_decay: dense parameters (optax).
     embedding_optimizer, embedding_lr: the sparse optimizer of learnable embeddings.
-    epochs, batch_size, eval_batch_size, drop_last, seed: as usual; seed fixes the
-      model's initialisation, the shuffles, the sampling and dropout.
+    batch_size: training seeds (link prediction: positive edges) per device per step;
+      the global batch is batch_size x devices. eval_batch_size: nodes per device per
+      step of sampled evaluation.
+    epochs, drop_last, seed: as usual; seed fixes the model's initialisation, the
+      shuffles, the sampling and dropout.
     precision: f32, or bf16 (the layers in bfloat16; parameters, optimizer state and
       loss stay float32).
     calibrate_capacities: size the sampled blocks from frontiers measured on the graph

@@ -16,6 +16,7 @@ import numpy as np
 from jgraph.atomic import atomic_dir, occupied
 from jgraph.data.graph import Graph
 from jgraph.data.links import EdgeSet
+from jgraph.data.prepare import Preparation
 from jgraph.data.sparse import SparseRows
 from jgraph.partition.assignment import (
     Method,
@@ -60,7 +61,8 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
                     overwrite: bool = False, backend: Backend | None = None,
                     progress: Progress | None = None,
                     edge_splits: Mapping[str, EdgeSet] | None = None,
-                    assignment: np.ndarray | None = None) -> PartitionMeta:
+                    assignment: np.ndarray | None = None,
+                    preparation: Preparation | None = None) -> PartitionMeta:
     """Partition `graph` into `num_parts` and write the directory `out_dir`.
 
     Returns the metadata that `out_dir/meta.json` holds. `tolerance` is the allowed
@@ -71,7 +73,8 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
     by split (`jgraph.data.links.split_edges`), stored with the partition of their
     destination. assignment: with method "given", each node's partition (homogeneous
     ids), made elsewhere: by ParMETIS across hosts for a graph too large to partition
-    on one machine, or by any other tool.
+    on one machine, or by any other tool. preparation: what was done to `graph` before
+    (`jgraph.data.prepare.prepare`), recorded in meta.json; None: nothing.
     """
     start = time.perf_counter()
     progress = progress or Progress(enabled=False)
@@ -94,13 +97,15 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
         return _write(graph, num_parts, method, staging, seed=seed, tolerance=tolerance,
                       rebalance=rebalance, backend=backend, progress=progress,
                       edge_data=edge_data, node_specs=node_specs, edge_specs=edge_specs,
-                      start=start, edge_splits=edge_splits, assignment=assignment)
+                      start=start, edge_splits=edge_splits, assignment=assignment,
+                      preparation=preparation or Preparation())
 
 
 def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: int,
            tolerance: float, rebalance: bool, backend: Backend | None, progress: Progress,
            edge_data: dict, node_specs: dict, edge_specs: dict, start: float,
-           edge_splits: dict, assignment: np.ndarray | None) -> PartitionMeta:
+           edge_splits: dict, assignment: np.ndarray | None,
+           preparation: Preparation) -> PartitionMeta:
     """Assign, relabel and write every file into the new directory `out_dir`, one
     partition at a time (only one partition's arrays are held at once)."""
     with progress.phase("constraints and adjacency"):
@@ -118,6 +123,8 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
         relabelling = relabel(graph, parts, num_parts)
         save_array(os.path.join(out_dir, "node_map.npy"), relabelling.node_map)
         save_array(os.path.join(out_dir, "node_map_inv.npy"), relabelling.inverse)
+        for t, ids in graph.ids.items():
+            save_array(os.path.join(out_dir, "ids", f"{t}.npy"), ids)
     with progress.phase("sorting edges by destination"):
         edges = relabel_edges(graph, parts, relabelling)
 
@@ -152,6 +159,8 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
         seconds=time.perf_counter() - start,
         edge_splits={name: {"negatives": 0 if s.negatives is None else int(s.negatives.shape[1])}
                      for name, s in edge_splits.items()},
+        preparation=preparation.to_json(),
+        ids={t: ids.dtype.str for t, ids in graph.ids.items()},
     )
     write_meta(out_dir, meta)
     return meta

@@ -47,6 +47,7 @@ import numpy as np
 
 from jgraph.atomic import publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
+from jgraph.data.prepare import recorded_preparation
 from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     DiskAdjacency,
@@ -234,6 +235,9 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
         group.barrier("published")
         return read_meta(out)
     meta = job.meta(time.perf_counter() - start)
+    for t, (file, _) in graph.ids.items():      # the user's ids, as they are
+        os.makedirs(os.path.join(staging, "ids"), exist_ok=True)
+        shutil.copyfile(graph.path(file), os.path.join(staging, "ids", f"{t}.npy"))
     write_meta(staging, meta)
     if check_out is not None:
         check_out(out, overwrite)
@@ -796,6 +800,9 @@ class _Job:
                                           for k in range(p)]
                 chunk = g.load(files[i])                   # memory-mapped
                 rows = np.asarray(chunk[a:a + ROWS_PER_BLOCK])
+                if leaf != "indices":       # refused as a Graph refuses it
+                    g.check_rows(files[i], ntype, name, rows,
+                                 c.starts[i] + a + np.arange(rows.shape[0]))
                 first = g.type_offsets()[t] + c.starts[i] + a
                 new = np.asarray(inverse[first:first + rows.shape[0]])
                 owner = np.searchsorted(offsets, new, side="right") - 1
@@ -856,6 +863,8 @@ class _Job:
                                if g.num_edges else 0.0),
             balance=balance, balance_tolerance=self.options.tolerance,
             seed=self.options.seed, seconds=seconds,
+            preparation=recorded_preparation(g.root).to_json(),
+            ids={t: np.dtype(dtype).str for t, (_, dtype) in g.ids.items()},
             build={"phases": {name: {k: v for k, v in facts.items()
                                      if k not in ("parts", "node_data_ranges",
                                                   "edge_data_ranges")}

@@ -142,6 +142,11 @@ class PartitionMeta:
         none stored; see `jgraph.data.links`); empty for a graph without them.
       build: how the directory was made, where the partitioner records it (the
         chunked route: each phase's seconds and peak RSS, `jgraph.partition.chunked`).
+      preparation: what was done to the graph before it was partitioned
+        (`jgraph.data.prepare.Preparation.to_json()`); empty in a directory written
+        before jgraph recorded it.
+      ids: {type: dtype string ("<i8", "|S12")} of the types whose nodes have the user's own ids,
+        stored as ids/<type>.npy in original (type-local) order (`Graph.ids`).
     """
 
     format_version: int
@@ -168,6 +173,8 @@ class PartitionMeta:
     seconds: float
     edge_splits: dict = dataclasses.field(default_factory=dict)
     build: dict = dataclasses.field(default_factory=dict)
+    preparation: dict = dataclasses.field(default_factory=dict)
+    ids: dict = dataclasses.field(default_factory=dict)
 
     def book(self) -> PartitionBook:
         return PartitionBook(np.asarray(self.offsets), np.asarray(self.ntype_offsets),
@@ -393,19 +400,20 @@ def _spec_problem(spec) -> str | None:
 
 
 def load_array(path: str, shape: tuple, dtype: str | np.dtype | None = None,
-               mmap: bool = True) -> np.ndarray:
-    """Memory-map one .npy file and check its shape (and dtype)."""
+               mmap: bool = True, kinds: str = READABLE_KINDS) -> np.ndarray:
+    """Memory-map one .npy file and check its shape (and dtype); `kinds`: the dtype
+    kinds it may hold (numbers and booleans; user ids add "S", UTF-8 bytes)."""
     if not os.path.exists(path):
         raise PartitionFormatError(f"{path}: missing")
     try:
         a = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
         stored = _stored_dtype(path)
-        if stored is not None and stored.kind not in READABLE_KINDS:
+        if stored is not None and stored.kind not in kinds:
             raise PartitionFormatError(f"{path}: dtype {stored} cannot be read: partition "
                                        f"arrays hold numbers or booleans") from e
         raise PartitionFormatError(f"{path}: corrupt or truncated ({e})") from e
-    if a.dtype.kind not in READABLE_KINDS:
+    if a.dtype.kind not in kinds:
         raise PartitionFormatError(f"{path}: dtype {a.dtype} cannot be read: partition "
                                    f"arrays hold numbers or booleans")
     if tuple(a.shape) != tuple(shape):
@@ -449,6 +457,7 @@ class PartitionedGraph:
         meta = self.meta
         out = [os.path.join(self.root, name)
                for name in ("meta.json", "node_map.npy", "node_map_inv.npy")]
+        out += [self.ids_path(t) for t in meta.ids]
         for k in range(meta.num_parts) if parts is None else parts:
             out += [self.array_path(k, name) for name in PART_ARRAYS]
             out += [path for t, named in meta.node_data.items()
@@ -487,6 +496,17 @@ class PartitionedGraph:
         """int64[N]: original homogeneous id -> new global id (memory-mapped)."""
         return load_array(os.path.join(self.root, "node_map_inv.npy"), (self.meta.num_nodes,),
                           np.int64)
+
+    def ids_path(self, ntype: str) -> str:
+        return os.path.join(self.root, "ids", f"{ntype}.npy")
+
+    def user_ids(self, ntype: str) -> np.ndarray | None:
+        """int64[n] or bytes_[n]: the user's id of each node of `ntype` by original
+        (type-local) id (memory-mapped), or None where the type has jgraph's ids."""
+        if ntype not in self.meta.ids:
+            return None
+        return load_array(self.ids_path(ntype), (self.meta.num_nodes_per_type[ntype],),
+                          self.meta.ids[ntype], kinds="iS")
 
     def to_new(self, ntype: str, orig_ids) -> np.ndarray:
         """Global ids of nodes given by their original type-local ids."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import shutil
 import signal
@@ -175,6 +176,30 @@ def check_space(directory: str, tree, what: str) -> None:
                               f"(or give the run a --workdir on another disk)")
 
 
+class _PreviousSaveWait(logging.Filter):
+    """Drops orbax's warning that a save waited for the one before it ("Waiting for
+    previous save to complete took N seconds"): `Checkpoints.save` waits for that one
+    itself and says how long in jgraph's log. absl, which orbax logs through, gives the
+    root logger a stderr handler at its first record, so the warning would otherwise
+    print as `WARNING:absl:...` amid a run's progress lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Waiting for previous save to complete")
+
+
+@contextlib.contextmanager
+def _previous_save_wait_unsaid():
+    """`_PreviousSaveWait` on absl's logger for the duration (orbax logs it from the
+    thread that calls save)."""
+    absl = logging.getLogger("absl")
+    quiet = _PreviousSaveWait()
+    absl.addFilter(quiet)
+    try:
+        yield
+    finally:
+        absl.removeFilter(quiet)
+
+
 class Checkpoints:
     """The checkpoints of one workdir: `save` (asynchronous), `restore_latest` (with
     fallback past unreadable ones), `steps`, `clear`; `close` (or leaving `with`) waits
@@ -231,10 +256,17 @@ class Checkpoints:
         once it is on disk with `wait`)."""
         ocp = self.ocp
         start = time.perf_counter()
+        # The save before may still be writing (asynchronously), and orbax starts this
+        # one only after it: waited for here, the wait is said once, in jgraph's log.
+        self.wait()
+        waited = time.perf_counter() - start
+        if waited > 1:
+            logs.get("train").debug("checkpoint %d waited %.1fs for the one before it to "
+                                    "finish writing", step, waited)
         check_space(self.directory, {"state": state, "best": best}, f"checkpoint {step}")
         # One pass over both items (best often shares its arrays with state).
         meta = {"format": FORMAT, **meta, "checksums": checksums({"state": state, "best": best})}
-        with refused_writes(self.directory):
+        with refused_writes(self.directory), _previous_save_wait_unsaid():
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), best=ocp.args.StandardSave(best),
                 meta=ocp.args.JsonSave(meta)), force=True)

@@ -21,6 +21,8 @@ from flax import nnx
 
 from jgraph.atomic import free_bytes, occupied, publish, staging_dir
 from jgraph.config import ConfigError
+from jgraph.data.graph import GraphError
+from jgraph.data.ids import IdMap
 from jgraph.data.outputs import INDEX, What, is_outputs_dir, write_chunk, write_index
 from jgraph.jobs.experiment import Task
 from jgraph.jobs.inference import full_graph_rows_program
@@ -77,6 +79,7 @@ def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
                                         f"by the exchange; leave exchange.max_capacity unset")
     node_map = run.dg.parts.node_map()
     starts = np.asarray(run.dg.meta.orig_type_offsets, np.int64)
+    user = {t: run.dg.parts.user_ids(t) for t in types}
     n = run.dg.graph.nodes_per_part
     shards = sorted(values.addressable_shards, key=lambda s: s.index[0].start or 0)
     for shard in progress.iterate(shards, "writing", total=len(shards)):
@@ -85,7 +88,9 @@ def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
         for t in types:
             new = _rows(book, p, t, wanted)
             orig = node_map[new] - starts[book.node_types.index(t)]
-            write_chunk(staging, t, p, orig, block[new - book.offsets[p]].astype(dtype))
+            # Rows named by the user's own ids, where the graph has them.
+            ids = orig if user[t] is None else np.asarray(user[t][orig])
+            write_chunk(staging, t, p, ids, block[new - book.offsets[p]].astype(dtype))
     host_sync("jgraph embed: chunks written")
     if jax.process_index() == 0:
         write_index(staging, what, layer, width, dtype, os.path.abspath(workdir), rows)
@@ -144,20 +149,29 @@ def _nodes(dg, types: list[str], nodes) -> np.ndarray:
 
 
 def new_ids(dg, types: list[str], nodes, where: str) -> np.ndarray:
-    """int64[k]: the new ids of `nodes`, original (type-local) ids of the only type in
-    `types` (an array, or a file: `.npy`, or text with one id a line), in their order;
-    ConfigError naming `where` (or the file) and the id at fault."""
-    if isinstance(nodes, (str, os.PathLike)):
-        where = os.fspath(nodes)
-        nodes = _read_ids(where)
+    """int64[k]: the new ids of `nodes` of the only type in `types`, in their order:
+    the user's own ids where the graph was built from the user's tables (strings or
+    integers, `Graph.ids`), else original (type-local) ids; an array, or a file (`.npy`,
+    or text with one id a line). ConfigError naming `where` (or the file) and the id at
+    fault."""
     if len(types) != 1:
         raise ConfigError(f"{where}: the graph has the node types {types}; name the type "
                           f"of the listed nodes (--node-type; node_type= in Python)")
+    t = types[0]
+    user = dg.parts.user_ids(t)
+    if isinstance(nodes, (str, os.PathLike)):
+        where = os.fspath(nodes)
+        nodes = _read_ids(where, strings=user is not None and user.dtype.kind == "S")
     ids = np.asarray(nodes)
+    if user is not None:
+        try:
+            orig = IdMap(user).positions(ids.reshape(-1), where)
+        except GraphError as e:
+            raise ConfigError(str(e)) from None
+        return dg.parts.to_new(t, orig).astype(np.int64)
     if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
         raise ConfigError(f"{where}: node ids must be a list of integers, got "
                           f"{ids.dtype} of shape {list(ids.shape)}")
-    t = types[0]
     count = int(np.diff(dg.book.ntype_offsets, axis=1)[:, dg.book.node_types.index(t)].sum())
     bad = ids[(ids < 0) | (ids >= count)]
     if bad.size:
@@ -166,25 +180,29 @@ def new_ids(dg, types: list[str], nodes, where: str) -> np.ndarray:
     return dg.parts.to_new(t, ids.astype(np.int64)).astype(np.int64)
 
 
-def _read_ids(path: str) -> np.ndarray:
+def _read_ids(path: str, strings: bool = False) -> np.ndarray:
+    """The ids of a node list file: `.npy`, or text with one id a line (`strings`: read
+    as text, for a type whose ids are strings)."""
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such node list file")
     try:
         if path.endswith(".npy"):
             return np.load(path, allow_pickle=False)
-        return np.loadtxt(path, dtype=np.int64, ndmin=1, comments="#")
+        return np.loadtxt(path, dtype=str if strings else np.int64, ndmin=1, comments="#",
+                          delimiter="\n" if strings else None)
     except ValueError as e:
         raise ConfigError(f"{path}: not a list of node ids ({e})") from None
 
 
-def read_pairs(path: str) -> tuple[np.ndarray, np.ndarray]:
+def read_pairs(path: str, strings: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(src, dst) of a file of pairs: `.npy` of shape [k, 2], or text with "src dst" a
-    line."""
+    line (`strings`: ids read as text, for graphs whose ids are strings)."""
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such file of pairs")
     try:
         pairs = (np.load(path, allow_pickle=False) if path.endswith(".npy")
-                 else np.loadtxt(path, dtype=np.int64, ndmin=2, comments="#"))
+                 else np.loadtxt(path, dtype=str if strings else np.int64, ndmin=2,
+                                 comments="#"))
     except ValueError as e:
         raise ConfigError(f"{path}: not a list of pairs of node ids ({e})") from None
     if pairs.ndim != 2 or pairs.shape[1] != 2:

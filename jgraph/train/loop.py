@@ -60,7 +60,7 @@ from jgraph.train.resume import (
     state_dict,
 )
 from jgraph.train.trace import StepTrace
-from jgraph.train.workdir import WorkdirLock, prepare
+from jgraph.train.workdir import RunWorkdir
 
 # Steps between reads of the pending steps' metrics (and the stop votes).
 FLUSH_STEPS = 10
@@ -88,19 +88,19 @@ def train_and_evaluate(config: Experiment, workdir: str, progress: Progress | No
 
     Raises `RunStopped` when SIGINT/SIGTERM stopped it (after saving a checkpoint)."""
     progress = progress or Progress()
-    prepare(workdir)
     c = config.checkpoint
-    # The first process holds the workdir for the whole job (the others share it).
-    # Leaving `Checkpoints`, on an error too, finishes the save in flight and stops
-    # orbax's threads (left running, they print a traceback at exit).
-    with WorkdirLock(workdir, enabled=jax.process_index() == 0), \
+    # The first process holds the workdir for the whole job (the others share it), and
+    # removes what a run that fails before training wrote there (`RunWorkdir`).
+    # Leaving `Checkpoints` first, on an error too, finishes the save in flight and
+    # stops orbax's threads (left running, they print a traceback at exit).
+    with RunWorkdir(workdir, enabled=jax.process_index() == 0) as held, \
             Checkpoints(workdir, c.keep, c.asynchronous, say=progress.note) as ckpts:
-        return _train_and_evaluate(config, workdir, progress, resume, on_step, ckpts)
+        return _train_and_evaluate(config, workdir, progress, resume, on_step, ckpts, held)
 
 
 def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
                         resume: Resume, on_step: Callable[[int], None] | None,
-                        ckpts: Checkpoints) -> dict:
+                        ckpts: Checkpoints, held: RunWorkdir) -> dict:
     start = time.perf_counter()
     mesh = run_mesh(config)
     if resume is Resume.FRESH:
@@ -136,6 +136,7 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
         job = calibrated_exchange(job, dg.graph, begin.state.embeddings, progress)
 
     loop = Loop(config, run, workdir, ckpts, identity, progress, on_step, begin, job, start)
+    held.training()
     try:
         loop.train_epochs()
         ckpts.close()

@@ -97,7 +97,8 @@ class TrainedRun:
                 what: What | str = What.EMBEDDINGS, layer: int | None = None,
                 fanouts=None) -> np.ndarray:
         """What `jgraph embed --what` writes, for `nodes` only (see the methods above).
-        nodes: original ids of `node_type` (the only type by default): an array, a
+        nodes: ids of `node_type` (the only type by default), the user's own where the
+        graph was built from the user's tables, else original ids: an array, a
         list, or a file (`.npy`, or text with one id a line)."""
         run = self._run
         what = parse_what(what, "what=")
@@ -113,21 +114,24 @@ class TrainedRun:
               fanouts=None) -> np.ndarray:
         """float32[k]: the decoder's logit of each pair (src[i], dst[i]) of a link
         prediction run (its sigmoid, the edge's probability under the BCE loss). src,
-        dst: original ids of the relation's source and destination types; or src alone,
+        dst: ids of the relation's source and destination types (the user's own where
+        the graph has them, as `outputs`); or src alone,
         a file of pairs (`.npy` [k, 2], or text with "src dst" a line). relation: the
         relation's name or (src type, name, dst type) (default: the only one)."""
         run = self._run
         if self.task is not Task.LINK:
             raise ConfigError(f"{self.workdir}: a node classification run scores nodes "
                               f"(predict, probabilities), not pairs")
+        r = self._relation(relation)
+        s_type, _, d_type = self.relations[r]
         where = "src"
         if dst is None:
             if not isinstance(src, (str, os.PathLike)):
                 raise ConfigError("score(src, dst): give both ends, or a file of pairs as src")
             where = os.fspath(src)
-            src, dst = read_pairs(where)
-        r = self._relation(relation)
-        s_type, _, d_type = self.relations[r]
+            user = [run.dg.parts.user_ids(t) for t in (s_type, d_type)]
+            src, dst = read_pairs(where, strings=any(u is not None and u.dtype.kind == "S"
+                                                     for u in user))
         src = new_ids(run.dg, [s_type], src, where)
         dst = new_ids(run.dg, [d_type], dst, "dst" if where == "src" else where)
         if src.shape != dst.shape or not src.size:

@@ -185,10 +185,11 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_and_changes_nothing(tmp_pat
     (workdir / "steps.jsonl").write_text('{"step": 1}\n')
     with WorkdirLock(str(workdir)):
         code, out, err = train(capsys, tmp_path, write_graph(tmp_path / "g.npz"))
+        assert sorted(p.name for p in workdir.iterdir()) == [".lock", "steps.jsonl"]
     assert code == 2 and out == ""
     one_clear_line(err, str(workdir), "in use by jgraph process", str(os.getpid()))
-    assert sorted(p.name for p in workdir.iterdir()) == [".lock", "steps.jsonl"]
     assert (workdir / "steps.jsonl").read_text() == '{"step": 1}\n'
+    assert sorted(p.name for p in workdir.iterdir()) == ["steps.jsonl"]   # lock released
 
 
 @pytest.mark.slow      # a training run

@@ -30,8 +30,9 @@ from jgraph.data import (
     split_edges,
     symmetrize,
 )
+from jgraph.data.prepare import prepare
 from jgraph.jobs.experiment import DataConfig, Experiment, LinkConfig, Task
-from jgraph.jobs.run import held_out_edges
+from jgraph.jobs.run import preparation
 from jgraph.partition import PartitionError, PartitionFormatError, open_partitions, partition_graph
 from jgraph.partition.check import check_part
 
@@ -134,7 +135,7 @@ def test_the_same_seed_gives_the_same_split_and_another_seed_another():
 
 
 def test_a_run_splits_pairs_before_symmetrizing_so_no_held_out_pair_returns():
-    """`held_out_edges` as `open_graph` calls it: on a graph stored partly one way
+    """The preparation `open_graph` applies: on a graph stored partly one way
     round, partly both (neither symmetric nor one edge per pair) with
     data.symmetrize, and on Cora (symmetric) without it."""
     cora = load_dataset("cora")
@@ -146,9 +147,7 @@ def test_a_run_splits_pairs_before_symmetrizing_so_no_held_out_pair_returns():
         config = Experiment(task=Task.LINK, data=DataConfig(symmetrize=sym),
                             link=LinkConfig(val_fraction=VAL, test_fraction=TEST,
                                             eval_negatives=K))
-        seen, edge_splits = held_out_edges(config, graph)
-        if sym:
-            seen = symmetrize(seen)
+        seen, edge_splits = prepare(graph, preparation(config))
         n = graph.total_nodes
         s, d = only_edges(graph)
         keys = [unordered(edge_splits[name].src, edge_splits[name].dst, n)

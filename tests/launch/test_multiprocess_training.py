@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from jgraph.config import load
-from jgraph.data import load_dataset, split_edges
+from jgraph.data import load_dataset
+from jgraph.data.prepare import HeldOut, Preparation, prepare
 from jgraph.jobs.experiment import Experiment
 from jgraph.partition import partition_graph
 from jgraph.progress import Progress
@@ -106,15 +107,16 @@ def test_a_1x4_checkpoint_resumes_in_2x2_processes_with_the_same_losses(parts, r
 
 
 # Link prediction: cora's training pairs in batches of 256 positives per device.
-LINK = ["task=link", "train.batch_size=256", "link.hits=[1,10]"]
+LINK = ["task=link", "train.batch_size=256", "link.hits=[1,10]", "link.eval_negatives=20"]
 
 
 @pytest.fixture(scope="module")
 def link_parts(tmp_path_factory):
-    split = split_edges(load_dataset("cora"), 0.1, 0.1, eval_negatives=20, seed=0,
-                        undirected=True)
+    """Prepared as LINK asks (its held-out edges, 20 negatives each), and recorded."""
+    preparation = Preparation(held_out=HeldOut(0.1, 0.1, eval_negatives=20, seed=0))
+    graph, edge_splits = prepare(load_dataset("cora"), preparation)
     out = tmp_path_factory.mktemp("cora4_link") / "parts"
-    partition_graph(split.graph, 4, "metis", out, edge_splits=split.edges)
+    partition_graph(graph, 4, "metis", out, edge_splits=edge_splits, preparation=preparation)
     return str(out)
 
 

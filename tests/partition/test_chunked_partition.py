@@ -281,7 +281,7 @@ def test_bad_input_is_refused_by_name_and_nothing_is_left(tmp_path, monkeypatch)
     assert [p for p in os.listdir(tmp_path) if p.startswith("out")] in ([], ["out.work"])
 
 
-def test_cli_partitions_a_chunked_directory_and_refuses_transforms(tmp_path, capsys):
+def test_cli_partitions_a_chunked_directory_and_streams_its_preparation(tmp_path, capsys):
     save_chunked(load_dataset("cora"), tmp_path / "cora", edges_per_chunk=3000)
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
                  str(tmp_path / "parts"), "--json"]) == 0
@@ -290,9 +290,23 @@ def test_cli_partitions_a_chunked_directory_and_refuses_transforms(tmp_path, cap
     assert set(row["phases"]) == set(chunked_route.PHASES)
     assert main(["info", str(tmp_path / "parts"), "--check"]) == 0
     capsys.readouterr()
+    # The preparation streamed on the bounded route gives the graph the in-memory one
+    # does, recorded in both partition directories.
+    for route, extra in (("bounded", []), ("in-memory", ["--method", "metis"])):
+        assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
+                     str(tmp_path / route), "--remove-self-loops", "--self-loops",
+                     "--add-reverse", "--json", *extra]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert rows[0]["method"] == "multilevel" and rows[1]["method"] == "metis"
+    assert rows[0]["num_edges"] == rows[1]["num_edges"] == 2 * 10556 + 2 * 2708
+    metas = [open_partitions(tmp_path / route).meta for route in ("bounded", "in-memory")]
+    assert metas[0].preparation == metas[1].preparation
+    assert metas[0].preparation["reverse_relations"] and metas[0].relations == \
+        metas[1].relations
+    assert not os.path.exists(str(tmp_path / "bounded") + ".prepared")
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
-                 str(tmp_path / "other"), "--symmetrize"]) == 2
-    assert "--symmetrize: not available" in capsys.readouterr().err
+                 str(tmp_path / "other"), "--link-split", "0.1,0.1"]) == 2
+    assert "--link-split: not available" in capsys.readouterr().err
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
                  str(tmp_path / "parts")]) == 2
     assert "--overwrite" in capsys.readouterr().err

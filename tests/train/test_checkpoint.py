@@ -2,7 +2,9 @@
 checksums that do not depend on the layout and catch a changed value, the fallback past
 a truncated checkpoint, half-written checkpoints never used (and their deletion said),
 the save in flight finished when a run leaves on an error, a checkpoint of another run
-refused by name, and SIGINT/SIGTERM turned into a stop request."""
+refused by name, SIGINT/SIGTERM turned into a stop request, and no orbax warning
+printed when a save waits for the one before it."""
+import logging
 import os
 import signal
 import subprocess
@@ -84,6 +86,20 @@ def test_a_checkpoint_saved_on_4_devices_restores_on_2_with_the_values_and_meta(
 def test_only_the_newest_keep_checkpoints_stay(tmp_path):
     save_steps(tmp_path, [1, 2, 3, 4], keep=2)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3", "4"]
+
+
+def test_a_save_waiting_for_the_one_before_it_says_nothing_through_absl(tmp_path, caplog,
+                                                                          monkeypatch):
+    # Orbax warns through absl (`WARNING:absl:Waiting for previous save ...` on stderr)
+    # when a save waited longer than a threshold for the one before it; below zero,
+    # every save does.
+    from orbax.checkpoint import checkpoint_manager
+    monkeypatch.setattr(checkpoint_manager, "_WAIT_FOR_PREV_SAVE_WARNING_THRESHOLD_SECS", -1.0)
+    caplog.set_level(logging.DEBUG)
+    save_steps(tmp_path, [1, 2, 3])
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2", "3"]
+    assert not [r.getMessage() for r in caplog.records
+                if r.name == "absl" and r.levelno >= logging.WARNING]
 
 
 def largest_file(folder):

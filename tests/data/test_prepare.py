@@ -1,0 +1,199 @@
+"""One data preparation (jgraph.data.prepare): each step and their combinations, streamed
+over a chunked graph directory (jgraph.data.prepare_chunked) with budgets small enough
+for many blocks and buckets, equal to the in-memory reference (the same edges with their
+data, the same rows); link prediction's held-out edges drawn by hashes, so the order of
+the edges does not change them; the preparation recorded in the chunked directory and the
+partition directory; NaN features and bad labels refused on the chunked route."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jgraph.data import (
+    DatasetError,
+    Graph,
+    GraphError,
+    load_chunked,
+    load_dataset,
+    save_chunked,
+    split_edges,
+)
+from jgraph.data.prepare import HeldOut, Preparation, differences, prepare
+from jgraph.data.prepare_chunked import prepare_chunked
+from jgraph.data.sparse import SparseRows
+
+STREAMED = [
+    Preparation(symmetrize=True),
+    Preparation(dedup=True),
+    Preparation(remove_self_loops=True, symmetrize=True, self_loops=True,
+                normalize_features="feat"),
+    Preparation(reverse_relations=True),
+    Preparation(reverse_relations=True, dedup=True, self_loops=True),
+    Preparation(symmetrize=True, reverse_relations=True, self_loops=True),
+]
+
+
+def canonical(graph: Graph) -> dict:
+    """{relation: (edges sorted by (dst, src), their data in that order)}: a graph's edges
+    as a set of edges with data (the streamed route writes them in bucket order)."""
+    out = {}
+    for rel, e in graph.edges.items():
+        order = np.lexsort((e[0], e[1]))
+        out[tuple(rel)] = (e[:, order],
+                           {k: v[order] for k, v in graph.edge_data.get(rel, {}).items()})
+    return out
+
+
+def rows(x):
+    return (x.indices, x.values) if isinstance(x, SparseRows) else (x,)
+
+
+def assert_same_prepared(ref: Graph, got: Graph) -> None:
+    assert dict(got.num_nodes) == dict(ref.num_nodes)
+    a, b = canonical(ref), canonical(got)
+    assert list(a) == list(b)           # relations, reverse ones after the others
+    for rel in a:
+        np.testing.assert_array_equal(b[rel][0], a[rel][0], err_msg=str(rel))
+        assert sorted(b[rel][1]) == sorted(a[rel][1])
+        for name in a[rel][1]:
+            np.testing.assert_array_equal(b[rel][1][name], a[rel][1][name])
+    for t, named in ref.node_data.items():
+        assert sorted(got.node_data.get(t, {})) == sorted(named)
+        for name, x in named.items():
+            for want, have in zip(rows(x), rows(got.node_data[t][name])):
+                np.testing.assert_array_equal(have, want, err_msg=f"{t}.{name}")
+                assert have.dtype == want.dtype
+    for t, named in ref.splits.items():
+        for name, ids in named.items():
+            np.testing.assert_array_equal(got.splits[t][name], ids)
+
+
+def with_duplicates_and_loops(graph: Graph) -> Graph:
+    """`graph` with every 7th edge of each relation repeated (its data differing, so
+    keeping the first is checked) and a few self-loops, plus an edge weight."""
+    edges, data = {}, {}
+    for r, (rel, e) in enumerate(graph.edges.items()):
+        extra = e[:, ::7]
+        loops = [np.arange(0, min(graph.num_nodes[rel.src_type], 30), 3)] * 2 \
+            if rel.src_type == rel.dst_type else [[], []]
+        edges[rel] = np.concatenate([e, extra, np.asarray(loops, np.int64)], axis=1)
+        n = edges[rel].shape[1]
+        data[rel] = {"weight": (np.arange(n, dtype=np.float32) + 1000 * r)}
+    return graph.replace(edges=edges, edge_data=data)
+
+
+@pytest.fixture(scope="module", params=["cora", "aifb", "heco_acm"])
+def graph(request, shared_data) -> Graph:
+    if request.param == "cora":
+        return with_duplicates_and_loops(load_dataset("cora"))
+    return with_duplicates_and_loops(load_dataset(shared_data(f"{request.param}.npz")))
+
+
+@pytest.mark.parametrize("preparation", STREAMED, ids=lambda p: "+".join(p.steps))
+def test_each_step_streamed_equals_the_in_memory_reference(graph, preparation, tmp_path):
+    p = preparation
+    if p.symmetrize and any(r.src_type != r.dst_type for r in graph.relations):
+        with pytest.raises(GraphError, match="cannot symmetrize relation"):
+            prepare_chunked(save(graph, tmp_path), tmp_path / "out", p)
+        return
+    if p.normalize_features and not any("feat" in a for a in graph.node_data.values()):
+        p = Preparation(**{**p.__dict__, "normalize_features": None})
+    if p.self_loops and graph.edge_data and any(r.src_type == r.dst_type
+                                                for r in graph.relations):
+        # A relation with edge data needs a value for new self-loops: refused alike.
+        with pytest.raises(GraphError, match="edge data"):
+            prepare(graph, p)
+        with pytest.raises(GraphError, match="edge data"):
+            prepare_chunked(save(graph, tmp_path), tmp_path / "out", p)
+        graph = graph.replace(edge_data={})
+    ref, _ = prepare(graph, p)
+    out = tmp_path / "out"
+    # Budgets that make many blocks and buckets of a small graph: the large graph's path.
+    prepare_chunked(save(graph, tmp_path, "plain"), out, p, block_edges=1_000,
+                    bucket_edges=4_000, rows_per_chunk=500)
+    got = load_chunked(out)
+    assert_same_prepared(ref, got)
+    with open(out / "metadata.json") as f:
+        assert Preparation.from_json(json.load(f)["preparation"]) == p
+
+
+def save(graph: Graph, tmp_path, name: str = "in") -> str:
+    """`graph` as a chunked directory of many chunks, written once per test."""
+    path = str(tmp_path / name)
+    if not os.path.isdir(path):
+        save_chunked(graph, path, edges_per_chunk=2_500, rows_per_chunk=700)
+    return path
+
+
+def test_a_prepared_directory_prepared_again_records_both_and_refuses_a_second_reverse(
+        tmp_path):
+    cora = load_dataset("cora")
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    prepare_chunked(save(cora, tmp_path), once, Preparation(reverse_relations=True))
+    prepare_chunked(once, twice, Preparation(self_loops=True))
+    with open(twice / "metadata.json") as f:
+        recorded = Preparation.from_json(json.load(f)["preparation"])
+    assert recorded == Preparation(reverse_relations=True, self_loops=True)
+    with pytest.raises(GraphError, match="reverse relations already"):
+        prepare_chunked(twice, tmp_path / "thrice", Preparation(reverse_relations=True))
+    assert not os.path.exists(tmp_path / "thrice")
+
+
+def test_link_prediction_edges_are_refused_on_the_streamed_route(tmp_path):
+    with pytest.raises(GraphError, match="held-out edges"):
+        prepare_chunked(save(load_dataset("cora"), tmp_path), tmp_path / "out",
+                        Preparation(held_out=HeldOut()))
+
+
+def test_the_held_out_edges_do_not_depend_on_the_order_of_the_edges():
+    """Drawn by hashing each pair's key: the same split from the edges shuffled."""
+    cora = load_dataset("cora")
+    (rel, e), = cora.edges.items()
+    shuffled = cora.replace(edges={rel: e[:, np.random.default_rng(3).permutation(e.shape[1])]})
+    a = split_edges(cora, 0.1, 0.1, eval_negatives=7, seed=5, undirected=True)
+    b = split_edges(shuffled, 0.1, 0.1, eval_negatives=7, seed=5, undirected=True)
+    for name in ("train", "val", "test"):
+        key = lambda s: np.minimum(s.src, s.dst) * 10**6 + np.maximum(s.src, s.dst)
+        np.testing.assert_array_equal(key(a.edges[name]), key(b.edges[name]))
+        if name != "train":
+            np.testing.assert_array_equal(a.edges[name].negatives, b.edges[name].negatives)
+    other = split_edges(cora, 0.1, 0.1, eval_negatives=7, seed=6, undirected=True)
+    assert not np.array_equal(a.edges["val"].src, other.edges["val"].src)
+
+
+def test_differences_name_each_step_asked_otherwise():
+    recorded = Preparation(symmetrize=True, held_out=HeldOut(eval_negatives=20))
+    asked = Preparation(symmetrize=True, reverse_relations=True, held_out=HeldOut())
+    found = dict(differences(recorded, asked))
+    assert sorted(found) == ["held_out", "reverse_relations"]
+    assert "20 negatives" in found["held_out"] and "1000 negatives" in found["held_out"]
+    assert differences(recorded, recorded) == []
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "label"])
+def test_a_chunked_graph_with_nan_features_or_bad_labels_is_refused_naming_file_and_node(
+        bad, tmp_path):
+    """As a Graph (an .npz) refuses them: on the chunked route, streamed or partitioned."""
+    from jgraph.partition.chunked import ChunkedOptions, partition_chunked
+    cora = load_dataset("cora")
+    src = save(cora, tmp_path)
+    node = 1234
+    name = "label" if bad == "label" else "feat"
+    with open(os.path.join(src, "metadata.json")) as f:
+        meta = json.load(f)
+    entry = meta["node_data"]["_N"][name]
+    starts = np.cumsum([0] + entry["rows"])
+    chunk = int(np.searchsorted(starts, node, side="right") - 1)
+    path = os.path.join(src, entry["files"][chunk])
+    values = np.load(path)
+    values[node - starts[chunk]] = {"nan": np.nan, "inf": np.inf, "label": -3}[bad]
+    np.save(path, values)
+    with pytest.raises(DatasetError, match=rf"{entry['files'][chunk]}.*at node {node}"):
+        prepare_chunked(src, tmp_path / "out", Preparation(self_loops=True))
+    assert not os.path.exists(tmp_path / "out")
+    with pytest.raises(DatasetError, match=rf"{entry['files'][chunk]}.*at node {node}"):
+        partition_chunked(src, tmp_path / "parts", ChunkedOptions(2))
+    assert not os.path.exists(tmp_path / "parts")
