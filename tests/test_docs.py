@@ -189,6 +189,7 @@ EXAMPLES = {
     "learnable_embeddings.py": ["--epochs", "1"],
     "rgcn_heterogeneous.py": ["--epochs", "1"],
     "own_graph.py": ["--epochs", "1"],
+    "own_tables.py": [],
     "own_model.py": ["--epochs", "1"],
     "multi_process.py": ["--epochs", "1"],
     "link_prediction.py": ["--epochs", "1"],

@@ -165,7 +165,7 @@ def new_ids(dg, types: list[str], nodes, where: str) -> np.ndarray:
     ids = np.asarray(nodes)
     if user is not None:
         try:
-            orig = IdMap(user).positions(ids.reshape(-1), where)
+            orig = IdMap(user).positions(ids.reshape(-1), f"{where}: type {t!r}")
         except GraphError as e:
             raise ConfigError(str(e)) from None
         return dg.parts.to_new(t, orig).astype(np.int64)
