@@ -188,8 +188,11 @@ def _read_ids(path: str, strings: bool = False) -> np.ndarray:
     try:
         if path.endswith(".npy"):
             return np.load(path, allow_pickle=False)
-        return np.loadtxt(path, dtype=str if strings else np.int64, ndmin=1, comments="#",
-                          delimiter="\n" if strings else None)
+        if strings:             # one id a line, as written (ids may hold spaces)
+            with open(path, encoding="utf-8") as f:
+                return np.array([line.rstrip("\r\n") for line in f
+                                 if line.strip() and not line.startswith("#")])
+        return np.loadtxt(path, dtype=np.int64, ndmin=1, comments="#")
     except ValueError as e:
         raise ConfigError(f"{path}: not a list of node ids ({e})") from None
 
