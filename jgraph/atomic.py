@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import socket
+import tempfile
 from collections.abc import Callable
 
 # Sibling directories of `out` named `<out><marker><host>-<pid>`: a write in progress (or
@@ -112,3 +113,17 @@ def publish(staging: str, out: str) -> None:
     os.rename(out, old)
     os.rename(staging, out)
     shutil.rmtree(old)
+
+
+@contextlib.contextmanager
+def scratch_beside(path: str, what: str):
+    """A new folder beside `path` (`.<name>.<what>-XXXX`, on the same disk) for the
+    temporary files of the job writing `path`, removed when the block ends, whether it
+    succeeded or not; nothing that was there before is touched."""
+    where = os.path.abspath(path)
+    folder = tempfile.mkdtemp(prefix=f".{os.path.basename(where)}.{what}-",
+                              dir=os.path.dirname(where))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import time
 
 import jgraph.progress as logs
+from jgraph.atomic import scratch_beside
 from jgraph.cli.partition import TRANSFORMS, DefaultsShown, peak_rss_bytes
 from jgraph.data import open_chunked
 from jgraph.data.chunked import check_chunked_out
@@ -18,9 +18,6 @@ from jgraph.data.prepare import Preparation
 from jgraph.data.prepare_chunked import prepare_chunked
 from jgraph.data.tables import convert_tables, is_schema_file
 from jgraph.progress import Progress
-
-# Beside OUT_DIR while a graph converted with a preparation is prepared from it.
-RAW = ".raw"
 
 
 def add_commands(sub) -> None:
@@ -79,17 +76,16 @@ def run_convert(args) -> int:
         write(args.input, args.out, edges_per_chunk=args.edges_per_chunk,
               rows_per_chunk=args.rows_per_chunk, overwrite=args.overwrite, progress=progress)
     else:
-        # Converted as it is into a sibling, then prepared from it, streamed, into OUT.
+        # Converted as it is into a scratch folder beside OUT, then prepared from it,
+        # streamed, into OUT.
         check_chunked_out(args.out, args.overwrite)
-        raw = os.path.realpath(args.out) + RAW
-        try:
+        with scratch_beside(args.out, "raw") as scratch:
+            raw = os.path.join(scratch, "graph")
             write(args.input, raw, edges_per_chunk=args.edges_per_chunk,
-                  rows_per_chunk=args.rows_per_chunk, overwrite=True, progress=progress)
+                  rows_per_chunk=args.rows_per_chunk, progress=progress)
             with progress.phase(f"preparing ({', '.join(asked.steps)})"):
                 prepare_chunked(raw, args.out, asked, overwrite=args.overwrite,
                                 progress=progress, rows_per_chunk=args.rows_per_chunk)
-        finally:
-            shutil.rmtree(raw, ignore_errors=True)
     graph = open_chunked(args.out)      # the headers of what was written, checked
     seconds = time.perf_counter() - start
     row = {"input": args.input, "out": args.out, "num_nodes": graph.total_nodes,

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -16,7 +16,7 @@ import jgraph.progress as logs
 from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.data import GraphError, is_chunked_dir, load_dataset, open_chunked
 from jgraph.data.prepare import HeldOut, Preparation, prepare, recorded_preparation
-from jgraph.data.prepare_chunked import PREPARED, prepare_chunked
+from jgraph.data.prepare_chunked import prepared
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.assignment import check_given
 from jgraph.partition.build import OutputExistsError, check_out_dir
@@ -233,14 +233,16 @@ def run_partition(args) -> int:
                      args.num_parts, args.method)
     try:
         asked = preparation_of(args)
-        # What the input had done to it already (a chunked directory records it), then this.
-        preparation = recorded_preparation(args.dataset).then(asked)
+        # The flags add to what the input has done to it already (a chunked directory
+        # records it); the partition records both.
+        done = recorded_preparation(args.dataset)
+        preparation = done.then(asked)
         if (args.method == Method.GIVEN.value) != (args.assignment is not None):
             raise PartitionError("--method given and --assignment FILE.npy go together")
         assignment = None if args.assignment is None else load_assignment(args.assignment)
         check_out_dir(args.out, args.overwrite)       # before loading a large graph
         with progress.phase("loading dataset"):
-            graph, edge_splits = prepare(load_dataset(args.dataset), asked)
+            graph, edge_splits = prepare(load_dataset(args.dataset), asked.without(done))
         if assignment is not None:
             assignment = check_given(Method.GIVEN, assignment, graph.total_nodes,
                                      args.num_parts, what=f"--assignment {args.assignment}")
@@ -273,22 +275,23 @@ def run_chunked(args, start: float, progress: Progress) -> int:
     limit_arenas()                      # before any thread of the job starts
     start_distributed()                 # one of several processes: join them
     group = Group.from_jax()
-    # The preparation, streamed by the first process into a chunked graph beside --out
-    # (removed once partitioned); the job partitions that.
-    source = os.path.realpath(args.out) + PREPARED if asked.steps else args.dataset
+    # The preparation (what the input does not have yet), streamed by the first process
+    # into a scratch chunked graph beside --out, removed at the end; the job partitions it.
+    todo = asked.without(recorded_preparation(args.dataset))
     try:
         try:
-            if asked.steps:
-                if group.leader:
-                    check_out_dir(args.out, args.overwrite)
-                    with progress.phase(f"preparing ({', '.join(asked.steps)})"):
-                        prepare_chunked(args.dataset, source, asked, overwrite=True,
-                                        progress=progress)
-                group.barrier("prepared")
-            meta = partition_chunked(source, args.out, options, overwrite=args.overwrite,
-                                     progress=progress, check_out=check_out_dir, group=group)
-            if group.leader and source != args.dataset:
-                shutil.rmtree(source)
+            with contextlib.ExitStack() as scratch:
+                source = args.dataset
+                if todo.steps:
+                    if group.leader:
+                        check_out_dir(args.out, args.overwrite)
+                        source = scratch.enter_context(prepared(args.dataset, todo, args.out,
+                                                                progress=progress))
+                    # Every process partitions the graph the first one prepared.
+                    source = str(group.gather(np.array(source), "prepared graph")[0])
+                meta = partition_chunked(source, args.out, options, overwrite=args.overwrite,
+                                         progress=progress, check_out=check_out_dir,
+                                         group=group)
         except OutputExistsError as e:
             hint = "; pass --overwrite to replace it" if e.replaceable else ""
             raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None

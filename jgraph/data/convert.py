@@ -32,7 +32,7 @@ from jgraph.data.chunked import ChunkedWriter, check_chunked_out, save_chunked
 from jgraph.data.datasets import load_dataset
 from jgraph.data.dgl import convert_dgl, is_dgl_chunked_dir
 from jgraph.data.graph import GraphError
-from jgraph.data.npz import DatasetError
+from jgraph.data.npz import DatasetError, as_dataset_errors
 from jgraph.data.ogb import (
     _SPLITS,
     _read_csv,
@@ -364,16 +364,6 @@ def _splits(directory: str) -> dict[str, np.ndarray]:
 
 
 # -- writing ----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def as_dataset_errors(where: str):
-    """A context in which what the writer (`ChunkedWriter`) finds wrong in the data, a
-    GraphError, is raised as a DatasetError naming `where`, the data's file."""
-    try:
-        yield
-    except GraphError as e:
-        raise DatasetError(f"{where}: {e}") from None
 
 
 def write_streams(out: str | os.PathLike, num_nodes: int, edges: Stream,

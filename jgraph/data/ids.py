@@ -20,7 +20,7 @@ _BASIS = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijection of uint64 that moves every bit of every bit."""
+    """splitmix64's finaliser: a bijection of uint64, each bit out moved by every bit in."""
     h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return h ^ (h >> np.uint64(31))
@@ -28,10 +28,12 @@ def _mix(h: np.ndarray) -> np.ndarray:
 
 def hash_bytes(values: np.ndarray) -> np.ndarray:
     """uint64 hash of each fixed-width bytes value, the same at any width (numpy ignores
-    trailing NULs: b"ab" == b"ab\0"). A value is read as little-endian 64-bit words,
+    trailing NULs: b"ab" == b"ab\\0"). A value is read as little-endian 64-bit words,
     NUL-padded to a whole word, and each word that is not all NUL is folded in as
     h = mix(h ^ word); a word of NULs leaves h as it was, so padding never counts.
-    Values that differ in one word always hash apart (each fold is a bijection of h)."""
+    Values that differ in one word, not NUL in either, always hash apart (each fold is
+    a bijection of h); a word of NULs inside a value is skipped too, a real collision
+    that IdMap's exact fallback resolves."""
     values = np.ascontiguousarray(values).reshape(-1)
     width = values.dtype.itemsize
     words = -(-width // 8)

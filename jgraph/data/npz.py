@@ -20,6 +20,7 @@ made dense, their dtype kept.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import zipfile
@@ -34,6 +35,16 @@ _SPLIT_KEY = re.compile(r"^(?P<name>.+)_idx(__(?P<k>\d+))?$")
 
 class DatasetError(ValueError):
     """A dataset file that cannot be read; the message names the file and the field."""
+
+
+@contextlib.contextmanager
+def as_dataset_errors(where: str):
+    """A context in which what the writer (`ChunkedWriter`) finds wrong in the data, a
+    GraphError, is raised as a DatasetError naming `where`, the data's file."""
+    try:
+        yield
+    except GraphError as e:
+        raise DatasetError(f"{where}: {e}") from None
 
 
 def load_npz(path: str | os.PathLike, name: str | None = None) -> Graph:
@@ -190,8 +201,14 @@ def save_npz(graph: Graph, path: str | os.PathLike, compress: bool = False) -> N
 
     A homogeneous graph is written in the homogeneous layout (readable by any tool
     that reads `cora.npz`), a graph with one node type and several relations in the
-    relational layout, anything else in the heterogeneous layout.
+    relational layout, anything else in the heterogeneous layout. The layouts have no
+    place for the user's ids (`Graph.ids`): a graph with them is refused, not written
+    without them (`save_chunked` keeps them).
     """
+    if graph.ids:
+        raise GraphError(f"graph {graph.name!r} has the user's ids of {sorted(graph.ids)}, "
+                         f"which an .npz file cannot hold: save it with save_chunked, or "
+                         f"drop them first (graph.replace(ids={{}}))")
     single_type = len(graph.num_nodes) == 1
     arrays = _single_type_arrays(graph) if single_type else _heterogeneous_arrays(graph)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

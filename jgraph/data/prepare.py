@@ -87,18 +87,45 @@ class Preparation:
 
     def then(self, later: Preparation) -> Preparation:
         """This preparation followed by `later` (a graph prepared twice): each step done
-        by either. Held-out edges can be drawn once only."""
-        if self.held_out is not None and later.held_out is not None:
-            raise GraphError("the graph's link prediction edges were held out already; "
-                             "they cannot be drawn twice")
-        if self.reverse_relations and later.reverse_relations:
-            raise GraphError("the graph has its reverse relations already")
-        if (self.normalize_features and later.normalize_features
-                and self.normalize_features != later.normalize_features):
-            raise GraphError(f"features {self.normalize_features!r} were normalised already; "
-                             f"normalise one array")
-        return Preparation(**{f.name: getattr(self, f.name) or getattr(later, f.name)
-                              for f in dataclasses.fields(self)})
+        by either. Refused, as a graph prepared so would not be the one its record
+        names: a step that cannot run twice (held-out edges, reverse relations, another
+        array normalised), and a step that comes before one already done in the order
+        above (self-loops then remove_self_loops would leave none)."""
+        order = [f.name for f in dataclasses.fields(self)]
+        done = self.steps
+        for step in later.steps:
+            if step in done:
+                if step in ("held_out", "reverse_relations") or (
+                        step == "normalize_features"
+                        and later.normalize_features != self.normalize_features):
+                    raise GraphError(f"the graph has {step} already "
+                                     f"({_shown(getattr(self, step))}); it is done once")
+                continue                # the same step again changes nothing
+            after = [d for d in done if order.index(d) > order.index(step)]
+            if after:
+                raise GraphError(f"{step} cannot follow {after[0]}, which the graph has "
+                                 f"already: jgraph prepares in the order {', '.join(order)}; "
+                                 f"prepare the graph as it was before with both")
+        return Preparation(**{f: getattr(self, f) or getattr(later, f) for f in order})
+
+    def still_to_do(self, recorded: Preparation) -> Preparation:
+        """The steps of this preparation (the whole of what a config asks) that a graph
+        prepared by `recorded` does not have yet; GraphError naming a step the graph
+        has that this one does not ask for, or has otherwise (a held-out split drawn
+        with other settings, another array normalised)."""
+        for step, what in differences(recorded, self):
+            if getattr(recorded, step) and (not getattr(self, step) or step in
+                                            ("held_out", "normalize_features")):
+                raise GraphError(f"{step}: {what} (recorded in its metadata.json); ask for "
+                                 f"the graph's, or prepare it from the graph as it was")
+        todo = self.without(recorded)
+        recorded.then(todo)             # in order after what the graph has
+        return todo
+
+    def without(self, done: Preparation) -> Preparation:
+        """The steps of this preparation that `done` does not have."""
+        return Preparation(**{f.name: getattr(self, f.name) if not getattr(done, f.name)
+                              else f.default for f in dataclasses.fields(self)})
 
 
 def differences(recorded: Preparation, asked: Preparation) -> list[tuple[str, str]]:

@@ -25,13 +25,14 @@ drawn on this route (refused by name).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-import shutil
-import tempfile
+from collections.abc import Iterator
 
 import numpy as np
 
+from jgraph.atomic import scratch_beside
 from jgraph.data.chunked import ChunkedGraph, ChunkedWriter, open_chunked
 from jgraph.data.graph import GraphError, Relation
 from jgraph.data.prepare import Preparation, recorded_preparation
@@ -41,8 +42,6 @@ from jgraph.progress import Progress
 
 BLOCK_EDGES = 1 << 23
 BUCKET_EDGES = 1 << 25
-# The suffix of a prepared graph written beside the partition directory it is for.
-PREPARED = ".prepared"
 
 
 def prepare_chunked(source: str | os.PathLike, out: str | os.PathLike,
@@ -90,6 +89,23 @@ def prepare_chunked(source: str | os.PathLike, out: str | os.PathLike,
         if p.self_loops:
             job.self_loops()
         _copy_nodes(graph, w, p.normalize_features, rows_per_chunk)
+
+
+@contextlib.contextmanager
+def prepared(source: str | os.PathLike, preparation: Preparation, beside: str, *,
+             progress: Progress | None = None) -> Iterator[str]:
+    """The chunked graph at `source` prepared as `preparation`, written into a scratch
+    folder beside `beside` (the output it is for) and removed when the block ends; or
+    `source` itself where nothing is asked."""
+    if not preparation.steps:
+        yield os.fspath(source)
+        return
+    with scratch_beside(beside, "prepared") as folder:
+        out = os.path.join(folder, "graph")
+        with (progress or Progress(enabled=False)).phase(
+                f"preparing ({', '.join(preparation.steps)})"):
+            prepare_chunked(source, out, preparation, progress=progress)
+        yield out
 
 
 def _check_feature(graph: ChunkedGraph, name: str | None) -> None:
@@ -170,8 +186,7 @@ class _Edges:
     def bucketed(self, bucket_edges: int) -> None:
         """Deduplicated through dst-range buckets on disk (see the module doc)."""
         bounds = self._bucket_bounds(bucket_edges)
-        scratch = tempfile.mkdtemp(prefix=".prepare-", dir=os.path.dirname(self.w.out))
-        try:
+        with scratch_beside(self.w.out, "buckets") as scratch:
             files = _BucketFiles(scratch, len(bounds) - 1)
             for b in self.blocks():
                 which = np.searchsorted(bounds, b.dst, side="right") - 1
@@ -189,8 +204,6 @@ class _Edges:
                 first[1:] = ((b.etype[1:] != b.etype[:-1]) | (b.dst[1:] != b.dst[:-1])
                              | (b.src[1:] != b.src[:-1]))
                 self.write(b.take(np.flatnonzero(first)))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
 
     def _bucket_bounds(self, bucket_edges: int) -> np.ndarray:
         """int64[B + 1] destination ranges holding at most `bucket_edges` prepared edges

@@ -35,8 +35,9 @@ strings that `classes` lists (class i is classes[i]); null or empty is -1, unlab
 Split fractions put node i of a type in train if u < f_train, in val if u < f_train +
 f_val, in test if u < their sum, where u in [0, 1) is a hash of (seed, i), so a split
 does not depend on the batches; only labelled nodes, where the type has a label. Where
-the schema gives no `id_type`, a type's ids are integers if its first file's id column
-is (in a CSV file, as pyarrow infers from its first block).
+the schema gives no `id_type`, a type's ids are integers if its first file is Parquet
+with an integer id column, else strings (a CSV file's ids are kept as written: "0042"
+stays "0042"; give `id_type: int` to read them as integers).
 
 Errors in the schema are `ConfigError`s naming the key. `jgraph.data.tables` converts
 the tables a schema names.

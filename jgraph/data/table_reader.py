@@ -29,13 +29,15 @@ _EXTENSIONS = (".csv", ".tsv", ".parquet", ".pq")
 # -- reading tables -----------------------------------------------------------------------
 
 
-def import_pyarrow():
-    """pyarrow, with the modules of it used here, or a DatasetError naming the extra."""
+def import_pyarrow(csv: bool = True):
+    """pyarrow, with the modules of it used here, or a DatasetError naming the extra.
+    `csv=False` leaves out its CSV reader, for callers that read only Parquet."""
     try:
         import pyarrow
         import pyarrow.compute
-        import pyarrow.csv
         import pyarrow.parquet
+        if csv:
+            import pyarrow.csv
     except ImportError:
         raise DatasetError('reading CSV and Parquet tables needs pyarrow: pip install '
                            '"jgraph[tables]"') from None
@@ -69,18 +71,21 @@ class Column(NamedTuple):
 
 class Table:
     """One CSV (.csv, .tsv, optionally compressed: .csv.gz) or Parquet file, read in
-    batches of the columns asked."""
+    batches of the columns asked. Its `fmt` ("csv" or "parquet") and a CSV's `delimiter`
+    are told by the file's name unless given; a CSV without a `header` row has its
+    columns named f0, f1, ... (DGL's edge files: no header, a space between ids)."""
 
-    def __init__(self, pa, path: str):
-        self.pa, self.path = pa, path
+    def __init__(self, pa, path: str, *, fmt: str | None = None,
+                 delimiter: str | None = None, header: bool = True):
+        self.pa, self.path, self.header = pa, path, header
         bare = path.lower()
         for suffix in (".gz", ".bz2", ".zst", ".lz4"):
             bare = bare.removesuffix(suffix)
-        if not bare.endswith(_EXTENSIONS):
+        if fmt is None and not bare.endswith(_EXTENSIONS):
             raise DatasetError(f"{path}: not a table file jgraph reads (by its name: "
                                f"{', '.join(_EXTENSIONS)}; CSV may be compressed, .csv.gz)")
-        self.parquet = bare.endswith((".parquet", ".pq"))
-        self.delimiter = "\t" if bare.endswith(".tsv") else ","
+        self.parquet = bare.endswith((".parquet", ".pq")) if fmt is None else fmt == "parquet"
+        self.delimiter = delimiter or ("\t" if bare.endswith(".tsv") else ",")
 
     def _csv(self, columns: list[str] | None):
         pa = self.pa
@@ -88,7 +93,9 @@ class Table:
                                          include_columns=columns, strings_can_be_null=False)
                    if columns is not None else None)
         return pa.csv.open_csv(self.path,
-                               read_options=pa.csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                               read_options=pa.csv.ReadOptions(
+                                   block_size=CSV_BLOCK_BYTES,
+                                   autogenerate_column_names=not self.header),
                                parse_options=pa.csv.ParseOptions(delimiter=self.delimiter),
                                convert_options=convert)
 
@@ -108,11 +115,18 @@ class Table:
             raise DatasetError(f"{self.path}: no column {missing[0]!r}; its columns are "
                                f"{schema.names}")
 
+    def columns(self) -> list[str]:
+        """The file's column names (a CSV's from its first block)."""
+        return self._schema().names
+
     def id_kind(self, column: str) -> str:
-        """"i" where `column` holds integers, else "S" (strings)."""
+        """"i" where `column` of a Parquet file is typed as integers, else "S" (strings).
+        A CSV file's ids are strings unless the schema says `id_type: int`: text such as
+        "0042" is an id as written, and inferring integers would answer 42."""
         schema = self._schema()
         self._check(schema, [column])
-        return "i" if self.pa.types.is_integer(schema.field(column).type) else "S"
+        typed = self.parquet and self.pa.types.is_integer(schema.field(column).type)
+        return "i" if typed else "S"
 
     def batches(self, columns: Iterable[str], rows: int) -> Iterator[dict[str, Column]]:
         """{column: Column} of at most `rows` rows at a time, in file order."""

@@ -19,11 +19,11 @@ from typing import NamedTuple
 import numpy as np
 
 from jgraph.data.chunked import ChunkedWriter, check_chunked_out
-from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, as_dataset_errors
+from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK
 from jgraph.data.graph import GraphError, _shown
 from jgraph.data.ids import IdMap
 from jgraph.data.links import mix64
-from jgraph.data.npz import DatasetError
+from jgraph.data.npz import DatasetError, as_dataset_errors
 from jgraph.data.schema import EdgeTable, IdType, NodeTable, Schema, is_schema_file, load_schema
 from jgraph.data.table_reader import (
     SPLITS,

@@ -17,7 +17,7 @@ import optax
 from flax import nnx
 
 from jgraph.config import ConfigError
-from jgraph.data import load_dataset
+from jgraph.data import GraphError, load_dataset
 from jgraph.data.chunked import open_chunked
 from jgraph.data.prepare import (
     HeldOut,
@@ -26,7 +26,7 @@ from jgraph.data.prepare import (
     prepare,
     recorded_preparation,
 )
-from jgraph.data.prepare_chunked import PREPARED, prepare_chunked
+from jgraph.data.prepare_chunked import prepared
 from jgraph.exchange import ExchangeStats, Sizing, sizing
 from jgraph.jobs.experiment import (
     DataConfig,
@@ -146,12 +146,16 @@ def open_data(data: DataConfig, asked: Preparation, mesh, workdir: str, progress
         check_prepared(data.path, asked)
         return DistGraph(data.path, mesh)
     root = os.path.join(workdir, PARTITION_DIR)
-    done = recorded_preparation(data.path).then(asked)
     if reuse and is_partition_dir(root):
-        check_prepared(root, done)
+        check_prepared(root, asked)
         return DistGraph(root, mesh)
+    # What the config asks is the whole preparation; the input may have some of it.
+    try:
+        todo = asked.still_to_do(recorded_preparation(data.path))
+    except GraphError as e:
+        raise ConfigError(f"{data.path}: {e}") from None
     if bounded_route(data.path, data.method):
-        return open_chunked_graph(data, asked, mesh, root, progress, seed=seed,
+        return open_chunked_graph(data, todo, mesh, root, progress, seed=seed,
                                   check_seeds=check_seeds)
     if jax.process_index() == 0:
         if os.path.isdir(root) and not is_partition_dir(root):
@@ -160,40 +164,36 @@ def open_data(data: DataConfig, asked: Preparation, mesh, workdir: str, progress
             shutil.rmtree(root)
         with progress.phase(f"loading {data.path}"):
             graph = load_dataset(data.path)
-            check_normalized(data, asked, graph.node_data)
-            graph, edge_splits = prepare(graph, asked)
+            check_normalized(data, todo, graph.node_data)
+            graph, edge_splits = prepare(graph, todo)
         if check_seeds:
             train = [len(named["train"]) for named in graph.splits.values()
                      if "train" in named]
             check_mesh_fits(max(train, default=0), mesh.size, data.path)
         partition_graph(graph, mesh.size, data.method or Method.METIS, root, seed=seed,
                         overwrite=True, progress=progress, edge_splits=edge_splits,
-                        preparation=done)
+                        preparation=asked)
     host_sync("jgraph partition written")
     return DistGraph(root, mesh)
 
 
-def open_chunked_graph(data: DataConfig, asked: Preparation, mesh, root: str,
+def open_chunked_graph(data: DataConfig, todo: Preparation, mesh, root: str,
                        progress: Progress, *, seed: int, check_seeds: bool) -> DistGraph:
-    """A chunked graph directory prepared and partitioned on the way in, in bounded
-    memory, into `root` (by the first process; the others wait for it). The prepared
-    graph is a chunked directory beside `root`, removed once partitioned."""
-    if asked.held_out is not None:
+    """A chunked graph directory prepared (`todo`: what it does not have yet) and
+    partitioned on the way in, in bounded memory, into `root` (by the first process;
+    the others wait for it). The prepared graph is a scratch chunked directory beside
+    `root`, removed once partitioned, or on failure."""
+    if todo.held_out is not None:
         raise ConfigError(f"task: link (its held-out edges): not drawn for a chunked graph "
                           f"directory partitioned in bounded memory ({data.path}); set "
                           f"data.method: metis to load it whole")
     if jax.process_index() == 0:
-        source = data.path
-        check_normalized(data, asked, open_chunked(data.path).node_data)
-        if asked.steps:
-            source = root + PREPARED
-            prepare_chunked(data.path, source, asked, overwrite=True, progress=progress)
-        if check_seeds:
-            check_mesh_fits(train_nodes(open_chunked(source)), mesh.size, data.path)
-        partition_chunked(source, root, ChunkedOptions(mesh.size, seed=seed),
-                          overwrite=True, progress=progress)
-        if source != data.path:
-            shutil.rmtree(source)
+        check_normalized(data, todo, open_chunked(data.path).node_data)
+        with prepared(data.path, todo, root, progress=progress) as source:
+            if check_seeds:
+                check_mesh_fits(train_nodes(open_chunked(source)), mesh.size, data.path)
+            partition_chunked(source, root, ChunkedOptions(mesh.size, seed=seed),
+                              overwrite=True, progress=progress)
     host_sync("jgraph partition written")
     return DistGraph(root, mesh)
 

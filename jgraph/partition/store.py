@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from jgraph.data.ids import IdMap
 from jgraph.data.sparse import SparseRows
 from jgraph.partition.book import PartitionBook
 
@@ -507,6 +508,17 @@ class PartitionedGraph:
             return None
         return load_array(self.ids_path(ntype), (self.meta.num_nodes_per_type[ntype],),
                           self.meta.ids[ntype], kinds="iS")
+
+    def id_map(self, ntype: str) -> IdMap:
+        """The lookup from the user's ids of `ntype` to original ids (`user_ids`), built
+        once per opened directory."""
+        maps = self.__dict__.setdefault("_id_maps", {})
+        if ntype not in maps:
+            ids = self.user_ids(ntype)
+            if ids is None:
+                raise PartitionFormatError(f"{self.root}: type {ntype!r} has no user ids")
+            maps[ntype] = IdMap(np.asarray(ids))
+        return maps[ntype]
 
     def to_new(self, ntype: str, orig_ids) -> np.ndarray:
         """Global ids of nodes given by their original type-local ids."""

@@ -22,7 +22,6 @@ from flax import nnx
 from jgraph.atomic import free_bytes, occupied, publish, staging_dir
 from jgraph.config import ConfigError
 from jgraph.data.graph import GraphError
-from jgraph.data.ids import IdMap
 from jgraph.data.outputs import INDEX, What, is_outputs_dir, write_chunk, write_index
 from jgraph.jobs.experiment import Task
 from jgraph.jobs.inference import full_graph_rows_program
@@ -165,7 +164,7 @@ def new_ids(dg, types: list[str], nodes, where: str) -> np.ndarray:
     ids = np.asarray(nodes)
     if user is not None:
         try:
-            orig = IdMap(user).positions(ids.reshape(-1), f"{where}: type {t!r}")
+            orig = dg.parts.id_map(t).positions(ids.reshape(-1), f"{where}: type {t!r}")
         except GraphError as e:
             raise ConfigError(str(e)) from None
         return dg.parts.to_new(t, orig).astype(np.int64)
@@ -188,10 +187,9 @@ def _read_ids(path: str, strings: bool = False) -> np.ndarray:
     try:
         if path.endswith(".npy"):
             return np.load(path, allow_pickle=False)
-        if strings:             # one id a line, as written (ids may hold spaces)
+        if strings:             # one id a line, as written (ids may hold spaces or #)
             with open(path, encoding="utf-8") as f:
-                return np.array([line.rstrip("\r\n") for line in f
-                                 if line.strip() and not line.startswith("#")])
+                return np.array([line.rstrip("\r\n") for line in f if line.strip()])
         return np.loadtxt(path, dtype=np.int64, ndmin=1, comments="#")
     except ValueError as e:
         raise ConfigError(f"{path}: not a list of node ids ({e})") from None
@@ -199,13 +197,21 @@ def _read_ids(path: str, strings: bool = False) -> np.ndarray:
 
 def read_pairs(path: str, strings: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(src, dst) of a file of pairs: `.npy` of shape [k, 2], or text with "src dst" a
-    line (`strings`: ids read as text, for graphs whose ids are strings)."""
+    line (`strings`: ids read as text, for graphs whose ids are strings: tab-separated
+    "src<TAB>dst" where a line holds a tab, as ids may hold spaces)."""
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such file of pairs")
     try:
-        pairs = (np.load(path, allow_pickle=False) if path.endswith(".npy")
-                 else np.loadtxt(path, dtype=str if strings else np.int64, ndmin=2,
-                                 comments="#"))
+        if path.endswith(".npy"):
+            pairs = np.load(path, allow_pickle=False)
+        elif strings:
+            with open(path, encoding="utf-8") as f:
+                pairs = np.array([line.rstrip("\r\n").split("\t") if "\t" in line
+                                  else line.split() for line in f if line.strip()],
+                                 dtype=object)
+            pairs = np.array(pairs.tolist(), dtype=str) if pairs.size else pairs
+        else:
+            pairs = np.loadtxt(path, dtype=np.int64, ndmin=2, comments="#")
     except ValueError as e:
         raise ConfigError(f"{path}: not a list of pairs of node ids ({e})") from None
     if pairs.ndim != 2 or pairs.shape[1] != 2:

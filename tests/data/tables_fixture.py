@@ -123,7 +123,9 @@ def schema(fmt: str) -> dict:
             "nodes": [{"type": "author", "files": [f"authors-*.{ext}"], "id": "name",
                        "label": "level",
                        "split": {"fractions": list(FRACTIONS), "seed": SEED}},
+                      # A CSV's ids are strings unless the schema says otherwise.
                       {"type": "paper", "files": f"papers-*.{ext}", "id": "paper_id",
+                       **({"id_type": "int"} if fmt == "csv" else {}),
                        "features": features,
                        "label": {"column": "field", "classes": list(CLASSES)},
                        "split": "split"}],

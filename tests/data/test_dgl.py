@@ -223,6 +223,29 @@ def test_graphstorm_counts_per_type_and_named_parquet_columns_are_read(dgl_dir, 
     assert_same_graph(load_chunked(tmp_path / "out"), load_npz(npz))
 
 
+def test_a_parquet_edges_file_of_several_row_groups_is_read_a_row_group_at_a_time(
+        dgl_dir, tmp_path, monkeypatch):
+    """pyarrow keeps every row group a reader has decoded until that reader ends: each
+    reader must cover one block's row groups, not the whole file."""
+    root, npz, meta = dgl_dir
+    path = os.path.join(root, meta["edges"]["paper:published_in:venue"]["data"][0])
+    pq.write_table(pq.read_table(path), path, row_group_size=2)     # 7 edges: 2+2+2+1
+    with pq.ParquetFile(path) as f:
+        assert f.num_row_groups == 4
+    read, readers = pq.ParquetFile.iter_batches, []
+
+    def iter_batches(self, *args, row_groups=None, **kwargs):
+        if self.num_row_groups > 1:     # the file rewritten above: rows each reader covers
+            groups = range(self.num_row_groups) if row_groups is None else row_groups
+            readers.append(sum(self.metadata.row_group(g).num_rows for g in groups))
+        return read(self, *args, row_groups=row_groups, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", iter_batches)
+    convert_dgl(root, tmp_path / "out", edges_per_chunk=2, rows_per_chunk=3)
+    assert readers == [2, 2, 2, 1]
+    assert_same_graph(load_chunked(tmp_path / "out"), load_npz(npz))
+
+
 def test_absolute_paths_in_metadata_are_read_as_given(dgl_dir, tmp_path):
     root, npz, meta = dgl_dir
     entry = meta["node_data"]["paper"]["feat"]

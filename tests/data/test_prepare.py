@@ -137,7 +137,7 @@ def test_a_prepared_directory_prepared_again_records_both_and_refuses_a_second_r
     with open(twice / "metadata.json") as f:
         recorded = Preparation.from_json(json.load(f)["preparation"])
     assert recorded == Preparation(reverse_relations=True, self_loops=True)
-    with pytest.raises(GraphError, match="reverse relations already"):
+    with pytest.raises(GraphError, match="has reverse_relations already"):
         prepare_chunked(twice, tmp_path / "thrice", Preparation(reverse_relations=True))
     assert not os.path.exists(tmp_path / "thrice")
 
@@ -197,3 +197,57 @@ def test_a_chunked_graph_with_nan_features_or_bad_labels_is_refused_naming_file_
     with pytest.raises(DatasetError, match=rf"{entry['files'][chunk]}.*at node {node}"):
         partition_chunked(src, tmp_path / "parts", ChunkedOptions(2))
     assert not os.path.exists(tmp_path / "parts")
+
+
+def test_a_step_that_comes_before_one_already_done_is_refused():
+    """self-loops, then remove_self_loops, would leave none: the record would lie."""
+    with pytest.raises(GraphError, match="remove_self_loops cannot follow self_loops"):
+        Preparation(self_loops=True).then(Preparation(remove_self_loops=True))
+    both = Preparation(symmetrize=True).then(Preparation(symmetrize=True, self_loops=True))
+    assert both == Preparation(symmetrize=True, self_loops=True)     # repeats change nothing
+
+
+def test_a_config_asks_the_whole_preparation_of_a_graph_that_has_some_of_it():
+    recorded = Preparation(reverse_relations=True)
+    whole = Preparation(reverse_relations=True, self_loops=True)
+    assert whole.still_to_do(recorded) == Preparation(self_loops=True)
+    with pytest.raises(GraphError, match="reverse_relations: asked no, the graph has yes"):
+        Preparation(self_loops=True).still_to_do(recorded)
+    with pytest.raises(GraphError, match="held_out"):
+        Preparation(held_out=HeldOut(seed=1)).still_to_do(Preparation(held_out=HeldOut()))
+
+
+def test_a_partition_directory_asked_for_another_preparation_is_refused_by_name(tmp_path):
+    from jgraph.config import ConfigError
+    from jgraph.jobs.run import check_prepared
+    from jgraph.partition import partition_graph
+    cora = load_dataset("cora")
+    made = Preparation(self_loops=True)
+    partition_graph(prepare(cora, made)[0], 2, "metis", tmp_path / "parts", preparation=made)
+    check_prepared(str(tmp_path / "parts"), made)                   # as asked: accepted
+    with pytest.raises(ConfigError, match=r"data.reverse_relations: asked yes, the graph "
+                                          r"has no.*data.self_loops: asked no"):
+        check_prepared(str(tmp_path / "parts"), Preparation(reverse_relations=True))
+    # A directory written before jgraph recorded its preparation: refused if asked any.
+    partition_graph(cora, 2, "metis", tmp_path / "old")
+    meta = json.loads((tmp_path / "old" / "meta.json").read_text())
+    del meta["preparation"]
+    (tmp_path / "old" / "meta.json").write_text(json.dumps(meta))
+    check_prepared(str(tmp_path / "old"), Preparation())
+    with pytest.raises(ConfigError, match="records no preparation.*data.symmetrize"):
+        check_prepared(str(tmp_path / "old"), Preparation(symmetrize=True))
+
+
+def test_convert_with_a_preparation_writes_it_and_leaves_nothing_else(tmp_path, capsys):
+    """The raw conversion goes to a scratch folder beside OUT; a folder of the user's
+    beside OUT, even one named like it, is never touched."""
+    from jgraph.cli.main import main
+    (tmp_path / "out.raw").mkdir()
+    (tmp_path / "out.raw" / "notes.txt").write_text("mine")
+    assert main(["convert", "cora", str(tmp_path / "out"), "--symmetrize",
+                 "--self-loops"]) == 0
+    ref, _ = prepare(load_dataset("cora"), Preparation(symmetrize=True, self_loops=True))
+    assert_same_prepared(ref, load_chunked(tmp_path / "out"))
+    assert sorted(os.listdir(tmp_path)) == ["out", "out.raw"]
+    assert (tmp_path / "out.raw" / "notes.txt").read_text() == "mine"
+    capsys.readouterr()

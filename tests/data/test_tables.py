@@ -106,7 +106,9 @@ def test_a_type_without_node_files_takes_its_edges_distinct_ids_sorted(tmp_path,
     (tmp_path / "likes.tsv").write_text("who\twhat\n"
                                         + "".join(f"u{i % 4}\t{(i * 37) % 11 * 1000}\n"
                                                   for i in range(20)))
-    spec = {"edges": [{"relation": ["user", "likes", "item"], "files": "likes.tsv",
+    # Text ids are strings unless the schema says otherwise (no node files: a type entry).
+    spec = {"nodes": [{"type": "item", "id_type": "int"}],
+            "edges": [{"relation": ["user", "likes", "item"], "files": "likes.tsv",
                        "source": "who", "destination": "what"}]}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     convert_tables(tmp_path / "s.yaml", tmp_path / "out", edges_per_chunk=4)
@@ -300,3 +302,15 @@ def test_jgraph_convert_refuses_bad_tables_in_one_line(tmp_path, capsys):
     assert len(lines) == 1 and "Traceback" not in err
     assert lines[0].startswith("jgraph convert: error: ") and "no column 'author'" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_csv_ids_are_kept_as_written_without_an_id_type(tmp_path):
+    """Inferring integers would turn the user's "0042" into 42 without a word."""
+    (tmp_path / "n.csv").write_text("id\n0042\n0043\n")
+    (tmp_path / "e.csv").write_text("s,d\n0042,0043\n")
+    spec = {"nodes": [{"type": "n", "files": "n.csv", "id": "id"}],
+            "edges": [{"relation": ["n", "e", "n"], "files": "e.csv", "source": "s",
+                       "destination": "d"}]}
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    convert_tables(tmp_path / "s.json", tmp_path / "out")
+    assert list(load_chunked(tmp_path / "out").ids["n"]) == [b"0042", b"0043"]
