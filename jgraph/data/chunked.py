@@ -84,14 +84,18 @@ _ID_KINDS = "iu"
 
 def is_chunked_dir(path: str | os.PathLike) -> bool:
     """Whether `path` is a directory holding a chunked graph's metadata.json."""
-    meta = os.path.join(path, METADATA)
-    if not os.path.isfile(meta):
-        return False
+    return metadata_object(path).get("format") == FORMAT
+
+
+def metadata_object(path: str | os.PathLike) -> dict:
+    """The JSON object of DIR/metadata.json (a chunked graph's, jgraph's or DGL's), or
+    {} where there is none that reads as one: for telling formats apart."""
     try:
-        with open(meta) as f:
-            return json.load(f).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+        with open(os.path.join(path, METADATA)) as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
 
 
 # -- reading ----------------------------------------------------------------------------

@@ -16,7 +16,6 @@ is bounded by the blocks, not by the files.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -24,7 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from jgraph.data.chunked import METADATA, ChunkedWriter, check_chunked_out
+from jgraph.data.chunked import ChunkedWriter, check_chunked_out, metadata_object
 from jgraph.data.dgl_metadata import DGLChunked, Files, open_dgl_chunked
 from jgraph.data.graph import GraphError, Relation
 from jgraph.data.npz import DatasetError, as_dataset_errors
@@ -38,15 +37,8 @@ _NOTE_EVERY = 10.0              # seconds between progress lines while edges str
 
 def is_dgl_chunked_dir(path: str | os.PathLike) -> bool:
     """Whether `path` is a directory with a DGL chunked graph's metadata.json."""
-    meta = os.path.join(path, METADATA)
-    if not os.path.isfile(meta):
-        return False
-    try:
-        with open(meta) as f:
-            raw = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(raw, dict) and all(k in raw for k in ("node_type", "edge_type", "edges"))
+    raw = metadata_object(path)
+    return all(k in raw for k in ("node_type", "edge_type", "edges"))
 
 
 # -- reading files in blocks ------------------------------------------------------------

@@ -15,8 +15,8 @@ Every draw is a hash, not a stream of random numbers: a relation's distinct edge
 pairs) are ranked by `mix64` of (seed, relation, the edge's key), the lowest going to
 validation, the next to test, and a positive's negatives are hashes of (seed, split,
 relation, its key, j). So the split depends on the seed and the edges alone, not on
-their order, their chunks or how many processes read them: a graph streamed from disk
-in bounded memory (`jgraph.data.prepare`) draws the split that it draws in memory.
+their order, their chunks or how many processes read them. (The split is drawn in
+memory; the streamed preparation of a chunked graph does not draw it yet.)
 
 The rest of the edges are the training positives, once per undirected pair. Self-loops
 stay in the graph but are never positives (a node scored against itself says nothing).

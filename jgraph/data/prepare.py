@@ -9,7 +9,14 @@ graph through `Preparation`, in one order:
 Edges are held out before any is reversed, so the reverse of a held-out edge is never
 made (`jgraph.data.links`). A graph in memory is prepared by `prepare`; a chunked graph
 directory (larger than memory) by `jgraph.data.prepare_chunked.prepare_chunked`,
-streamed, to the same edges and rows. The partition directory records the preparation
+streamed, to the same edges and rows (every step but the held-out edges, which are
+drawn in memory only for now).
+
+A config's `data.*` settings (and `task: link`) are the whole preparation of the graph
+it trains on: a chunked directory that has some steps already (its metadata.json
+records them) gets the rest (`Preparation.still_to_do`), and a step it has that the
+config does not ask for is refused. `jgraph partition` and `jgraph convert` flags add
+steps to what their input has (`Preparation.then`). The partition directory records the preparation
 it was written with (`PartitionMeta.preparation`), so a run that asks for another one
 over it is refused by name (`differences`).
 """
