@@ -271,11 +271,11 @@ def check_user_ids(values, count: int, what: str) -> np.ndarray:
         raise GraphError(f"{what}: user ids are integers or strings, got {values.dtype}")
     if values.shape != (count,):
         raise GraphError(f"{what}: {list(values.shape)} ids for {count} nodes (one per node)")
-    ordered = np.sort(values)
-    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
-    if repeated.size:
-        raise GraphError(f"{what}: id {_shown(ordered[repeated[0]])} names more than one "
-                         f"node ({repeated.size} repeated id(s))")
+    from jgraph.data.ids import repeats  # which imports this module
+    first, _ = repeats(values)
+    if first.size:
+        raise GraphError(f"{what}: id {_shown(values[first[0]])} names more than one "
+                         f"node ({first.size} repeated id(s))")
     return values
 
 

@@ -84,6 +84,23 @@ def _is_int(value) -> bool:
     return True
 
 
+def repeats(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, again): positions of each id listed more than once, its earlier and
+    later place, sorted by id (empty where all are unique). Strings are compared by their
+    hashes first and byte for byte only where hashes meet, so no sort of the strings
+    themselves runs over every id."""
+    keys = hash_bytes(ids) if ids.dtype.kind == "S" else ids
+    order = np.argsort(keys, kind="stable")
+    same = keys[order][1:] == keys[order][:-1]
+    shared = np.zeros(ids.size, bool)           # ids whose key another id has too
+    shared[order[1:][same]] = shared[order[:-1][same]] = True
+    candidates = np.flatnonzero(shared)         # few: repeats, and hash collisions
+    values = ids[candidates]
+    by_value = np.argsort(values, kind="stable")   # equal ids: the earlier place first
+    twice = np.flatnonzero(values[by_value][1:] == values[by_value][:-1])
+    return candidates[by_value[twice]], candidates[by_value[twice + 1]]
+
+
 def decoded(ids: np.ndarray) -> np.ndarray:
     """User ids as a caller sees them: int64, or numpy str (UTF-8 decoded)."""
     return np.char.decode(ids, "utf-8") if ids.dtype.kind == "S" else ids

@@ -211,21 +211,19 @@ def _parsed(pa, col: Column, values, to, what: str):
 
 
 def fixed_bytes(pa, values) -> np.ndarray:
-    """A pyarrow string Array as numpy fixed-width UTF-8 bytes (S<k>), one vectorised
-    gather per byte column, without a Python object per value."""
+    """A pyarrow string Array as numpy fixed-width UTF-8 bytes (S<k>), its bytes placed by
+    one vectorised scatter, without a Python object per value."""
     values = values.cast(pa.large_binary())
     n = len(values)
     offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset:values.offset + n + 1]
     lengths = np.diff(offsets)
     width = max(int(lengths.max(initial=0)), 1)
-    columns = np.zeros((width, n), np.uint8)        # byte j of every value: contiguous
+    out = np.zeros((n, width), np.uint8)            # NUL past each value's end
     if lengths.any():
         data = np.frombuffer(values.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
-        padded = np.concatenate([data, np.zeros(width, np.uint8)])
-        starts = offsets[:-1] - offsets[0]
-        for j in range(width):                      # NUL past each value's end
-            columns[j] = padded[starts + j] * (lengths > j)
-    return np.ascontiguousarray(columns.T).view(f"S{width}").reshape(n)
+        # Row-major order of the cells below each value's length is the data's order.
+        out[np.arange(width) < lengths[:, None]] = data
+    return out.view(f"S{width}").reshape(n)
 
 
 def user_ids(pa, col: Column, kind: str) -> np.ndarray:

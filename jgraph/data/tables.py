@@ -21,7 +21,7 @@ import numpy as np
 from jgraph.data.chunked import ChunkedWriter, check_chunked_out
 from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK
 from jgraph.data.graph import GraphError, _shown
-from jgraph.data.ids import IdMap
+from jgraph.data.ids import IdMap, repeats
 from jgraph.data.links import mix64
 from jgraph.data.npz import DatasetError, as_dataset_errors
 from jgraph.data.schema import EdgeTable, IdType, NodeTable, Schema, is_schema_file, load_schema
@@ -144,10 +144,9 @@ def _listed_ids(pa, table: NodeTable, files: list[str], kind: str) -> np.ndarray
             parts.append(user_ids(pa, batch[table.id], kind))
             position += parts[-1].size
     ids = np.concatenate(parts) if parts else np.zeros(0, np.int64 if kind == "i" else "S1")
-    order = np.argsort(ids, kind="stable")
-    twice = np.flatnonzero(ids[order][1:] == ids[order][:-1])
-    if twice.size:
-        first, again = order[twice[0]], order[twice[0] + 1]
+    earlier, later = repeats(ids)
+    if earlier.size:
+        first, again = earlier[0], later[0]
 
         def place(position):
             f = int(np.searchsorted(starts, position, side="right")) - 1
