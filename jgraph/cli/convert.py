@@ -11,9 +11,10 @@ import time
 import jgraph.progress as logs
 from jgraph.atomic import scratch_beside
 from jgraph.cli.partition import TRANSFORMS, DefaultsShown, peak_rss_bytes
-from jgraph.data import open_chunked
+from jgraph.data import is_chunked_dir, open_chunked
 from jgraph.data.chunked import check_chunked_out
 from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, convert, is_streamed
+from jgraph.data.dgl import is_dgl_chunked_dir
 from jgraph.data.prepare import Preparation
 from jgraph.data.prepare_chunked import prepare_chunked
 from jgraph.data.tables import convert_tables, is_schema_file
@@ -66,15 +67,22 @@ def _positive(text: str) -> int:
 def run_convert(args) -> int:
     start = time.perf_counter()
     tables = is_schema_file(args.input)
-    how = "from tables" if tables else "streamed" if is_streamed(args.input) else "read whole"
+    asked = Preparation(normalize_features=args.normalize_features,
+                        **{step: getattr(args, flag) for flag, step, _ in TRANSFORMS})
+    streamed = (is_streamed(args.input) or is_dgl_chunked_dir(args.input)
+                or (is_chunked_dir(args.input) and asked.steps))
+    how = "from tables" if tables else "streamed" if streamed else "read whole"
     logs.LOGGER.info("jgraph convert %s -> %s (%s)", args.input, args.out, how)
     write = convert_tables if tables else convert
     progress = Progress(enabled=True)
-    asked = Preparation(normalize_features=args.normalize_features,
-                        **{step: getattr(args, flag) for flag, step, _ in TRANSFORMS})
     if not asked.steps:
         write(args.input, args.out, edges_per_chunk=args.edges_per_chunk,
               rows_per_chunk=args.rows_per_chunk, overwrite=args.overwrite, progress=progress)
+    elif is_chunked_dir(args.input):
+        # A chunked graph (papers100M's, converted once) is prepared from where it is.
+        with progress.phase(f"preparing ({', '.join(asked.steps)})"):
+            prepare_chunked(args.input, args.out, asked, overwrite=args.overwrite,
+                            progress=progress, rows_per_chunk=args.rows_per_chunk)
     else:
         # Converted as it is into a scratch folder beside OUT, then prepared from it,
         # streamed, into OUT.

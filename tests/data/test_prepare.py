@@ -251,3 +251,19 @@ def test_convert_with_a_preparation_writes_it_and_leaves_nothing_else(tmp_path, 
     assert sorted(os.listdir(tmp_path)) == ["out", "out.raw"]
     assert (tmp_path / "out.raw" / "notes.txt").read_text() == "mine"
     capsys.readouterr()
+
+
+def test_convert_prepares_a_chunked_graph_streamed_never_loading_it(tmp_path, monkeypatch,
+                                                                      capsys):
+    """papers100M's way: its chunked directory, symmetrized by `jgraph convert`."""
+    import jgraph.data.convert as convert_module
+    from jgraph.cli.main import main
+    src = save(load_dataset("cora"), tmp_path)
+
+    def whole(spec):
+        raise AssertionError(f"{spec} was loaded whole")
+    monkeypatch.setattr(convert_module, "load_dataset", whole)
+    assert main(["convert", src, str(tmp_path / "sym"), "--symmetrize"]) == 0
+    ref, _ = prepare(load_dataset("cora"), Preparation(symmetrize=True))
+    assert_same_prepared(ref, load_chunked(tmp_path / "sym"))
+    capsys.readouterr()
