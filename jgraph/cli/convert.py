@@ -10,12 +10,12 @@ import time
 
 import jgraph.progress as logs
 from jgraph.atomic import scratch_beside
-from jgraph.cli.partition import TRANSFORMS, DefaultsShown, peak_rss_bytes
+from jgraph.cli import preparation
+from jgraph.cli.partition import DefaultsShown, peak_rss_bytes
 from jgraph.data import is_chunked_dir, open_chunked
 from jgraph.data.chunked import check_chunked_out
 from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, convert, is_streamed
 from jgraph.data.dgl import is_dgl_chunked_dir
-from jgraph.data.prepare import Preparation
 from jgraph.data.prepare_chunked import prepare_chunked
 from jgraph.data.tables import convert_tables, is_schema_file
 from jgraph.progress import Progress
@@ -44,11 +44,7 @@ def add_commands(sub) -> None:
                    help="rows per chunk of node data and splits")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a chunked graph directory at OUT_DIR")
-    for name, _, help_text in TRANSFORMS:
-        p.add_argument(f"--{name.replace('_', '-')}", action="store_true",
-                       help=help_text + ", streamed (jgraph.data.prepare_chunked)")
-    p.add_argument("--normalize-features", nargs="?", const="feat", metavar="NAME",
-                   help="scale each row of node array NAME (default feat) to sum 1")
+    preparation.add_flags(p, link=False, note=", streamed (jgraph.data.prepare_chunked)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON line of results instead of the summary")
     p.set_defaults(run=run_convert)
@@ -67,8 +63,7 @@ def _positive(text: str) -> int:
 def run_convert(args) -> int:
     start = time.perf_counter()
     tables = is_schema_file(args.input)
-    asked = Preparation(normalize_features=args.normalize_features,
-                        **{step: getattr(args, flag) for flag, step, _ in TRANSFORMS})
+    asked = preparation.from_args(args)
     streamed = (is_streamed(args.input) or is_dgl_chunked_dir(args.input)
                 or (is_chunked_dir(args.input) and asked.steps))
     how = "from tables" if tables else "streamed" if streamed else "read whole"

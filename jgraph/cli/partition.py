@@ -13,9 +13,10 @@ import traceback
 import numpy as np
 
 import jgraph.progress as logs
+from jgraph.cli import preparation
 from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.data import GraphError, is_chunked_dir, load_dataset, open_chunked
-from jgraph.data.prepare import HeldOut, Preparation, prepare, recorded_preparation
+from jgraph.data.prepare import prepare, recorded_preparation
 from jgraph.data.prepare_chunked import prepared
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.assignment import check_given
@@ -25,17 +26,6 @@ from jgraph.partition.files import limit_arenas
 from jgraph.partition.group import Group
 from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
 from jgraph.progress import Progress
-
-# The preparation's flags (`jgraph.data.prepare.Preparation`, applied in its order):
-# (flag, the step it sets, help).
-TRANSFORMS = (
-    ("remove_self_loops", "remove_self_loops", "drop self-loop edges"),
-    ("symmetrize", "symmetrize",
-     "add every edge's reverse and deduplicate (same-type relations)"),
-    ("add_reverse", "reverse_relations", "add a reverse relation rev_<name> for every relation"),
-    ("dedup", "dedup", "drop duplicate edges"),
-    ("self_loops", "self_loops", "give every node one self-loop (same-type relations)"),
-)
 
 
 class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
@@ -100,22 +90,7 @@ def add_commands(sub) -> None:
                    help="keep the raw assignment (balance is still reported)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing partition directory at --out")
-    for name, _, help_text in TRANSFORMS:
-        p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=help_text)
-    p.add_argument("--normalize-features", nargs="?", const="feat", metavar="NAME",
-                   help="scale each row of node array NAME (default feat) to sum 1")
-    p.add_argument("--link-split", metavar="VAL,TEST",
-                   help="for link prediction: hold out these fractions of each relation's "
-                        "edges as val and test positives (after --remove-self-loops, before "
-                        "the other transforms; pairs if the graph is or is made undirected) "
-                        "and store them with the partition, as `jgraph train` with "
-                        "task: link does (link.val_fraction, link.test_fraction)")
-    p.add_argument("--eval-negatives", type=int,
-                   help="with --link-split: fixed negatives per val/test positive "
-                        "(default: 1000)")
-    p.add_argument("--split-seed", type=int,
-                   help="with --link-split: seeds the held-out edges and their negatives "
-                        "(default: 0)")
+    preparation.add_flags(p, link=True)
     p.add_argument("--json", action="store_true",
                    help="print one JSON line of results instead of the summary")
     p.set_defaults(run=run_partition)
@@ -139,20 +114,6 @@ def load_assignment(path: str) -> np.ndarray:
         raise PartitionError(f"--assignment {path}: no such file") from None
     except (OSError, ValueError) as e:
         raise PartitionError(f"--assignment {path}: not a readable .npy array ({e})") from None
-
-
-def preparation_of(args) -> Preparation:
-    """The preparation the flags ask for (`jgraph.data.prepare`)."""
-    fractions = link_fractions(args.link_split)
-    given = [f for f, v in (("--eval-negatives", args.eval_negatives),
-                            ("--split-seed", args.split_seed)) if v is not None]
-    if fractions is None and given:
-        raise GraphError(f"{' and '.join(given)} only apply with --link-split VAL,TEST")
-    held_out = None if fractions is None else HeldOut(
-        *fractions, eval_negatives=1000 if args.eval_negatives is None else args.eval_negatives,
-        seed=args.split_seed or 0)
-    return Preparation(held_out=held_out, normalize_features=args.normalize_features,
-                       **{step: getattr(args, flag) for flag, step, _ in TRANSFORMS})
 
 
 def out_of_core(args) -> bool:
@@ -232,11 +193,11 @@ def run_partition(args) -> int:
     logs.LOGGER.info("jgraph partition %s -> %s (%d parts, %s)", args.dataset, args.out,
                      args.num_parts, args.method)
     try:
-        asked = preparation_of(args)
+        asked = preparation.from_args(args)
         # The flags add to what the input has done to it already (a chunked directory
         # records it); the partition records both.
         done = recorded_preparation(args.dataset)
-        preparation = done.then(asked)
+        recorded = done.then(asked)
         if (args.method == Method.GIVEN.value) != (args.assignment is not None):
             raise PartitionError("--method given and --assignment FILE.npy go together")
         assignment = None if args.assignment is None else load_assignment(args.assignment)
@@ -250,7 +211,7 @@ def run_partition(args) -> int:
                                tolerance=args.balance_tolerance,
                                rebalance=not args.no_rebalance, overwrite=args.overwrite,
                                progress=progress, edge_splits=edge_splits,
-                               assignment=assignment, preparation=preparation)
+                               assignment=assignment, preparation=recorded)
     except OutputExistsError as e:
         hint = "; pass --overwrite to replace it" if e.replaceable else ""
         raise PartitionError(f"--out {e.path}: {e.reason}{hint}") from None
@@ -271,7 +232,7 @@ def run_chunked(args, start: float, progress: Progress) -> int:
     options = ChunkedOptions(args.num_parts, seed=args.seed, tolerance=args.balance_tolerance,
                              range_entries=args.range_entries,
                              coarse_entries=args.coarse_entries)
-    asked = preparation_of(args)
+    asked = preparation.from_args(args)
     limit_arenas()                      # before any thread of the job starts
     start_distributed()                 # one of several processes: join them
     group = Group.from_jax()
@@ -330,18 +291,6 @@ def exit_alone(error: BaseException) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def link_fractions(text: str | None) -> tuple[float, float] | None:
-    """--link-split VAL,TEST as two fractions, or None."""
-    if text is None:
-        return None
-    try:
-        val, test = (float(x) for x in text.split(","))
-    except ValueError:
-        raise GraphError(f"--link-split {text!r}: give two fractions VAL,TEST, e.g. "
-                         f"0.1,0.1") from None
-    return val, test
 
 
 def result_row(meta: PartitionMeta, out: str, seconds: float) -> dict:

@@ -255,3 +255,13 @@ def test_a_signal_while_the_step_compiles_stops_the_run_at_once(tmp_path):
     assert code == -signal.SIGTERM, "".join(seen)
     assert time.monotonic() - start < 10
     assert not list((tmp_path / "run" / "checkpoints").iterdir())
+
+
+def test_every_step_of_a_preparation_has_its_flag():
+    """A step added to Preparation without a flag would be out of the CLI's reach."""
+    import dataclasses
+
+    from jgraph.cli.preparation import SWITCHES
+    from jgraph.data.prepare import Preparation
+    assert set(SWITCHES) | {"held_out", "normalize_features"} == {
+        f.name for f in dataclasses.fields(Preparation)}
