@@ -13,8 +13,8 @@ import jax
 
 from jgraph.data import DatasetError
 from jgraph.data.prepare import HeldOut
+from jgraph.jobs.dataset import data_preparation, open_data
 from jgraph.jobs.experiment import DataConfig
-from jgraph.jobs.run import data_preparation, open_data
 from jgraph.mesh import first_devices
 from jgraph.partition import PartitionMeta
 from jgraph.progress import Progress
@@ -26,7 +26,7 @@ def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Prog
                       node_data: tuple[str, ...] = (), splits: tuple[str, ...] = (),
                       held_out: HeldOut | None = None
                       ) -> Iterator[tuple[PartitionMeta, DistGraph]]:
-    """`data.path` prepared and partitioned as training does it (`jgraph.jobs.run.
+    """`data.path` prepared and partitioned as training does it (`jgraph.jobs.dataset.
     open_data`: data's preparation, and link prediction's `held_out` edges) into
     `data.num_parts`, opened on a mesh of the first `data.num_parts` devices; a
     partition directory as it is.

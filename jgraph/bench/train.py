@@ -28,13 +28,9 @@ from jgraph.bench.config import TrainBench
 from jgraph.bench.profile import phase_breakdown
 from jgraph.exchange import ExchangeStats
 from jgraph.jobs import build_run
+from jgraph.jobs.dataset import preparation
 from jgraph.jobs.experiment import Task
-from jgraph.jobs.run import (
-    calibrated_exchange,
-    calibrated_sampler,
-    check_stats,
-    preparation,
-)
+from jgraph.jobs.run import calibrated_exchange, calibrated_sampler, check_stats
 from jgraph.partition.files import peak_rss_bytes
 from jgraph.progress import Progress
 

@@ -19,9 +19,10 @@ import jax.numpy as jnp
 from jgraph.cost import Costs, roofline
 from jgraph.jobs import build_run, kind_of
 from jgraph.jobs.abstract import check_fanouts, counts_of
+from jgraph.jobs.dataset import open_graph
 from jgraph.jobs.experiment import Experiment
 from jgraph.jobs.programs import Program, Programs
-from jgraph.jobs.run import Run, open_graph
+from jgraph.jobs.run import Run
 from jgraph.mesh import first_devices, make_mesh
 from jgraph.progress import Progress
 from jgraph.target import Analysis, Target, target_mesh

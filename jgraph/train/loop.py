@@ -31,16 +31,10 @@ import yaml
 from jgraph.config import to_dict
 from jgraph.exchange import sizing
 from jgraph.jobs import build_run
+from jgraph.jobs.dataset import open_graph, run_mesh
 from jgraph.jobs.evaluate import evaluate_splits
 from jgraph.jobs.experiment import Experiment
-from jgraph.jobs.run import (
-    Run,
-    calibrated_exchange,
-    calibrated_sampler,
-    check_stats,
-    open_graph,
-    run_mesh,
-)
+from jgraph.jobs.run import Run, calibrated_exchange, calibrated_sampler, check_stats
 from jgraph.jobs.step import NodeClassification, TrainState
 from jgraph.mesh import host_sync
 from jgraph.progress import Progress

@@ -9,9 +9,10 @@ import jax
 
 from jgraph.config import ConfigError
 from jgraph.jobs import build_run
+from jgraph.jobs.dataset import PARTITION_DIR, is_partition_dir, open_graph, run_mesh
 from jgraph.jobs.evaluate import evaluate_splits
 from jgraph.jobs.experiment import Experiment, Inference
-from jgraph.jobs.run import PARTITION_DIR, Run, is_partition_dir, open_graph, run_mesh
+from jgraph.jobs.run import Run
 from jgraph.mesh import all_processes, host_sync
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph

@@ -31,8 +31,8 @@ from jgraph.data import (
     symmetrize,
 )
 from jgraph.data.prepare import prepare
+from jgraph.jobs.dataset import preparation
 from jgraph.jobs.experiment import DataConfig, Experiment, LinkConfig, Task
-from jgraph.jobs.run import preparation
 from jgraph.partition import PartitionError, PartitionFormatError, open_partitions, partition_graph
 from jgraph.partition.check import check_part
 

@@ -219,7 +219,7 @@ def test_a_config_asks_the_whole_preparation_of_a_graph_that_has_some_of_it():
 
 def test_a_partition_directory_asked_for_another_preparation_is_refused_by_name(tmp_path):
     from jgraph.config import ConfigError
-    from jgraph.jobs.run import check_prepared
+    from jgraph.jobs.dataset import check_prepared
     from jgraph.partition import partition_graph
     cora = load_dataset("cora")
     made = Preparation(self_loops=True)

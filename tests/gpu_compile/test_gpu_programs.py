@@ -23,9 +23,9 @@ from jgraph.kernels.sample import draw_positions, draw_positions_pallas
 
 from jgraph.config import load
 from jgraph.jobs import build_run
+from jgraph.jobs.dataset import open_graph
 from jgraph.jobs.experiment import Experiment
 from jgraph.jobs.programs import Program
-from jgraph.jobs.run import open_graph
 from jgraph.mesh import first_devices
 from jgraph.planner.compile import build, compile_step
 from jgraph.progress import Progress

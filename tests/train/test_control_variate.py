@@ -29,6 +29,7 @@ from jgraph.bench.exchange import global_csc
 from jgraph.data import load_dataset
 from jgraph.data.sparse import SparseRows
 from jgraph.jobs import build_run
+from jgraph.jobs.dataset import run_mesh
 from jgraph.jobs.experiment import (
     DataConfig,
     Experiment,
@@ -37,7 +38,6 @@ from jgraph.jobs.experiment import (
     Sampler,
     TrainConfig,
 )
-from jgraph.jobs.run import run_mesh
 from jgraph.jobs.step import masked_cross_entropy
 from jgraph.jobs.windows import full_graph_logits
 from jgraph.mesh import REPLICATED, ROWS, rows_sharding

@@ -31,8 +31,8 @@ from jgraph.bench.exchange import global_csc
 from jgraph.data import add_reverse_relations, load_dataset, load_npz
 from jgraph.data.datasets import builtin_path
 from jgraph.jobs import build_run
+from jgraph.jobs.dataset import run_mesh
 from jgraph.jobs.experiment import DataConfig, Experiment, ModelConfig, TrainConfig
-from jgraph.jobs.run import run_mesh
 from jgraph.jobs.step import masked_cross_entropy
 from jgraph.jobs.windows import edge_window, full_graph_logits, labelled_rows
 from jgraph.mesh import REPLICATED, ROWS

@@ -21,6 +21,7 @@ from flax import nnx
 from jgraph.bench.exchange import global_csc
 from jgraph.data import add_reverse_relations, load_dataset, load_npz
 from jgraph.jobs import build_run
+from jgraph.jobs.dataset import run_mesh
 from jgraph.jobs.evaluate import SampledEvaluator, evaluate_splits
 from jgraph.jobs.experiment import (
     DataConfig,
@@ -30,7 +31,6 @@ from jgraph.jobs.experiment import (
     TrainConfig,
 )
 from jgraph.jobs.inference import edge_window, full_graph_logits
-from jgraph.jobs.run import run_mesh
 from jgraph.models import Aggregator, Decomposition, Neighbourhood, OneHotRelGraphConv
 from jgraph.partition import partition_graph
 from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig

@@ -25,6 +25,7 @@ from flax import nnx
 from jgraph.config import load
 from jgraph.data import load_dataset, split_edges
 from jgraph.jobs import build_run
+from jgraph.jobs.dataset import open_graph
 from jgraph.jobs.experiment import Experiment, Inference, LinkLoss
 from jgraph.jobs.link import (
     MATMUL_NODES_PER_NEGATIVE,
@@ -34,7 +35,6 @@ from jgraph.jobs.link import (
     rank_metrics,
     score_edges,
 )
-from jgraph.jobs.run import open_graph
 from jgraph.models import Neighbourhood
 from jgraph.models.link import Decoder, LinkPredictor
 from jgraph.partition import partition_graph
