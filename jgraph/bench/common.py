@@ -13,10 +13,11 @@ import jax
 
 from jgraph.data import DatasetError
 from jgraph.data.prepare import HeldOut
-from jgraph.jobs.dataset import data_preparation, open_data
+from jgraph.jobs.dataset import data_preparation, is_partition_dir, open_data
 from jgraph.jobs.experiment import DataConfig
 from jgraph.mesh import first_devices
 from jgraph.partition import PartitionMeta
+from jgraph.partition.store import read_meta
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph, make_mesh
 
@@ -39,12 +40,12 @@ def partition_on_mesh(data: DataConfig, *, seed: int, bench: str, progress: Prog
     num_parts = data.num_parts
     mesh = make_mesh(num_parts, first_devices(num_parts))
     asked = dataclasses.replace(data_preparation(data), held_out=held_out)
+    if is_partition_dir(data.path) and read_meta(data.path).num_parts != num_parts:
+        raise DatasetError(f"{data.path}: holds {read_meta(data.path).num_parts} partitions, "
+                           f"data.num_parts is {num_parts}; they must match")
     with tempfile.TemporaryDirectory(prefix="jgraph-bench-") as tmp:
         dg = open_data(data, asked, mesh, tmp, progress, seed=seed, check_seeds=False)
         meta = dg.meta
-        if meta.num_parts != num_parts:
-            raise DatasetError(f"{data.path}: holds {meta.num_parts} partitions, "
-                               f"data.num_parts is {num_parts}; they must match")
         t = meta.node_types[0]
         missing = [n for n in node_data if n not in meta.node_data.get(t, {})]
         if len(meta.node_types) != 1 or missing:
