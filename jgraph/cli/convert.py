@@ -65,7 +65,7 @@ def run_convert(args) -> int:
     tables = is_schema_file(args.input)
     asked = preparation.from_args(args)
     streamed = (is_streamed(args.input) or is_dgl_chunked_dir(args.input)
-                or (is_chunked_dir(args.input) and asked.steps))
+                or is_chunked_dir(args.input))
     how = "from tables" if tables else "streamed" if streamed else "read whole"
     logs.LOGGER.info("jgraph convert %s -> %s (%s)", args.input, args.out, how)
     write = convert_tables if tables else convert

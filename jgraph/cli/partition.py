@@ -120,11 +120,11 @@ def out_of_core(args) -> bool:
     """Whether the request goes to the chunked route (`partition_chunked`): a chunked
     graph directory and the multilevel method, without what needs the graph in memory
     (a given assignment, --no-rebalance; refused where asked for by name). The
-    preparation is streamed on that route (`jgraph.data.prepare_chunked`)."""
+    preparation, held-out link edges included, is streamed on that route
+    (`jgraph.data.prepare_chunked`)."""
     if not is_chunked_dir(args.dataset) or args.method not in (None, Method.MULTILEVEL.value):
         return False
-    asked = [flag for flag, value in (("--link-split", args.link_split),
-                                      ("--assignment", args.assignment),
+    asked = [flag for flag, value in (("--assignment", args.assignment),
                                       ("--no-rebalance", args.no_rebalance)) if value]
     if asked:
         raise PartitionError(f"{' '.join(asked)}: not available when partitioning a chunked "

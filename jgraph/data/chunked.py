@@ -19,6 +19,9 @@ Layout (format version 1):
                                          int32[n_i, K] and <name>.values-00000.npy [n_i, K]
     DIR/splits/<type>/<name>-00000.npy   int[k_i] node ids (type-local) of a named split,
                                          sorted and unique across the chunks
+    DIR/edge_splits/<split>/<key>-00000.npy  link prediction's positives of a split:
+                                         src, dst int64[k_i] (homogeneous), etype
+                                         int32[k_i], negatives int64[k_i, K]
     DIR/ids/<type>.npy                   int64[n] or S<k>[n] (UTF-8) the user's own id of
                                          each node of the type, whole (optional; a type
                                          without one is known by its ids 0..n-1)
@@ -40,6 +43,10 @@ the chunks laid end to end (its edge id). `metadata.json`:
                                   "value_files": [values files]}}},
      "splits": {"_N": {"train": {"rows": [k_0, ...], "files": [...]}}},
      "ids": {"_N": {"file": "ids/_N.npy", "dtype": "S12"}},     # optional; or "int64"
+     "edge_splits": {"val": {"rows": [k_0, ...], "src": [files], "dst": [files],
+                             "etype": [files], "negatives": [files],
+                             "num_negatives": 1000}, ...},
+                 # optional: link prediction's held-out positives (`jgraph.data.held_out`)
      "preparation": {"symmetrize": true, ...}}   # optional: what was done to the graph
                                                  # (`jgraph.data.prepare.Preparation`)
 
@@ -68,16 +75,19 @@ from jgraph.data.graph import (
     Graph,
     GraphError,
     Relation,
-    _check_conventions,
-    _check_ids,
-    _check_name,
-    _row_arrays,
+    check_conventions,
+    check_ids,
+    check_name,
     check_user_ids,
+    row_arrays,
 )
+from jgraph.data.links import EdgeSet
 from jgraph.data.npz import DatasetError
 from jgraph.data.sparse import SparseRows
 
 FORMAT, VERSION = "jgraph-chunked", 1
+# The arrays of a held-out edge split besides its negatives: (key, dtype, row shape).
+EDGE_SPLIT_ARRAYS = (("src", "int64", ()), ("dst", "int64", ()), ("etype", "int32", ()))
 METADATA = "metadata.json"
 _ID_KINDS = "iu"
 
@@ -178,7 +188,8 @@ class ChunkedGraph:
     Fields: root; name; num_nodes {type: n} in id order; relations [Relation];
     edges: {"src", "dst", "etype"?: Chunks}; edge_data {name: Chunks}; node_data
     {type: {name: Chunks}}; splits {type: {name: Chunks}}; ids {type: (file, dtype)}
-    of the types that keep the user's own ids (`node_ids`).
+    of the types that keep the user's own ids (`node_ids`); edge_splits {split: {"src",
+    "dst", "etype", "negatives"?: Chunks}}, link prediction's held-out positives.
     """
 
     def __init__(self, root: str | os.PathLike):
@@ -221,7 +232,7 @@ class ChunkedGraph:
             raise DatasetError(self._where("'num_nodes' must map node types to counts"))
         for t, n in num_nodes.items():
             try:
-                _check_name("node type", t)
+                check_name("node type", t)
             except GraphError as e:
                 raise DatasetError(self._where(str(e))) from None
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -278,6 +289,26 @@ class ChunkedGraph:
                 raise DatasetError(self._where(f"ids.{t}: expected a file name and dtype int64 "
                                                f"or S<k> (UTF-8 bytes), got {entry}"))
             self.ids[t] = (file, dtype)
+        self.edge_splits = {}
+        for name, entry in raw.get("edge_splits", {}).items():
+            try:
+                check_name("edge split", name)
+            except GraphError as e:
+                raise DatasetError(self._where(str(e))) from None
+            rows = self._rows(entry["rows"], f"edge_splits.{name}.rows")
+            arrays = {key: self._chunks(f"edge_splits.{name}.{key}",
+                                        {"files": entry[key], "rows": rows, "dtype": dtype,
+                                         "shape": shape}, rows_given=True)
+                      for key, dtype, shape in EDGE_SPLIT_ARRAYS}
+            if entry.get("negatives") is not None:
+                k = entry["num_negatives"]
+                if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+                    raise DatasetError(self._where(f"edge_splits.{name}.num_negatives = "
+                                                   f"{k!r} is not a count"))
+                arrays["negatives"] = self._chunks(
+                    f"edge_splits.{name}.negatives", {"files": entry["negatives"],
+                                                      "rows": rows, "shape": [k]}, True)
+            self.edge_splits[name] = arrays
 
     def _known_type(self, t: str, field: str) -> None:
         if t not in self.num_nodes:
@@ -295,7 +326,7 @@ class ChunkedGraph:
         name = field.rsplit(".", 1)[-1]
         if field.startswith(("node_data", "edge_data", "splits")):
             try:
-                _check_name(field.split(".")[0].replace("_", " "), name)
+                check_name(field.split(".")[0].replace("_", " "), name)
             except GraphError as e:
                 raise DatasetError(self._where(str(e))) from None
         rows = entry["rows"] if rows_given else self._rows(entry["rows"], f"{field}.rows")
@@ -358,6 +389,9 @@ class ChunkedGraph:
         for t, named in self.splits.items():
             for name, c in named.items():
                 check(f"splits.{t}.{name}", c, ids=True)
+        for name, arrays in self.edge_splits.items():
+            for key, c in arrays.items():
+                check(f"edge_splits.{name}.{key}", c)
         for t, (file, dtype) in self.ids.items():
             shape, stored = npy_header(os.path.join(self.root, file))
             if shape != (self.num_nodes[t],) or stored != dtype:
@@ -368,10 +402,11 @@ class ChunkedGraph:
     # -- views ------------------------------------------------------------------------
 
     def all_chunks(self) -> list[Chunks]:
-        """Every array's chunks: edges, edge data, node data, splits."""
+        """Every array's chunks: edges, edge data, node data, splits, edge splits."""
         return [*self.edges.values(), *self.edge_data.values(),
                 *(c for named in self.node_data.values() for c in named.values()),
-                *(c for named in self.splits.values() for c in named.values())]
+                *(c for named in self.splits.values() for c in named.values()),
+                *(c for arrays in self.edge_splits.values() for c in arrays.values())]
 
     @property
     def node_types(self) -> tuple[str, ...]:
@@ -534,8 +569,29 @@ class ChunkedGraph:
                                            f"{list(self.num_nodes)}"))
         return self.load(self.ids[ntype][0]) if ntype in self.ids else None
 
-    def to_graph(self) -> Graph:
-        """The whole graph in memory (for graphs that fit: `--method metis`)."""
+    def edge_set(self, split: str) -> EdgeSet:
+        """The held-out positives of edge split `split`, whole, in memory."""
+        if split not in self.edge_splits:
+            raise DatasetError(self._where(f"edge_splits: no split {split!r}; the graph has "
+                                           f"{sorted(self.edge_splits) or 'none'}"))
+        arrays = self.edge_splits[split]
+
+        def whole(key: str) -> np.ndarray:
+            c = arrays[key]
+            return np.concatenate([np.zeros((0, *c.shape), c.dtype),
+                                   *(np.asarray(self.load(f)) for f in c.files)])
+        return EdgeSet(whole("src"), whole("dst"), whole("etype"),
+                       whole("negatives") if "negatives" in arrays else None)
+
+    def to_graph(self, *, edge_splits: bool = True) -> Graph:
+        """The whole graph in memory (for graphs that fit: `--method metis`). A graph with
+        held-out link edges is refused (a `Graph` does not carry them) unless
+        `edge_splits` is False: then they are left aside (`edge_set` reads them)."""
+        if self.edge_splits and edge_splits:
+            raise DatasetError(f"{self.root}: holds link prediction's held-out edges "
+                               f"({', '.join(self.edge_splits)}), which a graph in memory "
+                               f"does not carry; partition it in bounded memory "
+                               f"(--method multilevel, data.method: multilevel)")
         chunks = list(self.edge_chunks())
         cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)
         src, dst = cat([c.src for c in chunks], np.int64), cat([c.dst for c in chunks], np.int64)
@@ -606,7 +662,7 @@ class ChunkedWriter:
         else:
             self.num_nodes = {DEFAULT_NTYPE: int(num_nodes)}
         for t, n in self.num_nodes.items():
-            _check_name("node type", t)
+            check_name("node type", t)
             if n < 0:
                 raise GraphError(f"num_nodes[{t!r}] = {n} is negative")
         if relations is None:
@@ -636,6 +692,7 @@ class ChunkedWriter:
         self._splits: dict[str, dict[str, dict]] = {}
         self._ids: dict[str, dict[str, str]] = {}
         self._split_last: dict[tuple[str, str], int] = {}
+        self._edge_splits: dict[str, dict] = {}
         self._stack = contextlib.ExitStack()
         self._dir: str | None = None
 
@@ -688,13 +745,13 @@ class ChunkedWriter:
                                  f"{[tuple(x) for x in self.relations]}")
             i = self.relations.index(r)
             for key, a, t in (("src", src, r.src_type), ("dst", dst, r.dst_type)):
-                _check_ids(a, self.num_nodes[t], f"{what}: {key} (type {t!r})")
+                check_ids(a, self.num_nodes[t], f"{what}: {key} (type {t!r})")
             src = src.astype(np.int64) + self._offsets[r.src_type]
             dst = dst.astype(np.int64) + self._offsets[r.dst_type]
             etype = np.full(src.size, i, np.int32)
         else:
             for key, a in (("src", src), ("dst", dst)):
-                _check_ids(a, self._total, f"{what}: {key}")
+                check_ids(a, self._total, f"{what}: {key}")
             if etype is None:
                 if len(self.relations) > 1:
                     raise GraphError(f"{what}: the graph has {len(self.relations)} relations: "
@@ -704,12 +761,12 @@ class ChunkedWriter:
             if etype.shape != src.shape or (etype.dtype.kind not in _ID_KINDS and etype.size):
                 raise GraphError(f"{what}: etype must be integers of src's length, got "
                                  f"{etype.dtype}{list(etype.shape)}")
-            _check_ids(etype, len(self.relations), f"{what}: etype")
+            check_ids(etype, len(self.relations), f"{what}: etype")
         data = dict(data or {})
         if k and set(data) != set(self._edge_data):
             raise GraphError(f"{what}: edge data {sorted(data)}, but the first chunk had "
                              f"{sorted(self._edge_data)}; every chunk carries the same")
-        checked = _row_arrays(data, src.size, "edge", what)
+        checked = row_arrays(data, src.size, "edge", what)
         for name, values in checked.items():
             entry = self._edge_data.setdefault(
                 name, {"dtype": values.dtype.name, "shape": list(values.shape[1:]),
@@ -739,8 +796,8 @@ class ChunkedWriter:
         start = sum(entry["rows"]) if entry else 0
         what = f"type {ntype!r} rows {start}.."
         try:
-            checked = _row_arrays({name: rows}, len(rows), "node", what)
-            _check_conventions(checked, what)
+            checked = row_arrays({name: rows}, len(rows), "node", what)
+            check_conventions(checked, what)
         except GraphError as e:
             raise GraphError(f"node data {name!r}: {e}") from None
         values = checked[name]
@@ -772,13 +829,13 @@ class ChunkedWriter:
         """The next ids (type-local, sorted, unique, above those given before) of the
         named node set `name` (train, val, test, ...)."""
         ntype = self._type(ntype)
-        _check_name("split", name)
+        check_name("split", name)
         ids = np.asarray(ids)
         what = f"split {name!r} of type {ntype!r}"
         if ids.ndim != 1 or (ids.dtype.kind not in _ID_KINDS and ids.size):
             raise GraphError(f"{what}: ids must be a 1-D integer array, got "
                              f"{ids.dtype}{list(ids.shape)}")
-        _check_ids(ids, self.num_nodes[ntype], what)
+        check_ids(ids, self.num_nodes[ntype], what)
         last = self._split_last.get((ntype, name), -1)
         ids = ids.astype(np.int64)
         if ids.size and (ids[0] <= last or (np.diff(ids) <= 0).any()):
@@ -791,6 +848,41 @@ class ChunkedWriter:
         entry["rows"].append(int(ids.size))
         if ids.size:
             self._split_last[ntype, name] = int(ids[-1])
+
+    def add_edge_split(self, name: str, src, dst, etype, negatives=None) -> None:
+        """The next positives of link prediction's edge split `name` (train, val, test):
+        homogeneous src, dst, their relation's index etype, and for an evaluation split
+        negatives int[k, K], fixed negative destinations (homogeneous)."""
+        check_name("edge split", name)
+        arrays = {"src": np.asarray(src), "dst": np.asarray(dst), "etype": np.asarray(etype)}
+        what = f"edge split {name!r}"
+        if any(a.ndim != 1 or a.shape != arrays["src"].shape for a in arrays.values()):
+            raise GraphError(f"{what}: src, dst and etype must be 1-D and of one length, got "
+                             f"{ {k: list(a.shape) for k, a in arrays.items()} }")
+        for key, limit in (("src", self._total), ("dst", self._total),
+                           ("etype", len(self.relations))):
+            check_ids(arrays[key], limit, f"{what}: {key}")
+        entry = self._edge_splits.setdefault(
+            name, {"rows": [], **{key: [] for key, _, _ in EDGE_SPLIT_ARRAYS},
+                   "negatives": None if negatives is None else []})
+        if (negatives is None) != (entry["negatives"] is None):
+            raise GraphError(f"{what}: negatives given for some chunks and not others")
+        if negatives is not None:
+            negatives = np.asarray(negatives)
+            if negatives.ndim != 2 or negatives.shape[0] != arrays["src"].size:
+                raise GraphError(f"{what}: negatives must be [{arrays['src'].size}, K], got "
+                                 f"{list(negatives.shape)}")
+            if entry.setdefault("num_negatives", negatives.shape[1]) != negatives.shape[1]:
+                raise GraphError(f"{what}: {negatives.shape[1]} negatives each, earlier "
+                                 f"chunks {entry['num_negatives']}")
+            check_ids(negatives, self._total, f"{what}: negatives")
+            arrays["negatives"] = negatives
+        k = len(entry["rows"])
+        for key, dtype, _ in (*EDGE_SPLIT_ARRAYS, ("negatives", "int64", ())):
+            if key in arrays:
+                entry[key].append(self._save(f"edge_splits/{name}/{key}-{k:05d}.npy",
+                                             arrays[key].astype(dtype)))
+        entry["rows"].append(int(arrays["src"].size))
 
     def add_ids(self, ids, *, ntype: str | None = None) -> None:
         """The user's own id of every node of `ntype`, whole, in node order: integers
@@ -832,6 +924,8 @@ class ChunkedWriter:
         }
         if self._ids:
             meta["ids"] = self._ids
+        if self._edge_splits:
+            meta["edge_splits"] = self._edge_splits
         if self.preparation:
             meta["preparation"] = self.preparation
         path = os.path.join(self._dir, METADATA)

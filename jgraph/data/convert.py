@@ -28,20 +28,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jgraph.data.chunked import ChunkedWriter, check_chunked_out, save_chunked
+from jgraph.data.chunked import ChunkedWriter, check_chunked_out, is_chunked_dir, save_chunked
 from jgraph.data.datasets import load_dataset
 from jgraph.data.dgl import convert_dgl, is_dgl_chunked_dir
 from jgraph.data.graph import GraphError
 from jgraph.data.npz import DatasetError, as_dataset_errors
 from jgraph.data.ogb import (
     _SPLITS,
-    _read_csv,
-    _read_labels,
-    _read_values,
-    _split_dir,
     csv_blocks,
     is_ogb_dir,
+    ogb_split_dir,
+    read_ogb_csv,
+    read_ogb_labels,
+    read_ogb_values,
 )
+from jgraph.data.prepare import Preparation
+from jgraph.data.prepare_chunked import prepare_chunked
 from jgraph.progress import Progress
 
 EDGES_PER_CHUNK, ROWS_PER_CHUNK = 1 << 24, 1 << 20
@@ -230,7 +232,7 @@ def convert_ogb(path: str | os.PathLike, out: str | os.PathLike, *, split: str |
     binary = os.path.exists(os.path.join(raw, "data.npz"))
     num_nodes, edges, node_data = (_binary(raw, edges_per_chunk, rows_per_chunk) if binary
                                    else _csv(raw, edges_per_chunk, rows_per_chunk))
-    split_dir = _split_dir(path, split)
+    split_dir = ogb_split_dir(path, split)
     splits = _splits(split_dir) if split_dir else {}
     write_streams(out, num_nodes, edges, node_data, splits,
                   name=name or os.path.basename(os.path.normpath(path)),
@@ -302,15 +304,15 @@ def _one_count(file: str, key: str) -> int:
 def _csv(raw: str, edges: int, rows: int) -> tuple[int, Stream, dict[str, Stream]]:
     """ogbn-arxiv's and -products' layout: raw/edge.csv.gz (+ edge-feat.csv.gz),
     num-node-list.csv.gz, node-feat.csv.gz, node_year.csv.gz, node-label.csv.gz."""
-    num_nodes = int(_read_csv(os.path.join(raw, "num-node-list.csv.gz"), np.int64)[0, 0])
+    num_nodes = int(read_ogb_csv(os.path.join(raw, "num-node-list.csv.gz"), np.int64)[0, 0])
     node_data = {}
     feat = os.path.join(raw, "node-feat.csv.gz")
     if os.path.exists(feat):
         node_data["feat"] = Stream(feat, (b.astype(np.float32)
                                           for b in csv_blocks(feat, rows=rows)))
     # One value per node: small enough to read whole (and read as load_ogb reads them).
-    for file, key, read in (("node_year.csv.gz", "year", _read_values),
-                            ("node-label.csv.gz", "label", _read_labels)):
+    for file, key, read in (("node_year.csv.gz", "year", read_ogb_values),
+                            ("node-label.csv.gz", "label", read_ogb_labels)):
         file = os.path.join(raw, file)
         if os.path.exists(file):
             node_data[key] = Stream(file, _blocks(read(file), rows))
@@ -354,7 +356,7 @@ def _splits(directory: str) -> dict[str, np.ndarray]:
     for ogb_name, name in _SPLITS.items():
         file = os.path.join(directory, f"{ogb_name}.csv.gz")
         if os.path.exists(file):
-            ids = _read_csv(file, np.int64)[:, 0]
+            ids = read_ogb_csv(file, np.int64)[:, 0]
             unique = np.unique(ids)
             if unique.size != ids.size:
                 raise DatasetError(f"{file}: lists {ids.size - unique.size} node(s) more "
@@ -405,8 +407,9 @@ def convert(spec: str | os.PathLike, out: str | os.PathLike, *,
             edges_per_chunk: int = EDGES_PER_CHUNK, rows_per_chunk: int = ROWS_PER_CHUNK,
             overwrite: bool = False, progress: Progress | None = None) -> None:
     """Write the graph `spec` names (anything `load_dataset` reads, or a DGL chunked
-    graph directory) as a chunked graph directory `out`: a homogeneous OGB directory and
-    a DGL chunked directory streamed, anything else read whole."""
+    graph directory) as a chunked graph directory `out`: a homogeneous OGB directory, a
+    DGL chunked directory and a chunked directory (re-chunked, with what was done to it
+    and its held-out edges) streamed, anything else read whole."""
     progress = progress or Progress(enabled=False)
     for flag, value in (("edges_per_chunk", edges_per_chunk), ("rows_per_chunk", rows_per_chunk)):
         if value < 1:
@@ -415,6 +418,10 @@ def convert(spec: str | os.PathLike, out: str | os.PathLike, *,
     if is_streamed(spec):
         convert_ogb(spec, out, edges_per_chunk=edges_per_chunk, rows_per_chunk=rows_per_chunk,
                     overwrite=overwrite, progress=progress)
+        return
+    if is_chunked_dir(spec):
+        prepare_chunked(spec, out, Preparation(), overwrite=overwrite, progress=progress,
+                        block_edges=edges_per_chunk, rows_per_chunk=rows_per_chunk)
         return
     if is_dgl_chunked_dir(spec):
         convert_dgl(spec, out, edges_per_chunk=edges_per_chunk, rows_per_chunk=rows_per_chunk,

@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from jgraph.data.chunked import METADATA, npy_header
-from jgraph.data.graph import GraphError, Relation, _check_name
+from jgraph.data.graph import GraphError, Relation, check_name
 from jgraph.data.npz import DatasetError
 from jgraph.data.table_reader import import_pyarrow
 
@@ -204,7 +204,7 @@ def _names(raw: Mapping, key: str, fail, check: bool = True) -> list[str]:
 
 def _named(fail, field: str, kind: str, name: str) -> None:
     try:
-        _check_name(kind, name)
+        check_name(kind, name)
     except GraphError as e:
         fail(field, str(e))
 

@@ -39,14 +39,14 @@ class GraphError(ValueError):
     """A graph whose arrays are inconsistent; the message names the offending field."""
 
 
-def _check_name(kind: str, name: str) -> None:
+def check_name(kind: str, name: str) -> None:
     if not isinstance(name, str) or not _SAFE_NAME.match(name):
         raise GraphError(
             f"{kind} name {name!r} is not allowed: use letters, digits and _ . @ + - "
             f"(not starting with a dot)")
 
 
-def _check_ids(ids: np.ndarray, limit: int, what: str) -> None:
+def check_ids(ids: np.ndarray, limit: int, what: str) -> None:
     """Raise if any id is negative or >= limit, naming the first offender."""
     if ids.size == 0:
         return
@@ -95,7 +95,7 @@ class Graph:
     def __post_init__(self):
         num_nodes = {}
         for ntype, n in self.num_nodes.items():
-            _check_name("node type", ntype)
+            check_name("node type", ntype)
             if int(n) != n or n < 0:
                 raise GraphError(f"num_nodes[{ntype!r}] = {n!r} is not a non-negative integer")
             num_nodes[ntype] = int(n)
@@ -121,8 +121,8 @@ class Graph:
                 raise GraphError(f"edges of relation {tuple(rel)} must be integers, "
                                  f"got {index.dtype}")
             index = np.ascontiguousarray(index, dtype=np.int64)
-            _check_ids(index[0], num_nodes[rel.src_type], f"relation {tuple(rel)} source")
-            _check_ids(index[1], num_nodes[rel.dst_type], f"relation {tuple(rel)} destination")
+            check_ids(index[0], num_nodes[rel.src_type], f"relation {tuple(rel)} source")
+            check_ids(index[1], num_nodes[rel.dst_type], f"relation {tuple(rel)} destination")
             edges[rel] = index
         if len({r.name for r in edges}) != len(edges):
             raise GraphError(f"relation names must be unique, got {[r.name for r in edges]}")
@@ -131,15 +131,15 @@ class Graph:
         for ntype, arrays in self.node_data.items():
             if ntype not in num_nodes:
                 raise GraphError(f"node data for unknown node type {ntype!r}")
-            node_data[ntype] = _row_arrays(arrays, num_nodes[ntype], "node", f"type {ntype!r}")
-            _check_conventions(node_data[ntype], f"type {ntype!r}")
+            node_data[ntype] = row_arrays(arrays, num_nodes[ntype], "node", f"type {ntype!r}")
+            check_conventions(node_data[ntype], f"type {ntype!r}")
 
         edge_data = {}
         for rel, arrays in self.edge_data.items():
             rel = Relation(*rel)
             if rel not in edges:
                 raise GraphError(f"edge data for unknown relation {tuple(rel)}")
-            edge_data[rel] = _row_arrays(arrays, edges[rel].shape[1], "edge",
+            edge_data[rel] = row_arrays(arrays, edges[rel].shape[1], "edge",
                                          f"relation {tuple(rel)}")
 
         splits = {}
@@ -148,13 +148,13 @@ class Graph:
                 raise GraphError(f"split for unknown node type {ntype!r}")
             splits[ntype] = {}
             for key, idx in named.items():
-                _check_name("split", key)
+                check_name("split", key)
                 idx = np.asarray(idx)
                 if idx.ndim != 1 or not (np.issubdtype(idx.dtype, np.integer) or idx.size == 0):
                     raise GraphError(f"split {key!r} of type {ntype!r} must be a 1-D integer "
                                      f"array, got {idx.dtype}{list(idx.shape)}")
                 idx = idx.astype(np.int64)
-                _check_ids(idx, num_nodes[ntype], f"split {key!r} of type {ntype!r}")
+                check_ids(idx, num_nodes[ntype], f"split {key!r} of type {ntype!r}")
                 unique = np.unique(idx)
                 if unique.size != idx.size:
                     raise GraphError(f"split {key!r} of type {ntype!r} lists "
@@ -274,23 +274,23 @@ def check_user_ids(values, count: int, what: str) -> np.ndarray:
     from jgraph.data.ids import repeats  # which imports this module
     first, _ = repeats(values)
     if first.size:
-        raise GraphError(f"{what}: id {_shown(values[first[0]])} names more than one "
+        raise GraphError(f"{what}: id {shown_id(values[first[0]])} names more than one "
                          f"node ({first.size} repeated id(s))")
     return values
 
 
-def _shown(value) -> str:
+def shown_id(value) -> str:
     """A user id as a message shows it: strings decoded and quoted."""
     return repr(value.decode("utf-8", "replace")) if isinstance(value, bytes) else str(value)
 
 
-def _row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,
+def row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,
                 owner: str) -> dict[str, np.ndarray]:
     """Per-node or per-edge arrays, checked: safe names, one row per node (edge),
     numbers (or booleans), and no NaN or infinity."""
     out = {}
     for key, value in arrays.items():
-        _check_name(f"{unit} data", key)
+        check_name(f"{unit} data", key)
         what = f"{unit} data {key!r} of {owner}"
         if isinstance(value, SparseRows):
             out[key] = _sparse_rows(value, rows, unit, what)
@@ -317,7 +317,7 @@ def _row_arrays(arrays: Mapping[str, np.ndarray], rows: int, unit: str,
 
 
 def _sparse_rows(value: SparseRows, rows: int, unit: str, what: str) -> SparseRows:
-    """Sparse rows, checked as `_row_arrays` checks dense ones, and their columns."""
+    """Sparse rows, checked as `row_arrays` checks dense ones, and their columns."""
     idx, val = np.asarray(value.indices), np.asarray(value.values)
     if idx.ndim != 2 or idx.shape != val.shape or idx.shape[0] != rows:
         raise GraphError(f"{what}: sparse indices {list(idx.shape)} and values "
@@ -337,7 +337,7 @@ def _sparse_rows(value: SparseRows, rows: int, unit: str, what: str) -> SparseRo
     return SparseRows(idx.astype(np.int32, copy=False), val, value.width)
 
 
-def _check_conventions(arrays: Mapping[str, np.ndarray], owner: str) -> None:
+def check_conventions(arrays: Mapping[str, np.ndarray], owner: str) -> None:
     """The node arrays with documented meanings: `label` one integer class per node
     (-1 = unlabelled), `feat` one feature row per node."""
     label = arrays.get("label")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jgraph.data.graph import GraphError, _shown
+from jgraph.data.graph import GraphError, shown_id
 
 _BLOCK = 1 << 20                 # values hashed at a time: bounds the temporaries
 _BASIS = np.uint64(0x9E3779B97F4A7C15)
@@ -71,7 +71,7 @@ def as_user_ids(values, kind: str) -> np.ndarray:
             return values.astype(np.int64)
         except ValueError:
             bad = next(v for v in values.reshape(-1) if not _is_int(v))
-            raise GraphError(f"id {_shown(bad) if isinstance(bad, bytes) else repr(bad)} is "
+            raise GraphError(f"id {shown_id(bad) if isinstance(bad, bytes) else repr(bad)} is "
                              f"not an integer, and this type's ids are integers") from None
     raise GraphError(f"ids of dtype {values.dtype}: give integers or strings")
 
@@ -152,6 +152,6 @@ class IdMap:
         missing = np.flatnonzero(pos < 0)
         if missing.size:
             bad = as_user_ids(values, self.kind).reshape(-1)[missing[0]]
-            raise GraphError(f"{where}: id {_shown(bad)} (row {int(missing[0])}) is not a "
+            raise GraphError(f"{where}: id {shown_id(bad)} (row {int(missing[0])}) is not a "
                              f"node of the type ({missing.size} unknown id(s))")
         return pos

@@ -12,13 +12,16 @@ destinations, drawn uniformly from the nodes of its destination type (OGB's prot
 every model is ranked against the same negatives).
 
 Every draw is a hash, not a stream of random numbers: a relation's distinct edges (or
-pairs) are ranked by `mix64` of (seed, relation, the edge's key), the lowest going to
-validation, the next to test, and a positive's negatives are hashes of (seed, split,
-relation, its key, j). So the split depends on the seed and the edges alone, not on
-their order, their chunks or how many processes read them. (The split is drawn in
-memory; the streamed preparation of a chunked graph does not draw it yet.)
+pairs) are ranked by `mix64` of (seed, relation, the edge's unordered pair), then by
+their key (a directed graph's two directions of a pair are drawn side by side), the
+lowest going to validation, the next to test; a positive's negatives are hashes of
+(seed, split, relation, its key, j). So the split depends on the seed and the edges
+alone, not on their order, their chunks or how many processes read them: the streamed
+preparation of a chunked graph (`jgraph.data.held_out`) draws the same one, bucket by
+bucket of hash values.
 
-The rest of the edges are the training positives, once per undirected pair. Self-loops
+The rest of the edges are the training positives, once per undirected pair. Each set
+lists its positives relation by relation, in the order they were ranked. Self-loops
 stay in the graph but are never positives (a node scored against itself says nothing).
 Ids are original homogeneous ids (type t's local id i is `type_offsets()[t] + i`);
 `jgraph.partition.partition_graph(..., edge_splits=...)` stores them with the
@@ -49,10 +52,45 @@ def mix64(*parts) -> np.ndarray:
     return h
 
 
-def held_out_order(keys: np.ndarray, seed: int, relation: int) -> np.ndarray:
-    """Positions of the distinct `keys` of one relation in the order they are held out:
-    validation takes the first, test the next (ties, improbable, by key)."""
-    return np.lexsort((keys, mix64(seed, relation, keys)))
+def edge_keys(src: np.ndarray, dst: np.ndarray, num_dst, same_type, undirected: bool
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(key, pair) int64 of the edges src -> dst (type-local ids): key names the
+    positive (the unordered pair where the relation is undirected, else the edge), pair
+    the unordered pair (the edge itself between two node types), which the hash ranks
+    by. num_dst (the destination type's node count) and same_type (whether the relation
+    joins a type to itself) are the relation's, or arrays of each edge's."""
+    n = np.maximum(np.asarray(num_dst, np.int64), 1)
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    edge = src * n + dst
+    pair = np.where(same_type, np.minimum(src, dst) * n + np.maximum(src, dst), edge)
+    return (pair if undirected else edge), pair
+
+
+def held_out_hash(seed: int, relation: int, pairs: np.ndarray) -> np.ndarray:
+    """The hash that ranks a relation's positives (by their `pairs`, `edge_keys`)."""
+    return mix64(seed, relation, pairs)
+
+
+def held_out_order(keys: np.ndarray, pairs: np.ndarray, seed: int, relation: int
+                   ) -> np.ndarray:
+    """Positions of the distinct `keys` of one relation (with their `pairs`) in the
+    order they are held out: validation takes the first, test the next."""
+    return np.lexsort((keys, held_out_hash(seed, relation, pairs)))
+
+
+def check_fractions(val_fraction: float, test_fraction: float, eval_negatives: int) -> None:
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1
+            and val_fraction + test_fraction < 1):
+        raise GraphError(f"edge split fractions val {val_fraction} and test "
+                         f"{test_fraction} must be >= 0 and leave edges to train on")
+    if eval_negatives < 1:
+        raise GraphError(f"eval_negatives must be >= 1, got {eval_negatives}")
+
+
+def held_out_counts(distinct: int, val_fraction: float, test_fraction: float
+                    ) -> tuple[int, int]:
+    """(validation, test) positives of a relation with `distinct` keys."""
+    return int(round(val_fraction * distinct)), int(round(test_fraction * distinct))
 
 
 def fixed_negatives(keys: np.ndarray, count: int, num_dst: int, seed: int, split: int,
@@ -112,12 +150,7 @@ def split_edges(graph: Graph, val_fraction: float = 0.1, test_fraction: float = 
     """Hold out `val_fraction` and `test_fraction` of each relation's positives (see
     the module doc). undirected: split the edges of same-type relations as unordered
     pairs (a symmetric graph, or one about to be symmetrised)."""
-    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1
-            and val_fraction + test_fraction < 1):
-        raise GraphError(f"edge split fractions val {val_fraction} and test "
-                         f"{test_fraction} must be >= 0 and leave edges to train on")
-    if eval_negatives < 1:
-        raise GraphError(f"eval_negatives must be >= 1, got {eval_negatives}")
+    check_fractions(val_fraction, test_fraction, eval_negatives)
     if not graph.edges:
         raise GraphError(f"graph {graph.name!r} has no relations, so no edges to split")
     offsets = dict(zip(graph.node_types, graph.type_offsets().tolist()))
@@ -125,18 +158,14 @@ def split_edges(graph: Graph, val_fraction: float = 0.1, test_fraction: float = 
     parts = {name: [] for name in EDGE_SPLITS}
     for r, (rel, index) in enumerate(graph.edges.items()):
         n_dst = graph.num_nodes[rel.dst_type]
-        pairs = undirected and rel.src_type == rel.dst_type
+        same_type = rel.src_type == rel.dst_type
         # One key per positive: the unordered pair for undirected relations.
-        lo, hi = (np.minimum(index[0], index[1]), np.maximum(index[0], index[1])) if pairs \
-            else (index[0], index[1])
-        key = lo * np.int64(max(n_dst, 1)) + hi
-        candidate = index[0] != index[1] if rel.src_type == rel.dst_type \
-            else np.ones(index.shape[1], bool)
+        key, pair = edge_keys(index[0], index[1], n_dst, same_type, undirected)
+        candidate = index[0] != index[1] if same_type else np.ones(index.shape[1], bool)
         keys, first = np.unique(key[candidate], return_index=True)
         first = np.flatnonzero(candidate)[first]
-        order = held_out_order(keys, seed, r)
-        n_val = int(round(val_fraction * keys.size))
-        n_test = int(round(test_fraction * keys.size))
+        order = held_out_order(keys, pair[first], seed, r)
+        n_val, n_test = held_out_counts(keys.size, val_fraction, test_fraction)
         held = {"val": order[:n_val], "test": order[n_val:n_val + n_test],
                 "train": order[n_val + n_test:]}
         gone = np.isin(key, keys[order[:n_val + n_test]])
@@ -146,8 +175,7 @@ def split_edges(graph: Graph, val_fraction: float = 0.1, test_fraction: float = 
         if data:
             kept_data[rel] = data
         for s, (name, at) in enumerate(held.items()):
-            at = np.sort(at)                # positives in key order
-            pos = first[at]
+            pos = first[at]                 # positives in the order they were ranked
             negatives = None
             if name != "train":
                 negatives = offsets[rel.dst_type] + fixed_negatives(

@@ -53,7 +53,7 @@ def load_ogb(path: str | os.PathLike, split: str | None = None, name: str | None
         raise DatasetError(f"{path}: not an OGB dataset directory (expected raw/edge.csv.gz, "
                            f"raw/data.npz or raw/num-node-dict.csv.gz)")
     name = name or os.path.basename(os.path.normpath(path))
-    split_dir = _split_dir(path, split)
+    split_dir = ogb_split_dir(path, split)
     try:
         if os.path.exists(os.path.join(path, "raw", "num-node-dict.csv.gz")):
             return _heterogeneous(path, split_dir, name)
@@ -62,7 +62,7 @@ def load_ogb(path: str | os.PathLike, split: str | None = None, name: str | None
         raise DatasetError(f"{path}: {e}") from e
 
 
-def _split_dir(path: str, split: str | None) -> str | None:
+def ogb_split_dir(path: str, split: str | None) -> str | None:
     root = os.path.join(path, "split")
     names = sorted(os.listdir(root)) if os.path.isdir(root) else []
     if split is None:
@@ -72,7 +72,7 @@ def _split_dir(path: str, split: str | None) -> str | None:
     return os.path.join(root, split)
 
 
-def _read_csv(file: str, dtype=None) -> np.ndarray:
+def read_ogb_csv(file: str, dtype=None) -> np.ndarray:
     """A 2-D array from a headerless, comma-separated .csv.gz file."""
     blocks = list(csv_blocks(file, dtype if dtype is not None else np.float64))
     return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
@@ -125,9 +125,9 @@ def csv_blocks(file: str, dtype=np.float64, rows: int | None = None):
                            f"({type(e).__name__}: {e})") from None
 
 
-def _read_values(file: str) -> np.ndarray:
+def read_ogb_values(file: str) -> np.ndarray:
     """Node or edge values: int64 if every entry is integral, float32 otherwise."""
-    a = _read_csv(file)
+    a = read_ogb_csv(file)
     if a.size and np.all(np.isfinite(a)) and np.all(a == np.round(a)):
         a = a.astype(np.int64)
     else:
@@ -135,14 +135,14 @@ def _read_values(file: str) -> np.ndarray:
     return a[:, 0] if a.shape[1] == 1 else a
 
 
-def _read_labels(file: str) -> np.ndarray:
-    a = _read_csv(file)
+def read_ogb_labels(file: str) -> np.ndarray:
+    a = read_ogb_csv(file)
     a = np.where(np.isnan(a), -1, a).astype(np.int64)
     return a[:, 0] if a.shape[1] == 1 else a
 
 
 def _optional(file: str):
-    return _read_values(file) if os.path.exists(file) else None
+    return read_ogb_values(file) if os.path.exists(file) else None
 
 
 def _read_split(directory: str) -> dict[str, np.ndarray]:
@@ -150,7 +150,7 @@ def _read_split(directory: str) -> dict[str, np.ndarray]:
     for ogb_name, name in _SPLITS.items():
         file = os.path.join(directory, f"{ogb_name}.csv.gz")
         if os.path.exists(file):
-            out[name] = _read_csv(file, np.int64)[:, 0]
+            out[name] = read_ogb_csv(file, np.int64)[:, 0]
     return out
 
 
@@ -171,14 +171,14 @@ def _homogeneous(path: str, split_dir: str | None, name: str) -> Graph:
                 label = z["node_label"]
             node_data["label"] = np.where(np.isnan(label), -1, label).astype(np.int64).reshape(-1)
     else:
-        src, dst = _read_csv(os.path.join(raw, "edge.csv.gz"), np.int64).T
-        num_nodes = int(_read_csv(os.path.join(raw, "num-node-list.csv.gz"), np.int64)[0, 0])
+        src, dst = read_ogb_csv(os.path.join(raw, "edge.csv.gz"), np.int64).T
+        num_nodes = int(read_ogb_csv(os.path.join(raw, "num-node-list.csv.gz"), np.int64)[0, 0])
         for file, key in (("node-feat.csv.gz", "feat"), ("node_year.csv.gz", "year")):
             value = _optional(os.path.join(raw, file))
             if value is not None:
                 node_data[key] = value.astype(np.float32) if key == "feat" else value
         if os.path.exists(os.path.join(raw, "node-label.csv.gz")):
-            node_data["label"] = _read_labels(os.path.join(raw, "node-label.csv.gz"))
+            node_data["label"] = read_ogb_labels(os.path.join(raw, "node-label.csv.gz"))
         value = _optional(os.path.join(raw, "edge-feat.csv.gz"))
         if value is not None:
             edge_data["feat"] = value.astype(np.float32)
@@ -197,11 +197,11 @@ def _heterogeneous(path: str, split_dir: str | None, name: str) -> Graph:
     edges, edge_data = {}, {}
     for rel in triplets:
         rel_dir = os.path.join(raw, "relations", "___".join(rel))
-        edges[rel] = _read_csv(os.path.join(rel_dir, "edge.csv.gz"), np.int64).T
+        edges[rel] = read_ogb_csv(os.path.join(rel_dir, "edge.csv.gz"), np.int64).T
         data = {}
         for file in sorted(os.listdir(rel_dir)):
             if file.endswith(".csv.gz") and file not in ("edge.csv.gz", "num-edge-list.csv.gz"):
-                data[file[:-len(".csv.gz")].replace("-", "_")] = _read_values(
+                data[file[:-len(".csv.gz")].replace("-", "_")] = read_ogb_values(
                     os.path.join(rel_dir, file))
         if data:
             edge_data[rel] = data
@@ -213,11 +213,11 @@ def _heterogeneous(path: str, split_dir: str | None, name: str) -> Graph:
                 if file.endswith(".csv.gz"):
                     key = {"node-feat": "feat", "node_year": "year"}.get(
                         file[:-len(".csv.gz")], file[:-len(".csv.gz")].replace("-", "_"))
-                    value = _read_values(os.path.join(feat_dir, file))
+                    value = read_ogb_values(os.path.join(feat_dir, file))
                     node_data[t][key] = value.astype(np.float32) if key == "feat" else value
         label_file = os.path.join(raw, "node-label", t, "node-label.csv.gz")
         if os.path.exists(label_file):
-            node_data[t]["label"] = _read_labels(label_file)
+            node_data[t]["label"] = read_ogb_labels(label_file)
     splits = {}
     if split_dir:
         for t in num_nodes:

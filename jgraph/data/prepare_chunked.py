@@ -4,6 +4,9 @@ memory gets the same steps as one in memory (`jgraph.data.prepare`), in bounded 
 `prepare_chunked(source, out, preparation)` reads `source` a block of edges at a time and
 writes the prepared graph as another chunked directory, `out`:
 
+- held_out (link prediction): drawn first through buckets of hash ranges
+  (`jgraph.data.held_out`), its positives written as the graph's edge splits; then every
+  block's held-out edges leave it by one comparison each.
 - remove_self_loops, reverse_relations: per block (a reversed edge carries its edge's
   data, relation rev_<name> after the others, as `add_reverse_relations`).
 - symmetrize and dedup: every edge (and, to symmetrize, its reverse) goes to a bucket
@@ -20,21 +23,22 @@ Node arrays are copied chunk by chunk and checked as they pass (NaN, infinity, l
 below -1 are refused, naming the array and the node), splits and user ids copied.
 Memory: O(nodes) counters and flags, plus a block of edges or one bucket. The edges come
 out grouped by relation only within a chunk and by bucket across chunks: the same edges
-and data as in memory, not in the same order. Held-out link prediction edges are not
-drawn on this route (refused by name).
+and data as in memory, not in the same order (the held-out positives come in the same
+order). Edge splits drawn before are copied.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from collections.abc import Iterator
 
 import numpy as np
 
 from jgraph.atomic import scratch_beside
+from jgraph.data.buckets import BucketFiles, EdgeBlock
 from jgraph.data.chunked import ChunkedGraph, ChunkedWriter, open_chunked
 from jgraph.data.graph import GraphError, Relation
+from jgraph.data.held_out import Cut, draw
 from jgraph.data.prepare import Preparation, recorded_preparation
 from jgraph.data.sparse import SparseRows
 from jgraph.data.transforms import normalized_rows
@@ -54,10 +58,6 @@ def prepare_chunked(source: str | os.PathLike, out: str | os.PathLike,
     progress = progress or Progress(enabled=False)
     graph = open_chunked(source)
     p = preparation
-    if p.held_out is not None:
-        raise GraphError(f"{graph.root}: link prediction's held-out edges are not drawn on "
-                         f"the streamed route; load the graph whole (--method metis, "
-                         f"data.method: metis)")
     done = recorded_preparation(graph.root).then(p)
     relations = list(graph.relations)
     if p.symmetrize:
@@ -82,6 +82,12 @@ def prepare_chunked(source: str | os.PathLike, out: str | os.PathLike,
     with ChunkedWriter(out, graph.num_nodes, name=graph.name, relations=relations,
                        overwrite=overwrite, preparation=done.to_json()) as w:
         job = _Edges(graph, p, w, block_edges, progress)
+        if p.held_out is not None:
+            with scratch_beside(w.out, "held-out") as scratch:
+                job.cut = draw(graph, p.held_out, p.symmetrize, w, scratch,
+                               block_edges=block_edges, bucket_edges=bucket_edges,
+                               progress=progress)
+        _copy_edge_splits(graph, w)
         if p.symmetrize or p.dedup:
             job.bucketed(bucket_edges)
         else:
@@ -115,30 +121,6 @@ def _check_feature(graph: ChunkedGraph, name: str | None) -> None:
                          f"{ {t: sorted(named) for t, named in graph.node_data.items()} }")
 
 
-@dataclasses.dataclass
-class _Block:
-    """Edges on their way out: homogeneous src, dst (int64), etype (int32), pos (int64:
-    the edge's place in the in-memory edge order of its relation, for keeping the first
-    of duplicates) and {name: edge data rows}."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    etype: np.ndarray
-    pos: np.ndarray
-    data: dict
-
-    def take(self, keep: np.ndarray) -> _Block:
-        return _Block(self.src[keep], self.dst[keep], self.etype[keep], self.pos[keep],
-                      {k: v[keep] for k, v in self.data.items()})
-
-    @staticmethod
-    def cat(blocks: list[_Block]) -> _Block:
-        return _Block(*(np.concatenate([getattr(b, f) for b in blocks])
-                        for f in ("src", "dst", "etype", "pos")),
-                      {k: np.concatenate([b.data[k] for b in blocks])
-                       for k in blocks[0].data})
-
-
 class _Edges:
     """The edge steps of one preparation, from `graph` into the writer `w`."""
 
@@ -148,6 +130,7 @@ class _Edges:
         self.block_edges, self.progress = block_edges, progress
         self.num_relations = len(graph.relations)
         self.offsets = dict(zip(graph.node_types, graph.type_offsets().tolist()))
+        self.cut: Cut | None = None         # the held-out edges, once drawn
         self.loops = ({k: np.zeros(graph.num_nodes[r.src_type], bool)
                        for k, r in enumerate(w.relations) if r.src_type == r.dst_type}
                       if p.self_loops else {})
@@ -160,18 +143,20 @@ class _Edges:
                                                     "preparing edges", count):
             data = {name: np.asarray(g.load(c.files[i])[rows])
                     for name, c in g.edge_data.items()}
-            b = _Block(chunk.src, chunk.dst, chunk.etype,
+            b = EdgeBlock(chunk.src, chunk.dst, chunk.etype,
                        chunk.start + np.arange(chunk.src.size, dtype=np.int64), data)
             if p.remove_self_loops:
                 b = b.take(np.flatnonzero(b.src != b.dst))
+            if self.cut is not None:
+                b = b.take(np.flatnonzero(~self.cut.held(b.src, b.dst, b.etype)))
             if p.symmetrize:        # the reverses follow every edge, as in memory
-                b = _Block.cat([b, _Block(b.dst, b.src, b.etype, b.pos + E, b.data)])
+                b = EdgeBlock.cat([b, EdgeBlock(b.dst, b.src, b.etype, b.pos + E, b.data)])
             if p.reverse_relations:
-                b = _Block.cat([b, _Block(b.dst, b.src, b.etype + self.num_relations,
+                b = EdgeBlock.cat([b, EdgeBlock(b.dst, b.src, b.etype + self.num_relations,
                                           b.pos, b.data)])
             yield b
 
-    def write(self, b: _Block) -> None:
+    def write(self, b: EdgeBlock) -> None:
         if not b.src.size:
             return
         for k, flags in self.loops.items():
@@ -187,16 +172,14 @@ class _Edges:
         """Deduplicated through dst-range buckets on disk (see the module doc)."""
         bounds = self._bucket_bounds(bucket_edges)
         with scratch_beside(self.w.out, "buckets") as scratch:
-            files = _BucketFiles(scratch, len(bounds) - 1)
+            files = BucketFiles(scratch, {name: (c.dtype, c.shape)
+                                          for name, c in self.graph.edge_data.items()})
             for b in self.blocks():
-                which = np.searchsorted(bounds, b.dst, side="right") - 1
-                order = np.argsort(which, kind="stable")
-                cuts = np.searchsorted(which[order], np.arange(len(bounds)))
-                for k in range(len(bounds) - 1):
-                    files.append(k, b.take(order[cuts[k]:cuts[k + 1]]))
+                files.scatter(np.searchsorted(bounds, b.dst, side="right") - 1,
+                              len(bounds) - 1, b)
             for k in self.progress.iterate(range(len(bounds) - 1), "deduplicating",
                                            len(bounds) - 1):
-                b = files.read(k, self.graph)
+                b = files.read(k)
                 # The first of each (relation, dst, src) in edge order.
                 order = np.lexsort((b.pos, b.src, b.dst, b.etype))
                 b = b.take(order)
@@ -229,38 +212,14 @@ class _Edges:
                 self.w.add_edges(ids, ids, etype=np.full(ids.size, k, np.int32))
 
 
-class _BucketFiles:
-    """Append-only raw files of each bucket's edges: src, dst, etype, pos and every edge
-    data array, read back whole one bucket at a time."""
-
-    FIELDS = (("src", np.int64), ("dst", np.int64), ("etype", np.int32), ("pos", np.int64))
-
-    def __init__(self, root: str, buckets: int):
-        self.root, self.buckets = root, buckets
-
-    def _path(self, k: int, field: str) -> str:
-        return os.path.join(self.root, f"{k:06d}.{field}")
-
-    def append(self, k: int, b: _Block) -> None:
-        if not b.src.size:
-            return
-        arrays = {f: getattr(b, f) for f, _ in self.FIELDS}
-        for name, values in b.data.items():
-            arrays["data." + name] = values
-        for field, values in arrays.items():
-            with open(self._path(k, field), "ab") as f:
-                np.ascontiguousarray(values).tofile(f)
-
-    def read(self, k: int, graph: ChunkedGraph) -> _Block:
-        def load(field: str, dtype, shape=()) -> np.ndarray:
-            path = self._path(k, field)
-            if not os.path.exists(path):
-                return np.zeros((0, *shape), dtype)
-            return np.fromfile(path, dtype).reshape(-1, *shape)
-        out = [load(f, dt) for f, dt in self.FIELDS]
-        data = {name: load("data." + name, np.dtype(c.dtype), tuple(c.shape))
-                for name, c in graph.edge_data.items()}
-        return _Block(*out, data)
+def _copy_edge_splits(graph: ChunkedGraph, w: ChunkedWriter) -> None:
+    """Held-out edges drawn before, chunk by chunk as they are."""
+    for name, arrays in graph.edge_splits.items():
+        for i in range(len(arrays["src"].files)):
+            w.add_edge_split(name, *(graph.load(arrays[key].files[i])
+                                     for key in ("src", "dst", "etype")),
+                             graph.load(arrays["negatives"].files[i])
+                             if "negatives" in arrays else None)
 
 
 def _copy_nodes(graph: ChunkedGraph, w: ChunkedWriter, normalize: str | None,

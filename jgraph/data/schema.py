@@ -54,7 +54,7 @@ from typing import NamedTuple
 import yaml
 
 from jgraph.config import ConfigError, build
-from jgraph.data.graph import Relation, _check_name
+from jgraph.data.graph import Relation, check_name
 from jgraph.data.npz import DatasetError
 
 
@@ -121,7 +121,7 @@ class NodeTable:
     split: Split | str | None = None
 
     def __post_init__(self):
-        _check_name("node type", self.type)
+        check_name("node type", self.type)
         object.__setattr__(self, "files", _patterns(self.files))
         if isinstance(self.label, str):
             object.__setattr__(self, "label", Label(self.label))
@@ -153,7 +153,7 @@ class NodeTable:
                              f"{features!r}")
         out = []
         for name, columns in features.items():
-            _check_name("node data", name)
+            check_name("node data", name)
             if isinstance(columns, str):
                 out.append(Feature(name, (columns,), False))
             elif (isinstance(columns, (list, tuple)) and columns
@@ -182,7 +182,7 @@ class EdgeTable:
             raise ValueError(f"relation: expected [source type, name, destination type], got "
                              f"{list(self.relation)}")
         for t in (self.relation[0], self.relation[2]):
-            _check_name("node type", t)
+            check_name("node type", t)
         object.__setattr__(self, "files", _patterns(self.files))
         if not self.files:
             raise ValueError("files: a relation needs its edge files")
@@ -204,7 +204,7 @@ class EdgeTable:
         if not isinstance(data, Mapping) or not all(isinstance(c, str) for c in data.values()):
             raise ValueError(f"data: expected columns, or {{name: column}}, got {self.data!r}")
         for name in data:
-            _check_name("edge data", name)
+            check_name("edge data", name)
         return tuple(data.items())
 
 

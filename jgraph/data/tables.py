@@ -20,7 +20,7 @@ import numpy as np
 
 from jgraph.data.chunked import ChunkedWriter, check_chunked_out
 from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK
-from jgraph.data.graph import GraphError, _shown
+from jgraph.data.graph import GraphError, shown_id
 from jgraph.data.ids import IdMap, repeats
 from jgraph.data.links import mix64
 from jgraph.data.npz import DatasetError, as_dataset_errors
@@ -151,7 +151,7 @@ def _listed_ids(pa, table: NodeTable, files: list[str], kind: str) -> np.ndarray
         def place(position):
             f = int(np.searchsorted(starts, position, side="right")) - 1
             return f"{files[f]}: column {table.id!r} row {int(position - starts[f])}"
-        raise DatasetError(f"{place(again)}: id {_shown(ids[again])} is listed again (first at "
+        raise DatasetError(f"{place(again)}: id {shown_id(ids[again])} is listed again (first at "
                            f"{place(first)}); a node type's ids are unique")
     return ids
 
@@ -177,7 +177,7 @@ def _positions(pa, ids: IdMap, col: Column, ntype: str) -> np.ndarray:
     pos = ids.find(values)
     if (pos < 0).any():
         at = int(np.flatnonzero(pos < 0)[0])
-        raise DatasetError(f"{col.at(at)}: id {_shown(values[at])} is not a node of type "
+        raise DatasetError(f"{col.at(at)}: id {shown_id(values[at])} is not a node of type "
                            f"{ntype!r}: no node file lists it")
     return pos
 

@@ -153,10 +153,6 @@ def open_chunked_graph(data: DataConfig, todo: Preparation, mesh, root: str,
     partitioned on the way in, in bounded memory, into `root` (by the first process;
     the others wait for it). The prepared graph is a scratch chunked directory beside
     `root`, removed once partitioned, or on failure."""
-    if todo.held_out is not None:
-        raise ConfigError(f"task: link (its held-out edges): not drawn for a chunked graph "
-                          f"directory partitioned in bounded memory ({data.path}); set "
-                          f"data.method: metis to load it whole")
     if jax.process_index() == 0:
         check_normalized(data, todo, open_chunked(data.path).node_data)
         with prepared(data.path, todo, root, progress=progress) as source:

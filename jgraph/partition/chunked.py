@@ -16,7 +16,8 @@ killed job run again with the same command resumes after its last finished phase
 5. bucketing: every edge, in new ids, to a temporary file of its destination's
    partition and id range (each range a bounded number of in-edges).
 6. partitions: each partition's CSC built one range at a time, in (destination,
-   relation, source) order, with its halo and splits.
+   relation, source) order, with its halo, splits and link prediction's held-out
+   positives (`jgraph.partition.edge_splits`).
 7. node data: every node array copied by row chunks into the partitions' files.
 
 The partition directory is assembled inside the work directory and renamed to `out`
@@ -62,6 +63,7 @@ from jgraph.partition.assignment import (
     fill_empty,
     warn_over_limits,
 )
+from jgraph.partition.edge_splits import write_edge_splits
 from jgraph.partition.excess import within
 from jgraph.partition.files import (
     NpyAppender,
@@ -95,7 +97,7 @@ PHASES = ("scan", "adjacency", "assignment", "relabel", "bucketing", "partitions
 ROWS_PER_BLOCK, EDGES_PER_BLOCK = 1 << 20, 1 << 22
 # Temporary folders of the work directory that no phase after the named one reads.
 LEFTOVERS = {"assignment": ("adjacency", "coarse"), "partitions": ("buckets",)}
-IDENTITY_VERSION = 3
+IDENTITY_VERSION = 4
 # The largest coarse graph METIS partitions by default (adjacency entries), for one
 # process; `coarse_limit` divides it among processes, down to the second.
 COARSE_ENTRIES, MIN_COARSE_ENTRIES = 1 << 25, 1 << 22
@@ -725,12 +727,14 @@ class _Job:
                                              minlength=p).tolist()}
         for other in group.gather(np.array(json.dumps(infos)), "partition facts"):
             infos.update({int(k): v for k, v in json.loads(str(other)).items()})
+        sizes = None
         if group.leader:
-            split_sizes = self._write_splits(offsets, ntype_offsets)
-        every = group.gather(np.array(json.dumps(split_sizes if group.leader else None)),
-                             "split sizes")
-        split_sizes = json.loads(str(every[0]))
-        return {"parts": [{**infos[k], "splits": split_sizes[k]} for k in range(p)]}
+            sizes = {"splits": self._write_splits(offsets, ntype_offsets),
+                     "edge_splits": write_edge_splits(g, self.inverse(), offsets,
+                                                      self.staging)}
+        sizes = json.loads(str(group.gather(np.array(json.dumps(sizes)), "split sizes")[0]))
+        return {"parts": [{**infos[k], "splits": sizes["splits"][k],
+                           "edge_splits": sizes["edge_splits"][k]} for k in range(p)]}
 
     def _write_splits(self, offsets, ntype_offsets) -> list[dict]:
         """Each partition's split files: sorted new ids. Returns {type: {split: count}}
@@ -864,6 +868,9 @@ class _Job:
             balance=balance, balance_tolerance=self.options.tolerance,
             seed=self.options.seed, seconds=seconds,
             preparation=recorded_preparation(g.root).to_json(),
+            edge_splits={name: {"negatives": arrays["negatives"].shape[0]
+                                if "negatives" in arrays else 0}
+                         for name, arrays in g.edge_splits.items()},
             ids={t: np.dtype(dtype).str for t, (_, dtype) in g.ids.items()},
             build={"phases": {name: {k: v for k, v in facts.items()
                                      if k not in ("parts", "node_data_ranges",

@@ -304,9 +304,24 @@ def test_cli_partitions_a_chunked_directory_and_streams_its_preparation(tmp_path
     assert metas[0].preparation["reverse_relations"] and metas[0].relations == \
         metas[1].relations
     assert sorted(os.listdir(tmp_path)) == ["bounded", "cora", "in-memory", "parts"]  # no scratch
+    # Link prediction's held-out edges, drawn streamed: the positives (and their
+    # negatives) the in-memory route stores, in original ids, each with its place.
+    for route, extra in (("lp-bounded", []), ("lp-in-memory", ["--method", "metis"])):
+        assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
+                     str(tmp_path / route), "--link-split", "0.1,0.1", "--eval-negatives",
+                     "5", "--json", *extra]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert rows[0]["edge_splits"] == rows[1]["edge_splits"] == {
+        "train": 5278 - 2 * 528, "val": 528, "test": 528}
+    assert rows[0]["num_edges"] == rows[1]["num_edges"] == 2 * (5278 - 2 * 528)
+    bounded, in_memory = (_positives(tmp_path / route) for route in ("lp-bounded",
+                                                                      "lp-in-memory"))
+    for split in ("train", "val", "test"):
+        for key, values in in_memory[split].items():
+            np.testing.assert_array_equal(bounded[split][key], values, err_msg=split + key)
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
-                 str(tmp_path / "other"), "--link-split", "0.1,0.1"]) == 2
-    assert "--link-split: not available" in capsys.readouterr().err
+                 str(tmp_path / "other"), "--no-rebalance"]) == 2
+    assert "--no-rebalance: not available" in capsys.readouterr().err
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
                  str(tmp_path / "parts")]) == 2
     assert "--overwrite" in capsys.readouterr().err
@@ -314,6 +329,25 @@ def test_cli_partitions_a_chunked_directory_and_streams_its_preparation(tmp_path
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
                  str(tmp_path / "metis"), "--method", "metis", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["method"] == "metis"
+
+
+def _positives(root) -> dict:
+    """A partition directory's link prediction positives, in original ids, by split:
+    {split: {key: array ordered by eid}}."""
+    parts = open_partitions(root)
+    node_map = np.load(os.path.join(root, "node_map.npy"))
+    out = {}
+    for split in parts.meta.edge_splits:
+        pieces = [parts.part(k).edge_splits[split] for k in range(parts.num_parts)]
+        eid = np.concatenate([a["eid"] for a in pieces])
+        order = np.argsort(eid)
+        np.testing.assert_array_equal(eid[order], np.arange(eid.size))
+        out[split] = {key: np.concatenate([a[key] for a in pieces])[order]
+                      for key in pieces[0] if key != "eid"}
+        for key in ("src", "dst", "negatives"):
+            if key in out[split]:
+                out[split][key] = node_map[out[split][key]]
+    return out
 
 
 def test_plan_names_every_phase_and_grows_with_the_graph(tmp_path, capsys):

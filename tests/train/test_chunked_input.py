@@ -1,14 +1,16 @@
 """A run whose data.path is a chunked graph directory: prepared (streamed) and
 partitioned on the way in by the bounded-memory route (never loaded whole), and it
-learns as a run on METIS partitions does; what needs the graph in memory is refused
-naming the key."""
+learns as a run on METIS partitions does, link prediction's held-out edges included."""
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from jgraph.config import ConfigError, load
+from jgraph.config import load
 from jgraph.data import load_dataset, save_chunked
+from jgraph.data.prepare import prepare
+from jgraph.jobs.dataset import preparation
 from jgraph.jobs.experiment import Experiment
 from jgraph.partition import open_partitions
 from jgraph.progress import Progress
@@ -34,10 +36,34 @@ def test_a_chunked_directory_is_partitioned_in_bounded_memory_and_trains(tmp_pat
     assert result["test_acc"] >= 0.75, result
 
 
-def test_what_needs_the_graph_in_memory_is_refused_naming_the_key(tmp_path):
-    """Link prediction's held-out edges are drawn in memory only (data.method: metis)."""
-    save_chunked(load_dataset("cora"), tmp_path / "cora")
-    config = load(Experiment, EXPERIMENT, [*SMALL, f"data.path={tmp_path / 'cora'}",
-                                           "task=link"])
-    with pytest.raises(ConfigError, match="task: link .* not drawn for a chunked"):
-        train_and_evaluate(config, str(tmp_path / "run"), Progress(enabled=False))
+LINK = ["task=link", "train.epochs=2", "model.hidden=32", "train.fanouts=[5,5]",
+        "train.eval_fanouts=[5,5]", "train.batch_size=256", "link.eval_negatives=20",
+        "link.hits=[1,10]"]
+
+
+@pytest.mark.slow        # a whole training run
+def test_link_prediction_on_a_chunked_directory_draws_the_in_memory_split_and_learns(
+        tmp_path):
+    """task: link over a chunked directory: its held-out edges drawn streamed on the
+    bounded route are those the in-memory route draws (in original ids, each with its
+    place in its set), and the model ranks the positives far above chance."""
+    cora = load_dataset("cora")
+    save_chunked(cora, tmp_path / "cora", edges_per_chunk=2000)
+    config = load(Experiment, EXPERIMENT, [*SMALL, *LINK, f"data.path={tmp_path / 'cora'}"])
+    result = train_and_evaluate(config, str(tmp_path / "run"), Progress(enabled=False))
+    root = tmp_path / "run" / "partition"
+    parts = open_partitions(root)
+    assert parts.meta.method == "multilevel"
+    _, want = prepare(cora, preparation(config))
+    node_map = np.load(root / "node_map.npy")
+    for split, edge_set in want.items():
+        pieces = [parts.part(k).edge_splits[split] for k in range(parts.num_parts)]
+        eid = np.concatenate([a["eid"] for a in pieces])
+        assert np.array_equal(np.sort(eid), np.arange(len(edge_set)))
+        for key in ("src", "dst", "negatives"):
+            if getattr(edge_set, key) is not None:
+                got = node_map[np.concatenate([a[key] for a in pieces])]
+                np.testing.assert_array_equal(got, getattr(edge_set, key)[eid])
+    # Chance, with 20 negatives, is an MRR of about 0.17 (+-0.012 over 528 positives);
+    # this run reaches 0.31 on either route.
+    assert result["test_mrr"] > 0.25, result
