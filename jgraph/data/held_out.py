@@ -41,6 +41,9 @@ from jgraph.data.links import (
 from jgraph.data.prepare import HeldOut
 from jgraph.progress import Progress
 
+# Negatives drawn (and written as one chunk) at a time.
+NEGATIVES_AT_ONCE = 1 << 22
+
 
 @dataclasses.dataclass(frozen=True)
 class Relations:
@@ -118,7 +121,7 @@ def draw(graph: ChunkedGraph, held_out: HeldOut, symmetrize: bool, w: ChunkedWri
     for k in progress.iterate(buckets, "counting held-out candidates", len(buckets)):
         b = files.read(k)
         key, pair = relations.keys(b.src, b.dst, b.etype, False)
-        pairs[k], edges[k] = np.unique(pair).size, np.unique(key).size
+        pairs[k], edges[k] = _distinct(pair), _distinct(key)
     per_pairs = np.add.reduceat(pairs, first[:-1])
     per_edges = np.add.reduceat(edges, first[:-1])
     undirected = symmetrize or bool(relations.same_type.all()
@@ -137,25 +140,29 @@ def draw(graph: ChunkedGraph, held_out: HeldOut, symmetrize: bool, w: ChunkedWri
         r = int(relation_of[k])
         b = files.read(k)
         key, pair = relations.keys(b.src, b.dst, b.etype, undirected)
-        hashed = held_out_hash(h.seed, r, pair)
-        order = np.lexsort((b.pos, key, hashed))
-        firsts = np.ones(order.size, bool)
-        firsts[1:] = key[order[1:]] != key[order[:-1]]
-        at = order[firsts]                  # each key's first edge, in ranked order
+        at = _ranked_firsts(key, pair, b.pos, h.seed, r)
+        hashed = held_out_hash(h.seed, r, pair[at])
+        key = key[at]
         rank = rank0[k] + np.arange(at.size)
         n_val, n_test = counts[r]
         held = n_val + n_test
         if rank0[k] <= held < rank0[k] + at.size:
-            cut_hash[r], cut_key[r] = hashed[at[held - rank0[k]]], key[at[held - rank0[k]]]
+            cut_hash[r], cut_key[r] = hashed[held - rank0[k]], key[held - rank0[k]]
         for s, (name, sel) in enumerate(zip(("val", "test", "train"),
                                             (rank < n_val, (rank >= n_val) & (rank < held),
                                              rank >= held))):
             if not sel.any():
                 continue
-            e = at[sel]
-            negatives = None if name == "train" else relations.dst_offset[r] + fixed_negatives(
-                key[e], h.eval_negatives, int(relations.num_dst[r]), h.seed, s, r)
-            w.add_edge_split(name, b.src[e], b.dst[e], np.full(e.size, r, np.int32), negatives)
+            e, keys = at[sel], key[sel]
+            # Evaluation positives a slice at a time: K negatives each.
+            step = e.size if name == "train" else max(1, NEGATIVES_AT_ONCE // h.eval_negatives)
+            for a in range(0, e.size, step):
+                part = e[a:a + step]
+                negatives = None if name == "train" else relations.dst_offset[r] + \
+                    fixed_negatives(keys[a:a + step], h.eval_negatives,
+                                    int(relations.num_dst[r]), h.seed, s, r)
+                w.add_edge_split(name, b.src[part], b.dst[part],
+                                 np.full(part.size, r, np.int32), negatives)
             written[name] += int(e.size)
     if not written["train"]:
         raise GraphError(f"graph {graph.name!r}: no training edges are left after the split")
@@ -163,6 +170,30 @@ def draw(graph: ChunkedGraph, held_out: HeldOut, symmetrize: bool, w: ChunkedWri
         w.add_edge_split(name, *np.zeros((3, 0), np.int64),
                          None if name == "train" else np.zeros((0, h.eval_negatives), np.int64))
     return Cut(held_out, undirected, relations, cut_hash, cut_key, every)
+
+
+def _distinct(values: np.ndarray) -> int:
+    """How many distinct values (a sort: numpy's hashing unique is slower at this size)."""
+    s = np.sort(values)
+    return int(s.size and np.count_nonzero(s[1:] != s[:-1]) + 1)
+
+
+def _ranked_firsts(key: np.ndarray, pair: np.ndarray, pos: np.ndarray, seed: int,
+                   relation: int) -> np.ndarray:
+    """Positions of each distinct key's first edge (lowest `pos`; a bucket holds its
+    edges in edge order), ordered by (hash of the pair, key)."""
+    if pos.size > 1 and not (pos[1:] > pos[:-1]).all():
+        raise RuntimeError("a held-out bucket's edges are out of edge order")
+    order = np.argsort(key)
+    sorted_keys = key[order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
+    # Positions follow the edge order, so a key's first edge has its lowest position.
+    at = np.minimum.reduceat(order, starts) if starts.size else np.zeros(0, np.int64)
+    hashed = held_out_hash(seed, relation, pair[at])
+    ranked = np.argsort(hashed)             # keys ascending, so ties (improbable) by key:
+    if (hashed[ranked][1:] == hashed[ranked][:-1]).any():
+        ranked = np.lexsort((sorted_keys[starts], hashed))
+    return at[ranked]
 
 
 def _relation_edges(graph: ChunkedGraph) -> np.ndarray:

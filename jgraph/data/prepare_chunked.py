@@ -46,6 +46,9 @@ from jgraph.progress import Progress
 
 BLOCK_EDGES = 1 << 23
 BUCKET_EDGES = 1 << 25
+# A held-out bucket's edges each carry keys, a hash and sort orders besides the edge
+# (about 100 bytes an edge at the peak): smaller buckets.
+HELD_OUT_BUCKET_EDGES = 1 << 23
 
 
 def prepare_chunked(source: str | os.PathLike, out: str | os.PathLike,
@@ -85,7 +88,8 @@ def prepare_chunked(source: str | os.PathLike, out: str | os.PathLike,
         if p.held_out is not None:
             with scratch_beside(w.out, "held-out") as scratch:
                 job.cut = draw(graph, p.held_out, p.symmetrize, w, scratch,
-                               block_edges=block_edges, bucket_edges=bucket_edges,
+                               block_edges=block_edges,
+                               bucket_edges=min(bucket_edges, HELD_OUT_BUCKET_EDGES),
                                progress=progress)
         _copy_edge_splits(graph, w)
         if p.symmetrize or p.dedup:
