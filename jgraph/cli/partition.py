@@ -19,7 +19,7 @@ from jgraph.data import GraphError, is_chunked_dir, load_dataset, open_chunked
 from jgraph.data.prepare import prepare, recorded_preparation
 from jgraph.data.prepare_chunked import prepared
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
-from jgraph.partition.assignment import check_given
+from jgraph.partition.assignment import check_given, read_assignment
 from jgraph.partition.build import OutputExistsError, check_out_dir
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked, peak_rss_bytes
 from jgraph.partition.files import limit_arenas
@@ -77,17 +77,20 @@ def add_commands(sub) -> None:
                         "of this size, each process running METIS on its share of them "
                         "(default: 2^25 for one process, 1/(2N) of it for each of N "
                         "processes, at least 2^22)")
-    p.add_argument("--assignment", metavar="FILE.npy",
+    p.add_argument("--assignment", metavar="FILE",
                    help="each node's partition, made elsewhere (e.g. by ParMETIS across "
-                        "hosts for a graph too large to partition on one machine): an "
-                        "integer .npy array over the graph's nodes (homogeneous ids, after "
-                        "the transforms); implies --method given")
+                        "hosts for a graph too large to partition on one machine, or the "
+                        "assignment.npy of another partition directory): an integer .npy "
+                        "array, or text with one integer per line, over the graph's nodes "
+                        "(homogeneous ids); used as given, on either route (its balance "
+                        "is reported); implies --method given")
     p.add_argument("--out", help="output partition directory (required unless --plan)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--balance-tolerance", type=float, default=0.05,
                    help="allowed max/mean - 1 of every balance constraint")
     p.add_argument("--no-rebalance", action="store_true",
-                   help="keep the raw assignment (balance is still reported)")
+                   help="keep METIS's or random's raw assignment (balance is still "
+                        "reported; in memory only)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing partition directory at --out")
     preparation.add_flags(p, link=True)
@@ -106,30 +109,22 @@ def add_commands(sub) -> None:
     i.set_defaults(run=run_info)
 
 
-def load_assignment(path: str) -> np.ndarray:
-    """The array of an --assignment file, or a PartitionError naming it."""
-    try:
-        return np.load(path, allow_pickle=False, mmap_mode="r")
-    except FileNotFoundError:
-        raise PartitionError(f"--assignment {path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise PartitionError(f"--assignment {path}: not a readable .npy array ({e})") from None
-
-
 def out_of_core(args) -> bool:
     """Whether the request goes to the chunked route (`partition_chunked`): a chunked
     graph directory and the multilevel method, without what needs the graph in memory
     (a given assignment, --no-rebalance; refused where asked for by name). The
     preparation, held-out link edges included, is streamed on that route
     (`jgraph.data.prepare_chunked`)."""
-    if not is_chunked_dir(args.dataset) or args.method not in (None, Method.MULTILEVEL.value):
+    if not is_chunked_dir(args.dataset) or args.method not in (
+            None, Method.MULTILEVEL.value, Method.GIVEN.value):
         return False
-    asked = [flag for flag, value in (("--assignment", args.assignment),
-                                      ("--no-rebalance", args.no_rebalance)) if value]
-    if asked:
-        raise PartitionError(f"{' '.join(asked)}: not available when partitioning a chunked "
-                             f"graph directory in bounded memory; give --method metis to "
-                             f"load it whole")
+    if (args.method == Method.GIVEN.value) != (args.assignment is not None) \
+            and args.method is not None:
+        raise PartitionError("--method given and --assignment FILE go together")
+    if args.no_rebalance and args.assignment is None:
+        raise PartitionError("--no-rebalance: not available when partitioning a chunked "
+                             "graph directory in bounded memory (its multilevel assignment "
+                             "is always balanced); give --method metis to load it whole")
     return True
 
 
@@ -199,8 +194,8 @@ def run_partition(args) -> int:
         done = recorded_preparation(args.dataset)
         recorded = done.then(asked)
         if (args.method == Method.GIVEN.value) != (args.assignment is not None):
-            raise PartitionError("--method given and --assignment FILE.npy go together")
-        assignment = None if args.assignment is None else load_assignment(args.assignment)
+            raise PartitionError("--method given and --assignment FILE go together")
+        assignment = None if args.assignment is None else read_assignment(args.assignment)
         check_out_dir(args.out, args.overwrite)       # before loading a large graph
         with progress.phase("loading dataset"):
             graph, edge_splits = prepare(load_dataset(args.dataset), asked.without(done))
@@ -209,7 +204,8 @@ def run_partition(args) -> int:
                                      args.num_parts, what=f"--assignment {args.assignment}")
         meta = partition_graph(graph, args.num_parts, args.method, args.out, seed=args.seed,
                                tolerance=args.balance_tolerance,
-                               rebalance=not args.no_rebalance, overwrite=args.overwrite,
+                               rebalance=not args.no_rebalance and assignment is None,
+                               overwrite=args.overwrite,
                                progress=progress, edge_splits=edge_splits,
                                assignment=assignment, preparation=recorded)
     except OutputExistsError as e:
@@ -226,12 +222,12 @@ def run_partition(args) -> int:
 
 def run_chunked(args, start: float, progress: Progress) -> int:
     """`jgraph partition CHUNKED_DIR`: the bounded-memory route."""
-    args.method = Method.MULTILEVEL.value
+    args.method = (Method.GIVEN if args.assignment else Method.MULTILEVEL).value
     logs.LOGGER.info("jgraph partition %s -> %s (%d parts, %s, in bounded memory)",
                      args.dataset, args.out, args.num_parts, args.method)
     options = ChunkedOptions(args.num_parts, seed=args.seed, tolerance=args.balance_tolerance,
                              range_entries=args.range_entries,
-                             coarse_entries=args.coarse_entries)
+                             coarse_entries=args.coarse_entries, assignment=args.assignment)
     asked = preparation.from_args(args)
     limit_arenas()                      # before any thread of the job starts
     start_distributed()                 # one of several processes: join them

@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import logging
 import math
+import os
 
 import numpy as np
 import scipy.sparse
@@ -169,6 +170,27 @@ def warn_over_limits(what: str, names, loads: np.ndarray, limits: np.ndarray,
         "%s: after rebalancing, loads are still over their balance limits (tolerance "
         "%g; meta.json's balance records each constraint's max/mean): %s", what,
         tolerance, over_limits(names, loads, limits))
+
+
+def read_assignment(path: str | os.PathLike) -> np.ndarray:
+    """The assignment in a file (one partition per node, homogeneous ids): a .npy array
+    (memory-mapped), or text with one integer per line (ParMETIS's output); a
+    PartitionError naming the file otherwise. `check_given` checks it against a graph."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise PartitionError(f"--assignment {path}: no such file")
+    try:
+        if path.endswith(".npy"):
+            return np.load(path, allow_pickle=False, mmap_mode="r")
+        return np.loadtxt(path, dtype=np.int64, ndmin=1, comments="#")
+    except (OSError, ValueError) as e:
+        kind = ".npy array" if path.endswith(".npy") else "text file of one integer per line"
+        raise PartitionError(f"--assignment {path}: not a readable {kind} ({e})") from None
+
+
+def assignment_dtype(num_parts: int) -> np.dtype:
+    """The integer type an assignment of `num_parts` partitions is stored in."""
+    return np.dtype(np.int16 if num_parts <= 2**15 else np.int32)
 
 
 def check_given(method: Method, given, num_nodes: int, num_parts: int,

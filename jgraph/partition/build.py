@@ -22,6 +22,7 @@ from jgraph.partition.assignment import (
     Method,
     PartitionError,
     assign,
+    assignment_dtype,
     balance,
     check_given,
     check_request,
@@ -32,6 +33,7 @@ from jgraph.partition.assignment import (
 from jgraph.partition.metis import Backend
 from jgraph.partition.relabel import Part, part, relabel, relabel_edges
 from jgraph.partition.store import (
+    ASSIGNMENT,
     FORMAT_VERSION,
     READABLE_KINDS,
     ArraySpec,
@@ -123,6 +125,7 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
         relabelling = relabel(graph, parts, num_parts)
         save_array(os.path.join(out_dir, "node_map.npy"), relabelling.node_map)
         save_array(os.path.join(out_dir, "node_map_inv.npy"), relabelling.inverse)
+        save_array(os.path.join(out_dir, ASSIGNMENT), parts.astype(assignment_dtype(num_parts)))
         for t, ids in graph.ids.items():
             save_array(os.path.join(out_dir, "ids", f"{t}.npy"), ids)
     with progress.phase("sorting edges by destination"):

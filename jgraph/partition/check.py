@@ -85,6 +85,7 @@ def check_directory(pg: PartitionedGraph) -> None:
     meta, root = pg.meta, pg.root
     pg.check_files()
     _check_node_maps(pg)
+    _check_assignment(pg)
     per_relation = np.zeros(len(meta.relations), np.int64)
     # Distinct edge ids in range, as many as meta.json's num_edges (checked on
     # opening): each original edge stored exactly once.
@@ -108,6 +109,21 @@ def check_directory(pg: PartitionedGraph) -> None:
             f"{os.path.join(root, 'meta.json')}: num_edges_per_relation[{i}] is "
             f"{recorded[i]}, the parts' etype.npy hold {per_relation[i]} edges of "
             f"relation {i}")
+
+
+def _check_assignment(pg: PartitionedGraph) -> None:
+    """assignment.npy (where there is one) names the partition that owns each node."""
+    given = pg.assignment()
+    if given is None:
+        return
+    inverse = pg.node_map_inv()
+    for start, parts in _block_views(given):
+        owner = pg.book.owner(np.asarray(inverse[start:start + parts.size]))
+        if not np.array_equal(owner, parts):
+            i = int(np.argmax(owner != parts))
+            raise PartitionFormatError(
+                f"{os.path.join(pg.root, 'assignment.npy')}: node {start + i} is given "
+                f"partition {parts[i]}, but partition {owner[i]} holds it")
 
 
 def _check_node_maps(pg: PartitionedGraph) -> None:

@@ -59,8 +59,12 @@ from jgraph.partition.adjacency import (
 )
 from jgraph.partition.assignment import (
     BALANCED_SPLITS,
+    Method,
     PartitionError,
+    assignment_dtype,
+    check_given,
     fill_empty,
+    read_assignment,
     warn_over_limits,
 )
 from jgraph.partition.edge_splits import write_edge_splits
@@ -77,6 +81,7 @@ from jgraph.partition.files import (
 from jgraph.partition.group import Group
 from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
 from jgraph.partition.store import (
+    ASSIGNMENT,
     FORMAT_VERSION,
     ArraySpec,
     PartInfo,
@@ -116,6 +121,9 @@ class ChunkedOptions:
         largest block a phase holds; None: `range_limit(processes)`.
       coarse_entries: the largest coarse graph METIS partitions (adjacency entries);
         None: `coarse_limit(processes)`, which falls as processes are added.
+      assignment: a file of each node's partition, made elsewhere
+        (`jgraph.partition.assignment.read_assignment`), used as given: the adjacency
+        phase is skipped and the assignment phase reads it.
     """
 
     num_parts: int
@@ -123,6 +131,7 @@ class ChunkedOptions:
     tolerance: float = 0.05
     range_entries: int | None = None
     coarse_entries: int | None = None
+    assignment: str | None = None
 
     def resolved(self, processes: int) -> ChunkedOptions:
         """These options with the defaults for `processes` processes filled in."""
@@ -131,6 +140,8 @@ class ChunkedOptions:
             coarse_entries=self.coarse_entries or coarse_limit(processes))
 
     def __post_init__(self):
+        if self.assignment is not None:
+            object.__setattr__(self, "assignment", os.path.realpath(self.assignment))
         for name, least in (("num_parts", 1), ("range_entries", 1 << 10),
                             ("coarse_entries", 1 << 10)):
             value = getattr(self, name)
@@ -199,7 +210,9 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     out = os.path.realpath(os.fspath(out_dir))
     if check_out is not None and group.leader:
         check_out(out, overwrite)
-    identity = {"input": os.path.realpath(graph.root), "files": _stamp(graph),
+    identity = {"input": os.path.realpath(graph.root),
+                "files": _stamp(graph) + _file_stamps([options.assignment]
+                                                      if options.assignment else []),
                 "options": dataclasses.asdict(options), "processes": group.size,
                 "version": IDENTITY_VERSION}
     work = Work(out + WORK, identity, progress, group)
@@ -237,6 +250,7 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
         group.barrier("published")
         return read_meta(out)
     meta = job.meta(time.perf_counter() - start)
+    shutil.copyfile(work.path("parts.npy"), os.path.join(staging, ASSIGNMENT))
     for t, (file, _) in graph.ids.items():      # the user's ids, as they are
         os.makedirs(os.path.join(staging, "ids"), exist_ok=True)
         shutil.copyfile(graph.path(file), os.path.join(staging, "ids", f"{t}.npy"))
@@ -281,8 +295,12 @@ def _edge_order(block: np.ndarray) -> np.ndarray:
 def _stamp(graph: ChunkedGraph) -> list:
     """The input's identity: metadata.json's and every chunk file's size and time (a
     stat a file), so a job does not resume over an input changed since it began."""
-    paths = [os.path.join(graph.root, "metadata.json")] + [
-        graph.path(f) for c in graph.all_chunks() for f in (*c.files, *c.value_files)]
+    return _file_stamps([os.path.join(graph.root, "metadata.json")] + [
+        graph.path(f) for c in graph.all_chunks() for f in (*c.files, *c.value_files)])
+
+
+def _file_stamps(paths: list[str]) -> list:
+    """[count, total size, latest modification] of the files `paths`."""
     total, latest = 0, 0
     for path in paths:
         st = os.stat(path)
@@ -323,6 +341,9 @@ def _check_request(graph: ChunkedGraph, options: ChunkedOptions, group: Group) -
                              f"{options.tolerance!r}")
     if p > 2**15:
         raise PartitionError(f"num_parts={p}: the chunked route takes at most 32768 parts")
+    if options.assignment is not None:      # refused before any phase, naming the file
+        check_given(Method.GIVEN, read_assignment(options.assignment), graph.total_nodes, p,
+                    what=f"--assignment {options.assignment}")
 
 
 def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
@@ -466,6 +487,8 @@ class _Job:
         return bounds, firsts + [bounds.size - 1]
 
     def adjacency(self) -> dict:
+        if self.options.assignment:
+            return {"skipped": "the assignment is given"}
         bounds, firsts = self._adjacency_bounds()
 
         def pairs():
@@ -515,6 +538,11 @@ class _Job:
         return NodeWeights(tuple(names), tuple(columns))
 
     def assignment(self) -> dict:
+        if self.options.assignment:
+            if self.group.leader:
+                np.save(self.work.path("parts.npy"),
+                        self.given().astype(assignment_dtype(self.options.num_parts)))
+            return {"given": self.options.assignment}
         _, firsts = self._adjacency_bounds()
         adjacency = DiskAdjacency.open(self.work.path("adjacency"), firsts[self.group.rank])
         if adjacency is None:
@@ -538,9 +566,15 @@ class _Job:
         if self.group.leader:
             parts = fill_empty(parts, self.options.num_parts)
             np.save(self.work.path("parts.npy"),
-                    parts.astype(np.int16 if self.options.num_parts <= 2**15 else np.int32))
+                    parts.astype(assignment_dtype(self.options.num_parts)))
         return {"levels": list(stats.level_nodes), "coarse_entries": stats.coarse_entries,
                 "coarse_sparsified": stats.sparsified}
+
+    def given(self) -> np.ndarray:
+        """The assignment of `options.assignment`, checked against the graph."""
+        return check_given(Method.GIVEN, read_assignment(self.options.assignment), self.n,
+                           self.options.num_parts, what=f"--assignment "
+                                                        f"{self.options.assignment}")
 
     # -- phase 4 ------------------------------------------------------------------------
 
@@ -850,7 +884,8 @@ class _Job:
             lo, hi = bounds if bounds else (None, None)
             return ArraySpec(c.dtype, c.shape, lo, hi)
         return PartitionMeta(
-            format_version=FORMAT_VERSION, graph_name=g.name, num_parts=p, method=METHOD,
+            format_version=FORMAT_VERSION, graph_name=g.name, num_parts=p,
+            method=Method.GIVEN.value if self.options.assignment else METHOD,
             node_types=list(g.node_types), relations=[list(r) for r in g.relations],
             num_nodes=self.n, num_edges=g.num_edges,
             num_nodes_per_type=dict(g.num_nodes),

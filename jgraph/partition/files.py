@@ -117,7 +117,7 @@ class NpyAppender:
         self.path, self.dtype, self.shape = path, np.dtype(dtype), tuple(shape)
         self.rows = 0
         self.file = open(path, "wb")  # noqa: SIM115 (closed by close())
-        np.lib.format.write_array_header_2_0(
+        np.lib.format.write_array_header_1_0(
             self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
                         "fortran_order": False, "shape": self.shape})
 
@@ -139,7 +139,7 @@ def preallocate(path: str, dtype, shape: tuple[int, ...]) -> None:
     """A .npy file of `shape` whose rows are written later, in any order and by any
     process (`write_rows`): its header, then its full length unwritten (sparse)."""
     with open(path, "wb") as f:
-        np.lib.format.write_array_header_2_0(
+        np.lib.format.write_array_header_1_0(
             f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
                 "fortran_order": False, "shape": tuple(shape)})
         f.truncate(f.tell() + np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)))
@@ -150,8 +150,9 @@ class NpyRows:
 
     def __init__(self, path: str):
         with open(path, "rb") as f:
-            np.lib.format.read_magic(f)
-            shape, _, dtype = np.lib.format.read_array_header_2_0(f)   # as preallocate wrote
+            read = (np.lib.format.read_array_header_1_0 if np.lib.format.read_magic(f) == (1, 0)
+                    else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read(f)
             self.offset = f.tell()
         self.path, self.shape, self.dtype = path, shape, dtype
         self.row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))

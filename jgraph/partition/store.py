@@ -5,6 +5,9 @@ Layout (format version 1):
     DIR/meta.json                  see `PartitionMeta`
     DIR/node_map.npy               int64[N]  new global id -> original homogeneous id
     DIR/node_map_inv.npy           int64[N]  original homogeneous id -> new global id
+    DIR/assignment.npy             int16/int32[N]  original homogeneous id -> its partition
+                                   (what `jgraph partition --assignment` reads; written
+                                   by every route, absent in directories written before)
     DIR/part-K/indptr.npy          int64[n_K + 1]  in-edge CSC over the part's nodes
     DIR/part-K/indices.npy         int64[E_K]  global id of each in-edge's source
     DIR/part-K/etype.npy           int32[E_K]  relation index of each in-edge
@@ -45,6 +48,7 @@ from jgraph.data.sparse import SparseRows
 from jgraph.partition.book import PartitionBook
 
 FORMAT_VERSION = 1
+ASSIGNMENT = "assignment.npy"
 
 # numpy dtype kinds that node and edge data may have: bool, signed and unsigned
 # integers, floats. Anything else (strings, objects, ...) cannot be memory-mapped or
@@ -459,6 +463,8 @@ class PartitionedGraph:
         out = [os.path.join(self.root, name)
                for name in ("meta.json", "node_map.npy", "node_map_inv.npy")]
         out += [self.ids_path(t) for t in meta.ids]
+        if os.path.exists(os.path.join(self.root, ASSIGNMENT)):
+            out.append(os.path.join(self.root, ASSIGNMENT))
         for k in range(meta.num_parts) if parts is None else parts:
             out += [self.array_path(k, name) for name in PART_ARRAYS]
             out += [path for t, named in meta.node_data.items()
@@ -492,6 +498,14 @@ class PartitionedGraph:
         """int64[N]: new global id -> original homogeneous id (memory-mapped)."""
         return load_array(os.path.join(self.root, "node_map.npy"), (self.meta.num_nodes,),
                           np.int64)
+
+    def assignment(self) -> np.ndarray | None:
+        """int[N]: each original homogeneous id's partition (memory-mapped), or None for
+        a directory written before assignment.npy was."""
+        path = os.path.join(self.root, ASSIGNMENT)
+        if not os.path.exists(path):
+            return None
+        return load_array(path, (self.meta.num_nodes,), kinds="iu")
 
     def node_map_inv(self) -> np.ndarray:
         """int64[N]: original homogeneous id -> new global id (memory-mapped)."""

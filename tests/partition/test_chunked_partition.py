@@ -21,6 +21,7 @@ from jgraph.partition import chunked as chunked_route
 from jgraph.partition.adjacency import CSRAdjacency, Rows
 from jgraph.partition.assignment import assign, balance, constraints_for, edge_cut_fraction
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked
+from jgraph.partition.store import PartitionFormatError
 
 # Small ranges and coarse graphs, so that every phase works in many pieces and the
 # partitioner coarsens several levels even on small graphs.
@@ -106,6 +107,71 @@ def test_chunked_route_writes_what_partition_graph_writes(tmp_path, shared_data,
     assert set(meta.build["phases"]) == set(chunked_route.PHASES)
     assert all(p["peak_rss_bytes"] > 0 for p in meta.build["phases"].values())
     assert not os.path.exists(str(tmp_path / "out") + chunked_route.WORK)
+
+
+def files_under(root) -> dict[str, bytes]:
+    return {os.path.relpath(os.path.join(d, f), root): Path(d, f).read_bytes()
+            for d, _, names in os.walk(root) for f in names}
+
+
+@pytest.mark.parametrize("source, form", [("hetero", "npy"), ("heco_acm", "text"),
+                                          ("facebook", "npy")])
+def test_a_given_assignment_on_the_bounded_route_writes_the_in_memory_directory_byte_for_byte(
+        tmp_path, shared_data, source, form):
+    """METIS's partition in memory, its assignment.npy (or the same as text, as ParMETIS
+    writes it) given to the bounded route: every file the same, byte for byte, and
+    meta.json the same but for how it was made."""
+    graph = {"hetero": hetero_graph,
+             "heco_acm": lambda: load_dataset(shared_data("heco_acm.npz")),
+             "facebook": lambda: symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+             }[source]()
+    save_chunked(graph, tmp_path / "in", edges_per_chunk=1500, rows_per_chunk=700)
+    partition_graph(graph, 4, "metis", tmp_path / "memory")
+    given = tmp_path / "memory" / "assignment.npy"
+    if form == "text":
+        np.savetxt(tmp_path / "given.txt", np.load(given), fmt="%d")
+        given = tmp_path / "given.txt"
+    meta = partition_chunked(tmp_path / "in", tmp_path / "bounded",
+                             ChunkedOptions(4, assignment=str(given), **SMALL))
+    assert meta.method == "given"
+    assert meta.build["phases"]["adjacency"]["skipped"] == "the assignment is given"
+    memory, bounded = files_under(tmp_path / "memory"), files_under(tmp_path / "bounded")
+    assert sorted(memory) == sorted(bounded)
+    for name in memory.keys() - {"meta.json"}:
+        assert memory[name] == bounded[name], name
+    ma, mb = (json.loads(files[("meta.json")]) for files in (memory, bounded))
+    for key in ma.keys() - {"method", "seconds", "build"}:
+        assert ma[key] == mb[key], key
+    open_partitions(tmp_path / "bounded").check()
+
+
+def test_assignment_npy_names_each_nodes_partition_and_a_wrong_one_fails_the_check(
+        tmp_path):
+    save_chunked(hetero_graph(), tmp_path / "in", edges_per_chunk=700)
+    partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(3, **SMALL))
+    pg = open_partitions(tmp_path / "out")
+    np.testing.assert_array_equal(pg.assignment(), assignment_of(str(tmp_path / "out")))
+    pg.check()
+    wrong = np.load(tmp_path / "out" / "assignment.npy")
+    wrong[7] = (wrong[7] + 1) % 3
+    np.save(tmp_path / "out" / "assignment.npy", wrong)
+    with pytest.raises(PartitionFormatError, match="assignment.npy: node 7 is given"):
+        open_partitions(tmp_path / "out").check()
+
+
+def test_a_bad_assignment_is_refused_on_the_bounded_route_before_any_phase(tmp_path):
+    save_chunked(hetero_graph(), tmp_path / "in", edges_per_chunk=700)
+    n = hetero_graph().total_nodes
+    np.save(tmp_path / "short.npy", np.zeros(n - 1, np.int64))
+    (tmp_path / "words.txt").write_text("0\n1\nthree\n")
+    for file, message in (("short.npy", f"expected one partition per node, {n} values"),
+                          ("words.txt", "not a readable text file"),
+                          ("none.npy", "no such file")):
+        with pytest.raises(PartitionError, match=message):
+            partition_chunked(tmp_path / "in", tmp_path / "out",
+                              ChunkedOptions(3, assignment=str(tmp_path / file)))
+        assert not os.path.exists(tmp_path / "out")
+        assert not os.path.exists(str(tmp_path / "out") + chunked_route.WORK)
 
 
 def test_every_edge_row_and_split_entry_once_by_original_id(tmp_path):
@@ -322,6 +388,14 @@ def test_cli_partitions_a_chunked_directory_and_streams_its_preparation(tmp_path
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
                  str(tmp_path / "other"), "--no-rebalance"]) == 2
     assert "--no-rebalance: not available" in capsys.readouterr().err
+    # An assignment made elsewhere (here, the in-memory route's) on the bounded route.
+    assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
+                 str(tmp_path / "given"), "--assignment",
+                 str(tmp_path / "lp-in-memory" / "assignment.npy"), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["method"] == "given" and set(row["phases"]) == set(chunked_route.PHASES)
+    np.testing.assert_array_equal(open_partitions(tmp_path / "given").assignment(),
+                                  open_partitions(tmp_path / "lp-in-memory").assignment())
     assert main(["partition", str(tmp_path / "cora"), "--num-parts", "2", "--out",
                  str(tmp_path / "parts")]) == 2
     assert "--overwrite" in capsys.readouterr().err
