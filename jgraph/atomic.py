@@ -121,6 +121,7 @@ def scratch_beside(path: str, what: str):
     temporary files of the job writing `path`, removed when the block ends, whether it
     succeeded or not; nothing that was there before is touched."""
     where = os.path.abspath(path)
+    os.makedirs(os.path.dirname(where), exist_ok=True)     # as the output's will be
     folder = tempfile.mkdtemp(prefix=f".{os.path.basename(where)}.{what}-",
                               dir=os.path.dirname(where))
     try:

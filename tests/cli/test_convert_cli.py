@@ -45,6 +45,16 @@ def test_convert_json_prints_one_line_of_results(tmp_path, capsys):
     assert row["peak_rss_bytes"] > 0
 
 
+def test_convert_with_a_preparation_writes_into_a_folder_not_made_yet(tmp_path, capsys):
+    """Prepared from a scratch folder beside OUT: OUT's parent is made for it, and
+    only OUT is left there."""
+    out = tmp_path / "new" / "deeper" / "cora"
+    code, _, err = run(capsys, "convert", "cora", out, "--symmetrize", "--self-loops")
+    assert code == 0, err
+    assert open_chunked(out).num_edges == 10556 + 2708
+    assert sorted(p.name for p in out.parent.iterdir()) == ["cora"]
+
+
 def test_convert_streams_an_ogb_directory_reporting_its_progress(tmp_path, capsys):
     rng = np.random.default_rng(0)
     raw = tmp_path / "ogbn_tiny" / "raw"
