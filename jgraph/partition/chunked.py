@@ -240,6 +240,12 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
                 facts = run() or {}
             release_memory()
             peaks = [int(p) for p in group.gather(peak.peak, f"{name} peak")]
+            # The work directory's bytes at the phase's end, or where the phase held more
+            # before removing files of its own (`disk_peak_bytes`): what `plan` estimates.
+            # Measured by the first process while the others wait (none removes a file).
+            facts["disk_bytes"] = max(_bytes_under(work.root) if group.leader else 0,
+                                      facts.pop("disk_peak_bytes", 0))
+            group.barrier(f"{name} disk measured")
             work.finish(name, time.perf_counter() - began, peaks, **facts)
         # What a finished phase leaves behind for no later one goes only once it is
         # recorded (again on a resume: a job killed while deleting it resumes).
@@ -349,19 +355,34 @@ def _check_request(graph: ChunkedGraph, options: ChunkedOptions, group: Group) -
 def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
                   edge_data_bytes: int, num_parts: int,
                   coarse_entries: int = COARSE_ENTRIES) -> dict[str, int]:
-    """Bytes of disk each part of a job needs: the temporary adjacency (its bucket
-    records, then one CSR per range), the coarse graphs, the edge buckets, and the
-    partition directory itself (CSC, edge ids, edge data, node data, node maps)."""
-    ids = 4 if num_nodes < 2**31 else 8
-    adjacency = 2 * num_edges * (4 + ids)
+    """Bytes of disk a job needs: the parts (the temporary adjacency: its bucket
+    records, then one CSR per range; the coarse graphs; the edge buckets; the partition
+    directory itself: CSC, edge ids, edge data, node data, node maps), each phase's
+    peak in the work directory (`phases`: a list in `PHASES` order, every file then on
+    disk counted) and the job's `peak`."""
+    n, e = num_nodes, num_edges
+    ids = 4 if n < 2**31 else 8
+    adjacency = 2 * e * (4 + ids)
     # Two coarse levels at once, each at most SAMPLE_MARGIN x coarse_entries entries
     # (sampled beyond), as bucket records (16 bytes) while a level is written.
-    coarse = 2 * 16 * min(2 * num_edges, SAMPLE_MARGIN * coarse_entries)
-    buckets = num_edges * (ids + 4 + 4 + 8 + edge_data_bytes)
-    output = (num_edges * (8 + 4 + 8 + edge_data_bytes) + num_nodes * 16 + node_data_bytes
-              + num_parts * 4096)
+    coarse = 2 * 16 * min(2 * e, SAMPLE_MARGIN * coarse_entries)
+    buckets = e * (ids + 4 + 4 + 8 + edge_data_bytes)
+    # The CSC (indices, etype, edge ids, edge data; indptr), the node maps, the splits
+    # (at most a node each), the halos (a node at most once a part, an in-edge at most
+    # once), node data, and a page of small files a partition.
+    output = (e * (8 + 4 + 8 + edge_data_bytes) + 8 * (n + num_parts) + n * 16 + 8 * n
+              + 8 * min(num_parts * n, e) + node_data_bytes + num_parts * 4096)
+    # Kept from the scan on: in-degrees and degrees (int64); from the assignment on,
+    # each node's partition (int16); from the relabelling on, the node maps (in `output`).
+    # (Several processes add their counts into the same two files: `_Job.scan`.)
+    degrees, parts, maps = 16 * n, 2 * n, 16 * n
+    # And some 16 KiB of .npy headers and the job's record, whatever the graph.
+    phases = [(16 << 10) + held for held in (
+        degrees, degrees + adjacency, degrees + adjacency + coarse + parts,
+        degrees + parts + maps, degrees + parts + maps + buckets,
+        degrees + parts + buckets + output - node_data_bytes, degrees + parts + output)]
     return {"adjacency": adjacency, "coarse": coarse, "buckets": buckets, "output": output,
-            "peak": max(adjacency + coarse, buckets + output)}
+            "phases": phases, "peak": max(phases)}
 
 
 def data_bytes(graph: ChunkedGraph) -> tuple[int, int]:
@@ -456,19 +477,19 @@ class _Job:
             np.save(self.work.path("in_degree.npy"), counts[0].astype(np.int64))
             np.save(self.work.path("degree.npy"), counts[1].astype(np.int64))
             return {"self_loops": loops}
-        # Every process's counts summed over its own nodes, from the others' files.
-        np.save(self.work.path(f"scan.{group.rank}.npy"), counts)
-        del counts
+        # Every process's counts added into the sums in turns: in turn j, process r adds
+        # its counts of the nodes of process (r + j) mod N, so the N processes write N
+        # disjoint ranges at once and no file of every node is written per process.
         paths = [self._node_array(name, np.int64) for name in ("in_degree", "degree")]
-        group.barrier("scan counts written")
-        total = sum(np.asarray(np.load(self.work.path(f"scan.{r}.npy"), mmap_mode="r")
-                               [:, self.lo:self.hi], np.int64) for r in range(group.size))
-        for row, path in enumerate(paths):
-            out = NpyRows(path)
-            out.write(self.lo, total[row])
-            out.close()
-        group.barrier("scan counts summed")
-        os.remove(self.work.path(f"scan.{group.rank}.npy"))
+        group.barrier("scan sums allocated")
+        for turn in range(group.size):
+            lo, hi = group.nodes(n, (group.rank + turn) % group.size)
+            for row, path in enumerate(paths):
+                before = np.asarray(np.load(path, mmap_mode="r")[lo:hi])
+                out = NpyRows(path)
+                out.write(lo, before + counts[row, lo:hi])
+                out.close()
+            group.barrier(f"scan sums, turn {turn}")
         return {"self_loops": int(group.sum(loops, "self-loops"))}
 
     # -- phase 2 ------------------------------------------------------------------------
@@ -503,11 +524,15 @@ class _Job:
         self.group.barrier("adjacency folder")
         write_buckets(root, self.n, bounds, pairs(), merge=False, writer=self.group.rank)
         self.group.barrier("adjacency buckets written")
+        # Every entry's record, before the sort: the first process measures.
+        held = _bytes_under(self.work.root) if self.group.leader else 0
+        self.group.barrier("adjacency disk measured")
         a, b = firsts[self.group.rank], firsts[self.group.rank + 1]
         adjacency = sort_ranges(root, self.n, bounds[a:b + 1], merge=False,
                                 writers=self.group.size, first=a)
         return {"ranges": int(bounds.size - 1),
-                "entries": int(self.group.sum(adjacency.num_entries, "entries"))}
+                "entries": int(self.group.sum(adjacency.num_entries, "entries")),
+                "disk_peak_bytes": held}
 
     # -- phase 3 ------------------------------------------------------------------------
 

@@ -52,8 +52,9 @@ class GraphSizes:
 
 @dataclasses.dataclass(frozen=True)
 class PhasePlan:
-    """One phase: memory per process (bytes), temporary disk in use at its end (bytes,
-    the partition directory as written so far included), what it reads, and how."""
+    """One phase: memory per process (bytes), the most disk its work directory holds
+    (bytes: every file then on disk, the partition directory as written so far
+    included; `meta.json`'s `build` records the measured `disk_bytes`), what it reads."""
 
     phase: str
     memory: int
@@ -84,6 +85,7 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     own = -(-n // q)                                              # a process's nodes
     disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
                          options.coarse_entries)
+    on_disk = dict(zip(PHASES, disk["phases"]))
     # compact columns, and the in-degrees (int64, mapped from the scan's file)
     weights = (sizes.types + sizes.splits) * own + 8 * own
     edges_gb = e * 2 * ids                                        # src + dst chunks
@@ -103,12 +105,12 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
         # int64 ids, etype and the loop test (mapped pages too: some 45 bytes an edge).
         PhasePlan("scan", base + (8 if e // q < 2**30 else 16) * n
                   + (0 if compiled.enabled() else 8 * n) + 8 * n + 45 * chunk,
-                  0, f"the edge chunks once ({gib(edges_gb)}{share})"),
+                  on_disk["scan"], f"the edge chunks once ({gib(edges_gb)}{share})"),
         # degrees (a process's own) and their running sum; per block both directions as
         # int64, the bucket records and their order; then two ranges sorted at once,
         # each its records and keys.
         PhasePlan("adjacency", base + max(16 * own + 130 * chunk, 2 * 28 * r),
-                  disk["adjacency"], f"the edge chunks once ({gib(edges_gb)}{share})"),
+                  on_disk["adjacency"], f"the edge chunks once ({gib(edges_gb)}{share})"),
         # the balance weights and each node's partition or cluster (int32) of a
         # process's own nodes, the levels' cluster of each node and the coarse nodes'
         # weights (some 8 bytes a finest node in all), and in the V-cycle every node's
@@ -120,25 +122,26 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
                   base + shared + weights + 4 * own + 8 * own + 12 * own
                   + max(8 * own + 5 * own + piece, CONTRACT_ENTRY_BYTES * r,
                         METIS_ENTRY_BYTES * coarse),
-                  disk["adjacency"] + disk["coarse"],
+                  on_disk["assignment"],
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
                   f"({gib(adjacency_read)} each at the finest{share})"),
         # a process's own nodes' partitions, their order, new ids and type ids.
-        PhasePlan("relabel", base + 36 * own, 16 * n, "nothing but the assignment"),
+        PhasePlan("relabel", base + 36 * own, on_disk["relabel"], "nothing but the assignment"),
         # every node's partition (int16) and new id (int64, mapped as it is read); a
         # block in new ids, its bucket records and order.
         PhasePlan("bucketing", base + (2 + 8) * n + 160 * chunk,
-                  16 * n + disk["buckets"], f"the edge chunks once ({gib(edges_gb)}{share})"),
+                  on_disk["bucketing"], f"the edge chunks once ({gib(edges_gb)}{share})"),
         # the halo marks, one partition's degrees and CSC offsets, one range of edge
         # records (at most a partition's in-edges, 1.05 of the mean) read into one
         # array, its sort keys, order and sorted copy, and the columns as written:
         # some 100 bytes an edge.
         PhasePlan("partitions", base + n + 16 * n // p + 100 * min(r, -(-e * 21 // (20 * p))),
-                  disk["output"] - sizes.node_data_bytes, "the edge buckets once"),
+                  on_disk["partitions"], "the edge buckets once"),
         # the inverse map (memory-mapped, as it is touched) and a block of rows, thrice.
         PhasePlan("node data", base + 8 * n // q + 3 * max(sizes.node_data_bytes * (1 << 20)
                                                            // max(n, 1), 1),
-                  disk["output"], f"the node data once ({gib(sizes.node_data_bytes)}{share})"),
+                  on_disk["node data"],
+                  f"the node data once ({gib(sizes.node_data_bytes)}{share})"),
     ]
     assert [row.phase for row in rows] == list(PHASES)
     return rows

@@ -22,7 +22,13 @@ from jgraph.partition import open_partitions, partition_graph
 from jgraph.partition.assignment import constraints_for
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked
 
-from .test_chunked_partition import SMALL, assert_same_partitions, assignment_of, hetero_graph
+from .test_chunked_partition import (
+    SMALL,
+    assert_same_partitions,
+    assert_the_plan_bounds_the_disk,
+    assignment_of,
+    hetero_graph,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,6 +64,9 @@ def test_processes_write_the_graph_as_partition_graph_does(tmp_path, shared_data
                                 assignment=parts)
     assert_same_partitions(str(tmp_path / "out"), str(tmp_path / "ref"))
     assert meta.edge_cut_fraction == pytest.approx(reference.edge_cut_fraction)
+    if source == "facebook":            # the counts every process writes in the scan too
+        assert_the_plan_bounds_the_disk(meta, tmp_path / "in", ChunkedOptions(4, **SMALL),
+                                        processes)
     # Every balance constraint within its limit, as one process keeps them.
     constraints = constraints_for(graph)
     loads = np.stack([np.bincount(parts, weights=constraints.weights[:, c], minlength=4)
