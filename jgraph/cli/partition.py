@@ -237,6 +237,10 @@ def run_chunked(args, start: float, progress: Progress) -> int:
     todo = asked.without(recorded_preparation(args.dataset))
     try:
         try:
+            if args.assignment is not None:         # before a long preparation
+                check_given(Method.GIVEN, read_assignment(args.assignment),
+                            open_chunked(args.dataset).total_nodes, args.num_parts,
+                            what=f"--assignment {args.assignment}")
             with contextlib.ExitStack() as scratch:
                 source = args.dataset
                 if todo.steps:

@@ -20,6 +20,11 @@ Two passes over the buckets follow:
 What leaves the graph is then one comparison per edge (`Cut.held`): an edge is held out
 when its (hash, key) is below its relation's cut, the (hash, key) of its first training
 positive.
+
+Memory: a bucket of edges, with its keys and sort orders (some 100 bytes an edge). The
+buckets are alike in size because distinct pairs hash uniformly; the repeats of one
+pair (a multigraph's) share a bucket, so a pair repeated millions of times makes its
+bucket that much larger.
 """
 from __future__ import annotations
 
@@ -182,6 +187,8 @@ def _ranked_firsts(key: np.ndarray, pair: np.ndarray, pos: np.ndarray, seed: int
                    relation: int) -> np.ndarray:
     """Positions of each distinct key's first edge (lowest `pos`; a bucket holds its
     edges in edge order), ordered by (hash of the pair, key)."""
+    if not key.size:                        # a relation with no candidate in this range
+        return np.zeros(0, np.int64)
     if pos.size > 1 and not (pos[1:] > pos[:-1]).all():
         raise RuntimeError("a held-out bucket's edges are out of edge order")
     order = np.argsort(key)

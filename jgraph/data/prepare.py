@@ -9,8 +9,8 @@ graph through `Preparation`, in one order:
 Edges are held out before any is reversed, so the reverse of a held-out edge is never
 made (`jgraph.data.links`). A graph in memory is prepared by `prepare`; a chunked graph
 directory (larger than memory) by `jgraph.data.prepare_chunked.prepare_chunked`,
-streamed, to the same edges and rows (every step but the held-out edges, which are
-drawn in memory only for now).
+streamed, to the same edges and rows and the same held-out edges
+(`jgraph.data.held_out`).
 
 A config's `data.*` settings (and `task: link`) are the whole preparation of the graph
 it trains on: a chunked directory that has some steps already (its metadata.json

@@ -323,7 +323,9 @@ def _open_files_for(graph: ChunkedGraph, options: ChunkedOptions) -> None:
     """Raise the open-file limit to what the phases keep open at once (a bucket file
     a node range, a file a partition), or refuse before any phase if it cannot be."""
     ranges = 2 * graph.num_edges // options.range_entries + options.num_parts + 2
-    need = ranges * (1 + len(graph.edge_data)) + 64
+    # (The held-out edges are written with their five arrays of every partition open.)
+    need = max(ranges * (1 + len(graph.edge_data)),
+               5 * options.num_parts if graph.edge_splits else 0) + 64
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need:
         if hard != resource.RLIM_INFINITY and hard < need:
@@ -354,7 +356,8 @@ def _check_request(graph: ChunkedGraph, options: ChunkedOptions, group: Group) -
 
 def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
                   edge_data_bytes: int, num_parts: int,
-                  coarse_entries: int = COARSE_ENTRIES) -> dict[str, int]:
+                  coarse_entries: int = COARSE_ENTRIES, edge_split_bytes: int = 0
+                  ) -> dict[str, int]:
     """Bytes of disk a job needs: the parts (the temporary adjacency: its bucket
     records, then one CSR per range; the coarse graphs; the edge buckets; the partition
     directory itself: CSC, edge ids, edge data, node data, node maps), each phase's
@@ -369,9 +372,11 @@ def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
     buckets = e * (ids + 4 + 4 + 8 + edge_data_bytes)
     # The CSC (indices, etype, edge ids, edge data; indptr), the node maps, the splits
     # (at most a node each), the halos (a node at most once a part, an in-edge at most
-    # once), node data, and a page of small files a partition.
+    # once), node data, link prediction's held-out edges (`edge_split_bytes`), and a page
+    # of small files a partition.
     output = (e * (8 + 4 + 8 + edge_data_bytes) + 8 * (n + num_parts) + n * 16 + 8 * n
-              + 8 * min(num_parts * n, e) + node_data_bytes + num_parts * 4096)
+              + 8 * min(num_parts * n, e) + node_data_bytes + edge_split_bytes
+              + num_parts * 4096)
     # Kept from the scan on: in-degrees and degrees (int64); from the assignment on,
     # each node's partition (int16); from the relabelling on, the node maps (in `output`).
     # (Several processes add their counts into the same two files: `_Job.scan`.)
@@ -383,6 +388,14 @@ def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
         degrees + parts + buckets + output - node_data_bytes, degrees + parts + output)]
     return {"adjacency": adjacency, "coarse": coarse, "buckets": buckets, "output": output,
             "phases": phases, "peak": max(phases)}
+
+
+def edge_split_bytes(graph: ChunkedGraph) -> int:
+    """The bytes link prediction's held-out edges take in the partitions: eid, src, dst
+    (int64), etype (int32) and K negatives (int64) a positive."""
+    return sum(arrays["src"].num_rows * (28 + 8 * (arrays["negatives"].shape[0]
+                                                  if "negatives" in arrays else 0))
+               for arrays in graph.edge_splits.values())
 
 
 def data_bytes(graph: ChunkedGraph) -> tuple[int, int]:
@@ -403,7 +416,7 @@ def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str,
     (`already`: bytes a resumed job's work directory holds, counted as room)."""
     node, edge = data_bytes(graph)
     need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts,
-                         options.coarse_entries)
+                         options.coarse_entries, edge_split_bytes(graph))
     where = where or "."
     while not os.path.isdir(where) and os.path.dirname(where) not in ("", where):
         where = os.path.dirname(where)          # the disk of the nearest folder that exists
@@ -788,9 +801,9 @@ class _Job:
             infos.update({int(k): v for k, v in json.loads(str(other)).items()})
         sizes = None
         if group.leader:
+            inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
             sizes = {"splits": self._write_splits(offsets, ntype_offsets),
-                     "edge_splits": write_edge_splits(g, self.inverse(), offsets,
-                                                      self.staging)}
+                     "edge_splits": write_edge_splits(g, inverse, offsets, self.staging)}
         sizes = json.loads(str(group.gather(np.array(json.dumps(sizes)), "split sizes")[0]))
         return {"parts": [{**infos[k], "splits": sizes["splits"][k],
                            "edge_splits": sizes["edge_splits"][k]} for k in range(p)]}

@@ -17,6 +17,7 @@ from jgraph.partition.chunked import (
     PHASES,
     ChunkedOptions,
     data_bytes,
+    edge_split_bytes,
     estimate_disk,
 )
 from jgraph.partition.multilevel import PIECE_ENTRIES
@@ -39,7 +40,8 @@ CONTRACT_ENTRY_BYTES = 48
 class GraphSizes:
     """The sizes a plan needs. node_data_bytes: all node arrays together;
     edge_data_bytes: per edge; edges_per_chunk: the largest edge chunk; types,
-    splits: node types and balanced splits (train, val, test) present."""
+    splits: node types and balanced splits (train, val, test) present;
+    edge_split_bytes: link prediction's held-out edges in the partitions."""
 
     num_nodes: int
     num_edges: int
@@ -48,6 +50,7 @@ class GraphSizes:
     edges_per_chunk: int = 1 << 24
     types: int = 1
     splits: int = 3
+    edge_split_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +71,7 @@ def plan_sizes(graph) -> GraphSizes:
     return GraphSizes(graph.total_nodes, graph.num_edges, node, edge,
                       max(graph.edges["src"].rows, default=0), len(graph.node_types),
                       sum(any(s in named for named in graph.splits.values())
-                          for s in ("train", "val", "test")))
+                          for s in ("train", "val", "test")), edge_split_bytes(graph))
 
 
 def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list[PhasePlan]:
@@ -84,7 +87,7 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     r, p = min(options.range_entries, 2 * e), options.num_parts
     own = -(-n // q)                                              # a process's nodes
     disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
-                         options.coarse_entries)
+                         options.coarse_entries, sizes.edge_split_bytes)
     on_disk = dict(zip(PHASES, disk["phases"]))
     # compact columns, and the in-degrees (int64, mapped from the scan's file)
     weights = (sizes.types + sizes.splits) * own + 8 * own

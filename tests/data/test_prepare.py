@@ -17,6 +17,7 @@ from jgraph.data import (
     DatasetError,
     Graph,
     GraphError,
+    held_out,
     load_chunked,
     load_dataset,
     open_chunked,
@@ -24,6 +25,7 @@ from jgraph.data import (
     split_edges,
 )
 from jgraph.data.convert import convert
+from jgraph.data.graph import Relation
 from jgraph.data.prepare import HeldOut, Preparation, differences, prepare
 from jgraph.data.prepare_chunked import prepare_chunked
 from jgraph.data.sparse import SparseRows
@@ -192,6 +194,30 @@ def test_held_out_edges_streamed_equal_the_in_memory_split(graph, preparation, s
     for split, edge_set in want.items():
         np.testing.assert_array_equal(open_chunked(tmp_path / "again").edge_set(split).dst,
                                       edge_set.dst)
+
+
+def test_relations_without_candidates_and_negatives_written_in_slices(tmp_path,
+                                                                       monkeypatch):
+    """A relation with no edges and one of self-loops alone (no candidate for a
+    positive) beside one with many; negatives drawn and written a few positives at a
+    time: still the in-memory split."""
+    cora = load_dataset("cora")
+    (rel, e), = cora.edges.items()
+    loops = np.arange(0, 2708, 5)
+    graph = cora.replace(edges={rel: e, Relation("_N", "none", "_N"): np.zeros((2, 0), np.int64),
+                                Relation("_N", "self", "_N"): np.stack([loops, loops])})
+    monkeypatch.setattr(held_out, "NEGATIVES_AT_ONCE", 50)       # 8 positives a slice
+    p = Preparation(held_out=HELD_OUT)
+    ref, want = prepare(graph, p)
+    prepare_chunked(save(graph, tmp_path), tmp_path / "out", p, block_edges=1_000,
+                    bucket_edges=3_000)
+    got = open_chunked(tmp_path / "out")
+    assert len(got.edge_splits["val"]["src"].files) > 50           # many slices
+    for split, edge_set in want.items():
+        for key in ("src", "dst", "etype", "negatives"):
+            np.testing.assert_array_equal(getattr(got.edge_set(split), key),
+                                          getattr(edge_set, key), err_msg=f"{split}.{key}")
+    assert_same_prepared(ref, got.to_graph(edge_splits=False))
 
 
 def test_a_chunked_directory_converted_as_it_is_keeps_its_record_and_held_out_edges(

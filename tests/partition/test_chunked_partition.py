@@ -24,6 +24,8 @@ from jgraph.data import (
     save_chunked,
     symmetrize,
 )
+from jgraph.data.prepare import HeldOut, Preparation, prepare
+from jgraph.data.prepare_chunked import prepare_chunked
 from jgraph.partition import PartitionError, open_partitions, partition_graph
 from jgraph.partition import chunked as chunked_route
 from jgraph.partition.adjacency import CSRAdjacency, Rows
@@ -132,6 +134,27 @@ def assert_the_plan_bounds_the_disk(meta, source, options: ChunkedOptions,
         assert measured <= row.disk, (row.phase, measured, row.disk)
         if row.phase != "assignment":
             assert row.disk <= 1.15 * measured, (row.phase, measured, row.disk)
+
+
+def test_held_out_edges_go_to_the_partitions_and_the_plan_counts_them(tmp_path,
+                                                                      shared_data):
+    """A graph prepared for link prediction (streamed): each positive once, with the
+    partition of its destination, in original ids as the in-memory split has it; the
+    plan's disk holds the positives and their negatives."""
+    graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+    save_chunked(graph, tmp_path / "in", edges_per_chunk=50_000)
+    asked = Preparation(held_out=HeldOut(0.1, 0.1, eval_negatives=30, seed=2))
+    prepare_chunked(tmp_path / "in", tmp_path / "prepared", asked)
+    options = ChunkedOptions(4, **SMALL)
+    meta = partition_chunked(tmp_path / "prepared", tmp_path / "out", options)
+    assert_the_plan_bounds_the_disk(meta, tmp_path / "prepared", options)
+    _, want = prepare(graph, asked)
+    got = _positives(tmp_path / "out")
+    for split, edge_set in want.items():
+        for key in ("src", "dst", "etype", "negatives"):
+            if getattr(edge_set, key) is not None:
+                np.testing.assert_array_equal(got[split][key], getattr(edge_set, key))
+    open_partitions(tmp_path / "out").check()
 
 
 def files_under(root) -> dict[str, bytes]:
