@@ -95,13 +95,28 @@ from jgraph.progress import Progress
 
 WORK = ".work"
 METHOD = "multilevel"
-PHASES = ("scan", "adjacency", "assignment", "relabel", "bucketing", "partitions",
-          "node data")
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One phase of the job: its name (in meta.json, the work record and the plan), the
+    `_Job` method that runs it, and the work directory's folders that no later phase
+    reads, removed once it is recorded."""
+
+    name: str
+    run: str
+    leftovers: tuple[str, ...] = ()
+
+
+JOB = (Phase("scan", "scan"), Phase("adjacency", "adjacency"),
+       Phase("assignment", "assignment", leftovers=("adjacency", "coarse")),
+       Phase("relabel", "relabel"), Phase("bucketing", "bucketing"),
+       Phase("partitions", "partitions", leftovers=("buckets",)),
+       Phase("node data", "node_data"))
+PHASES = tuple(phase.name for phase in JOB)
 # Node data rows copied, and edges read, at a time (a chunk of any size is read a block
 # at a time, so a phase's memory does not follow how the input was chunked).
 ROWS_PER_BLOCK, EDGES_PER_BLOCK = 1 << 20, 1 << 22
-# Temporary folders of the work directory that no phase after the named one reads.
-LEFTOVERS = {"assignment": ("adjacency", "coarse"), "partitions": ("buckets",)}
 IDENTITY_VERSION = 4
 # The largest coarse graph METIS partitions by default (adjacency entries), for one
 # process; `coarse_limit` divides it among processes, down to the second.
@@ -232,8 +247,7 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
         os.makedirs(work.path("sync"), exist_ok=True)
     group.barrier("checked")
     job = _Job(graph, options, work, staging, progress, group)
-    for name, run in zip(PHASES, (job.scan, job.adjacency, job.assignment, job.relabel,
-                                  job.bucketing, job.partitions, job.node_data)):
+    for name, run, leftovers in ((p.name, getattr(job, p.run), p.leftovers) for p in JOB):
         if not work.done(name):
             with progress.phase(name), PhasePeak() as peak:
                 began = time.perf_counter()
@@ -250,7 +264,7 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
         # What a finished phase leaves behind for no later one goes only once it is
         # recorded (again on a resume: a job killed while deleting it resumes).
         if group.leader:
-            for leftover in LEFTOVERS.get(name, ()):
+            for leftover in leftovers:
                 shutil.rmtree(work.path(leftover), ignore_errors=True)
     if not group.leader:
         group.barrier("published")

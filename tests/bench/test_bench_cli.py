@@ -40,6 +40,7 @@ def test_bench_exchange_prints_a_line_per_strategy_and_per_table(capsys):
     assert emb["rows"] == 1000 and emb["seconds_per_step"] > 0
 
 
+@pytest.mark.slow        # 7 s of compiles
 def test_bench_exchange_skips_what_would_not_fit_naming_the_bytes_needed_and_available(
         capsys, monkeypatch):
     monkeypatch.setattr(common, "available_memory_bytes", lambda: 1000)

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ITERATIONS = 200
 WATCHDOG_S = 45
 
@@ -51,6 +53,7 @@ CHILD = textwrap.dedent(f"""
 """)
 
 
+@pytest.mark.slow        # processes with their own JAX: 10 s
 def test_repeated_exchange_steps_complete_without_a_collective_deadlock():
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-c", CHILD], cwd=root, env=dict(os.environ),

@@ -30,6 +30,7 @@ from jgraph.sharded import AXIS, REPLICATED, ROWS, make_mesh
 # -- running sums ------------------------------------------------------------------------
 
 
+@pytest.mark.slow        # every level of the running sums compiled: 20 s
 def test_running_count_and_exclusive_sum_equal_numpy_cumsum_at_every_level():
     """The counts that programs for CPU use (a masked sum along axes of up to
     FEW_SEGMENTS; matmuls in one level of blocks of 64, two, three; a single row; empty

@@ -64,6 +64,7 @@ def _partial(conv, messages, nbr, mask, frame=None):
                            context=lambda key: conv.context(m_dst, key, frame))
 
 
+@pytest.mark.slow        # 16 s of compiles
 def test_windowed_softmax_equals_the_whole_neighbourhoods(random_neighbourhood):
     """A hub's 64 slots cut into windows of 1 to 64 slots, merged by the running
     maximum and sum, or recomputed in the final frame and added up, give the partial

@@ -98,7 +98,8 @@ def assert_same_partitions(a: str, b: str) -> None:
         assert ma[key] == mb[key], key
 
 
-@pytest.mark.parametrize("source", ["hetero", "aifb", "facebook"])
+@pytest.mark.parametrize("source", ["hetero", "aifb",
+                                    pytest.param("facebook", marks=pytest.mark.slow)])
 def test_chunked_route_writes_what_partition_graph_writes(tmp_path, shared_data, source):
     if source == "hetero":
         graph = hetero_graph()
@@ -136,6 +137,7 @@ def assert_the_plan_bounds_the_disk(meta, source, options: ChunkedOptions,
             assert row.disk <= 1.15 * measured, (row.phase, measured, row.disk)
 
 
+@pytest.mark.slow        # 8 s
 def test_held_out_edges_go_to_the_partitions_and_the_plan_counts_them(tmp_path,
                                                                       shared_data):
     """A graph prepared for link prediction (streamed): each positive once, with the

@@ -46,6 +46,7 @@ def small_flags(num_parts: int) -> list[str]:
 
 
 @pytest.mark.parametrize("source,processes", [("hetero", 3), ("facebook", 2)])
+@pytest.mark.slow        # launches of several processes: 30 s
 def test_processes_write_the_graph_as_partition_graph_does(tmp_path, shared_data, source,
                                                            processes):
     graph = (hetero_graph() if source == "hetero"
@@ -81,6 +82,7 @@ def test_processes_write_the_graph_as_partition_graph_does(tmp_path, shared_data
     assert not os.path.exists(str(tmp_path / "out") + chunked_route.WORK)
 
 
+@pytest.mark.slow        # a launch of several processes: 10 s
 def test_a_process_that_fails_stops_the_job_named_and_leaves_nothing(tmp_path):
     graph = hetero_graph()
     save_chunked(graph, tmp_path / "in", edges_per_chunk=1000, rows_per_chunk=700)

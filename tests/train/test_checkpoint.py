@@ -191,6 +191,7 @@ def test_leaving_checkpoints_on_an_error_finishes_the_save_in_flight(tmp_path):
     ckpts.close()                                             # a second close: nothing
 
 
+@pytest.mark.slow        # processes with their own JAX: 6 s
 def test_a_process_leaving_on_an_error_prints_only_its_error(tmp_path):
     """The symptom: orbax threads still running at interpreter shutdown printed a
     40-line traceback ('cannot schedule new futures after interpreter shutdown') after

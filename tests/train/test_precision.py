@@ -70,6 +70,7 @@ def test_bf16_computes_the_layers_in_bf16_and_keeps_float32_parameters_and_loss(
         assert float(jnp.linalg.norm(a - b)) <= 0.05 * float(jnp.linalg.norm(b))
 
 
+@pytest.mark.slow        # 8 s of compiles
 def test_a_bf16_training_step_updates_float32_parameters(jobs):
     dg, _, bf16, params = jobs
     state = bf16.init(params)
