@@ -145,8 +145,7 @@ def draw(graph: ChunkedGraph, held_out: HeldOut, symmetrize: bool, w: ChunkedWri
         r = int(relation_of[k])
         b = files.read(k)
         key, pair = relations.keys(b.src, b.dst, b.etype, undirected)
-        at = _ranked_firsts(key, pair, b.pos, h.seed, r)
-        hashed = held_out_hash(h.seed, r, pair[at])
+        at, hashed = _ranked_firsts(key, pair, b.pos, h.seed, r)
         key = key[at]
         rank = rank0[k] + np.arange(at.size)
         n_val, n_test = counts[r]
@@ -184,11 +183,11 @@ def _distinct(values: np.ndarray) -> int:
 
 
 def _ranked_firsts(key: np.ndarray, pair: np.ndarray, pos: np.ndarray, seed: int,
-                   relation: int) -> np.ndarray:
-    """Positions of each distinct key's first edge (lowest `pos`; a bucket holds its
-    edges in edge order), ordered by (hash of the pair, key)."""
+                   relation: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions of each distinct key's first edge (lowest `pos`; a bucket holds its
+    edges in edge order), ordered by (hash of the pair, key); those hashes)."""
     if not key.size:                        # a relation with no candidate in this range
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64)
     if pos.size > 1 and not (pos[1:] > pos[:-1]).all():
         raise RuntimeError("a held-out bucket's edges are out of edge order")
     order = np.argsort(key)
@@ -200,7 +199,7 @@ def _ranked_firsts(key: np.ndarray, pair: np.ndarray, pos: np.ndarray, seed: int
     ranked = np.argsort(hashed)             # keys ascending, so ties (improbable) by key:
     if (hashed[ranked][1:] == hashed[ranked][:-1]).any():
         ranked = np.lexsort((sorted_keys[starts], hashed))
-    return at[ranked]
+    return at[ranked], hashed[ranked]
 
 
 def _relation_edges(graph: ChunkedGraph) -> np.ndarray:
