@@ -42,16 +42,15 @@ if numba is not None:
         return np.float64(h >> np.uint64(11)) / 9007199254740992.0
 
     @_jit
-    def _cluster_rows(start, indptr, indices, weights, label, lo, salt, parts, use_parts):
+    def _cluster_rows(start, indptr, indices, weights, label, salt, parts, use_parts):
         """For rows start.. of one piece: (target cluster or -1, its score) per row, as
-        `multilevel._cluster_proposal` chooses them.
+        `multilevel._cluster_proposal` chooses them (`label`, `parts`: every node's).
 
         Edge weights are integers and the bonus and noise add less than 1, so the best
         cluster is among those with the largest sum: only those are scored. Each row
         first gathers its neighbours' clusters (independent loads the processor
         overlaps), then sums them in a hash table sized to the row."""
         m = indptr.size - 1
-        size = label.size
         target = np.full(m, -1, np.int64)
         best_score = np.full(m, -np.inf, np.float64)
         longest = 0
@@ -70,11 +69,9 @@ if numba is not None:
             a, b = indptr[i], indptr[i + 1]
             n_found = 0
             for e in range(a, b):
-                col = np.int64(indices[e])
-                if col >= lo and col < lo + size:
-                    found[n_found] = label[col - lo]
-                    used[n_found] = e
-                    n_found += 1
+                found[n_found] = label[indices[e]]
+                used[n_found] = e
+                n_found += 1
             row_cap = 1
             while row_cap < 2 * n_found + 2:
                 row_cap *= 2
@@ -92,18 +89,17 @@ if numba is not None:
                     k += 1
                 else:
                     sums[slot] += w
-            own = np.int64(label[v - lo])
+            own = np.int64(label[v])
             top = -np.inf
             for j in range(k):
                 slot = used[j]
-                if (not use_parts or parts[keys[slot] - lo] == parts[v - lo]) \
-                        and sums[slot] > top:
+                if (not use_parts or parts[keys[slot]] == parts[v]) and sums[slot] > top:
                     top = sums[slot]
             best, choice = -np.inf, np.int64(-1)
             for j in range(k):
                 slot = used[j]
                 c = keys[slot]
-                if sums[slot] == top and (not use_parts or parts[c - lo] == parts[v - lo]):
+                if sums[slot] == top and (not use_parts or parts[c] == parts[v]):
                     score = sums[slot] + (0.5 if c == own else 0.0) + 0.49 * _mix(v, c, salt)
                     # numpy's order: the first candidate of the row (smallest id) among ties
                     if score > best or (score == best and c < choice):
@@ -188,23 +184,24 @@ if numba is not None:
 
 if numba is not None:
     @_jit
-    def _between_rows(start, indptr, indices, weights, label, lo, full_label, keep, seed):
+    def _between_rows(start, indptr, indices, weights, label, keep, seed):
         """`multilevel.contract`'s entries of one piece: (row's cluster, column's
-        cluster, weight) of the entries between two clusters, each kept with
-        probability `keep` (by a hash of its ends) and then weighing w / keep."""
+        cluster, weight) of the entries between two clusters (`label`: every node's),
+        each kept with probability `keep` (by a hash of its ends) and then weighing
+        w / keep."""
         m = indptr.size - 1
         e = indptr[m] - indptr[0]
         a_out = np.empty(e, label.dtype)
-        b_out = np.empty(e, full_label.dtype)
+        b_out = np.empty(e, label.dtype)
         w_out = np.empty(e, np.int64)
         weighted = weights.size > 0
         k = 0
         for i in range(m):
             u = start + i
-            a = label[u - lo]
+            a = label[u]
             for j in range(indptr[i], indptr[i + 1]):
                 col = np.int64(indices[j])
-                b = full_label[col]
+                b = label[col]
                 if a == b:
                     continue
                 w = np.float64(weights[j]) if weighted else 1.0
@@ -219,11 +216,11 @@ if numba is not None:
         return a_out[:k], b_out[:k], w_out[:k]
 
 
-def between_rows(piece, label, lo: int, full_label, keep: float, seed: int):
+def between_rows(piece, label, keep: float, seed: int):
     """`_between_rows` for a `Rows` piece."""
     weights = piece.weights if piece.weights is not None else np.zeros(0, np.int64)
     return _between_rows(np.int64(piece.start), piece.indptr, piece.indices, weights, label,
-                         np.int64(lo), full_label, np.float64(keep), np.int64(seed))
+                         np.float64(keep), np.int64(seed))
 
 
 def count_into(counts: np.ndarray, ids: np.ndarray) -> None:
@@ -236,12 +233,12 @@ def count_into(counts: np.ndarray, ids: np.ndarray) -> None:
         counts += np.bincount(ids, minlength=counts.size).astype(counts.dtype, copy=False)
 
 
-def cluster_rows(piece, label, lo: int, salt: int, parts):
+def cluster_rows(piece, label, salt: int, parts):
     """`_cluster_rows` for a `Rows` piece: (target or -1, score) per row."""
     weights = piece.weights if piece.weights is not None else np.zeros(0, np.int64)
     use_parts = parts is not None
     return _cluster_rows(np.int64(piece.start), piece.indptr, piece.indices, weights, label,
-                         np.int64(lo), np.int64(salt),
+                         np.int64(salt),
                          parts if use_parts else np.zeros(1, np.int32), use_parts)
 
 

@@ -10,7 +10,10 @@ they meet at barriers. What they exchange goes two ways:
 - per-node arrays (a level's cluster labels, the partitions after a refinement pass)
   through files in the job's work directory, which every process must see (the same
   requirement as the output directory: one folder on a shared file system), each
-  process writing its own slice (`Group.share`).
+  process writing its own slice (`Group.share`); and what one process has for another
+  (requests to join a cluster another process owns, the sums of its nodes' weights
+  into such clusters), one file from each process to each other (`Group.exchange`,
+  `Group.add_at_owners`).
 
 A process that dies fails the job: `jgraph.launch` stops the others and names it, and
 under SLURM or Open MPI the coordination service's heartbeat does the same. One
@@ -127,3 +130,53 @@ class Group:
         self.barrier(name + " read")
         os.remove(path(self.rank))
         return full
+
+    def exchange(self, outgoing: list[dict[str, np.ndarray]], name: str
+                 ) -> list[dict[str, np.ndarray]]:
+        """What each process sends each other: `outgoing[r]` (named arrays) goes to
+        process r; returns, in rank order, what every process sent this one (this
+        process's own `outgoing[rank]` as it is), through a file for each pair."""
+        if self.size == 1:
+            return [outgoing[0]]
+        if self.scratch is None:
+            raise RuntimeError("Group.exchange needs a scratch folder (use_scratch)")
+        path = lambda src, dst: os.path.join(self.scratch, f"{name}.{src}-{dst}.npz")
+        for r in range(self.size):
+            if r != self.rank:
+                with open(path(self.rank, r) + ".tmp", "wb") as f:
+                    np.savez(f, **outgoing[r])
+                os.replace(path(self.rank, r) + ".tmp", path(self.rank, r))
+        self.barrier(name + " written")
+        incoming = []
+        for r in range(self.size):
+            if r == self.rank:
+                incoming.append(outgoing[r])
+                continue
+            with np.load(path(r, self.rank), allow_pickle=False) as f:
+                incoming.append({key: f[key] for key in f.files})
+            os.remove(path(r, self.rank))
+        self.barrier(name + " read")
+        return incoming
+
+    def add_at_owners(self, ids: np.ndarray, values: np.ndarray, bounds, name: str
+                      ) -> np.ndarray:
+        """float64[hi - lo, C]: for the ids [lo, hi) = [bounds[rank], bounds[rank + 1])
+        this process owns, the sum over every process of `values` [m, C] at `ids` [m]
+        (ids anywhere in [0, bounds[-1])). What is at other processes' ids travels to
+        them (`exchange`): memory follows the ids and values each process has, never
+        the whole id range."""
+        bounds = np.asarray(bounds, np.int64)
+        lo, hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
+        values = np.asarray(values, np.float64).reshape(ids.size, -1)
+        owner = np.searchsorted(bounds, ids, side="right") - 1
+        order = np.argsort(owner, kind="stable")
+        cuts = np.searchsorted(owner[order], np.arange(self.size + 1))
+        pick = lambda r: order[cuts[r]:cuts[r + 1]]
+        incoming = self.exchange([{"ids": ids[pick(r)], "values": values[pick(r)]}
+                                  for r in range(self.size)], name)
+        out = np.zeros((hi - lo, values.shape[1]))
+        for got in incoming:
+            local = got["ids"].astype(np.int64) - lo
+            for c in range(out.shape[1]):
+                out[:, c] += np.bincount(local, weights=got["values"][:, c], minlength=hi - lo)
+        return out

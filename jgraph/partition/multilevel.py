@@ -26,15 +26,25 @@ adjacency. Label propagation moves the nodes of a piece of a range at once, agai
 the partitions and loads as the pieces two batches before left them (`_pipelined`).
 
 Several processes (`jgraph.partition.group.Group`) each hold the rows of their own
-node range (the adjacency's `start`..`stop`) and the per-node arrays of those rows
-only; what every process holds whole is one int32 per node: the level's cluster of
-each node while contracting, the partition of each node while refining. A node joins
-only clusters of its own process's nodes, so coarsening needs no exchange until the
-clusters are numbered; the coarse graph's rows stay with the process of their
-members. Refinement runs in passes: each process moves its own nodes against the
-partitions and loads as they stood at the pass's start, within 1/N of every
-partition's room (so together they cannot overfill one), then the moves and loads
-are exchanged. METIS runs on the first process, on every process's coarsest rows.
+node range (the adjacency's `start`..`stop`) and the per-node arrays of those rows;
+what every process holds whole is one int32 per node: the level's cluster of each
+node while coarsening, the partition of each node while refining. As in ParHIP,
+clusters and moves cross the processes' ranges:
+
+- a node may join any cluster. A cluster is owned by the process of the node it
+  started from, which holds its size and decides the joins other processes' nodes ask
+  for (every process's requests together, best first, while it has room); clusters
+  are shared after each pass, and a pass asks only one way along the processes
+  (alternating), so no two nodes swap clusters pass after pass. Each process writes
+  the coarse graph's entries of its rows into bucket files by the owners' ranges, and
+  each owner sorts its clusters' rows (the coarse graph's rows stay with their owner);
+- refinement runs in passes: each process moves its own nodes against the partitions
+  and loads as they stood at the pass's start, within its share of every partition's
+  room (shares follow what each process's moves asked for the pass before and add up
+  to the room, so together they cannot overfill one), then the moves and loads are
+  exchanged.
+
+METIS runs on every process's coarsest rows (`_initial`).
 """
 from __future__ import annotations
 
@@ -53,8 +63,9 @@ from jgraph.partition.adjacency import (
     CSRAdjacency,
     DiskAdjacency,
     Rows,
-    build_disk_adjacency,
     range_bounds,
+    sort_ranges,
+    write_buckets,
 )
 from jgraph.partition.excess import relieve, within
 from jgraph.partition.files import release_memory
@@ -65,6 +76,8 @@ from jgraph.partition.metis import part_kway
 # entries and rows (a piece's [rows, parts, constraints] feasibility test is the
 # largest array).
 PIECE_ENTRIES, PIECE_ROWS = 1 << 22, 1 << 17
+# Label propagation's passes at most, in one process, for a level's clusters.
+CLUSTER_PASSES = 4
 # A coarse graph is written whole while it has at most this many times the entries
 # METIS takes (`coarse_entries`); beyond, a sample of that size.
 SAMPLE_MARGIN = 4
@@ -180,82 +193,114 @@ def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
 # -- coarsening ---------------------------------------------------------------------------
 
 
-def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int = 4,
+def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int | None = None,
             seed: int = 0, parts: np.ndarray | None = None,
             on_pass: Callable[[int, int], None] | None = None,
             group: Group | None = None) -> tuple[np.ndarray, int, tuple[int, int]]:
-    """Size-constrained label propagation over the rows [start, stop) of `adjacency`
-    (all of them in one process; `weights`, `parts` cover those rows): (the cluster of
-    each of those nodes, k, and the cluster ids [c_lo, c_hi) this process's nodes
-    form). Clusters are numbered 0..k-1 over the processes in order. `limit`
-    [len(size_columns)]: the most a cluster may hold; with `parts`, a node joins only
-    clusters of its own partition; a node joins only clusters of its process's nodes."""
+    """Size-constrained label propagation, each process over its rows [start, stop) of
+    `adjacency` (`weights` are theirs): (every node's cluster, k, the clusters
+    [c_lo, c_hi) this process owns). Clusters are numbered 0..k-1 in the order of the
+    node ids they started from, so each process owns those that started from its nodes
+    (the coarse graph's rows it writes). `limit` [len(size_columns)]: the most a
+    cluster may hold; with `parts` (every node's), a node joins only clusters of its
+    own partition.
+
+    A node may join any cluster, its own process's or another's (ParHIP's rule).
+    Every process holds every node's cluster as it stood when the pass began (shared
+    after each pass) and the sizes of the clusters it owns. Joins of its own clusters
+    are decided as the pass goes; a node whose best cluster another process owns asks
+    that owner, which admits the requests of every process together, best first,
+    while the cluster stays within `limit`, and learns of its members that left for
+    another cluster with the next requests (sizes it holds are never below the true
+    ones, so no cluster passes the limit). `passes`: at most CLUSTER_PASSES for one
+    process, twice that for several (a pass asks only one way along them)."""
     group = group or Group.single()
-    lo, hi = adjacency.start, adjacency.stop
+    passes = passes or CLUSTER_PASSES * (1 if group.size == 1 else 2)
+    lo, hi, n = adjacency.start, adjacency.stop, adjacency.num_nodes
+    bounds = _node_bounds(adjacency, group)
     columns = [weights.columns[c] for c in weights.size_columns()]
     size_of = lambda v: np.stack([c[v] for c in columns], axis=1).astype(np.int64)
     # Cluster sizes never pass the limit by more than one node's weight: int32 where
     # that fits (4 bytes a node and size column instead of 8).
     most = max(int(c.max()) if c.size else 0 for c in columns) + float(np.max(limit))
-    size = np.stack(columns, axis=1).astype(np.int32 if most < 2**31 - 1 else np.int64)
-    dtype = np.int32 if adjacency.num_nodes < 2**31 else np.int64
-    label = np.arange(lo, hi, dtype=dtype)       # cluster id = its first node's id
+    most = group.gather(most, "largest size")
+    size = np.stack(columns, axis=1).astype(np.int32 if max(most) < 2**31 - 1 else np.int64)
+    label = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)   # cluster = a node id
+    left = _Departures()
+
+    def askable(p: int):
+        """Which other processes' clusters this process's nodes may ask to join in pass
+        p: those of later processes in even passes, of earlier ones in odd passes. Two
+        nodes of two processes, each the other's best, would otherwise swap clusters
+        pass after pass (synchronous label propagation's oscillation); so no cycle of
+        joins across processes forms within a pass."""
+        return lambda t: (np.searchsorted(bounds, t, side="right") - 1 > group.rank) \
+            == (p % 2 == 0)
     for p in range(passes):
         salt = seed * 1009 + p
+        requests: list = []
         moved = _pipelined(
             _pieces(adjacency),
-            lambda piece, _, salt=salt: _cluster_proposal(piece, label, lo, salt, parts),
-            lambda proposal: _join_clusters(proposal, label, lo, size, size_of, limit))
+            lambda piece, _, salt=salt: _cluster_proposal(piece, label, salt, parts),
+            lambda proposal: _join_clusters(proposal, label, lo, hi, size, size_of, limit,
+                                            requests, left, askable(p)))
+        if group.size > 1:
+            moved += _join_remote(requests, left, label, lo, hi, size, limit, bounds, group)
+            group.share(label, bounds, "labels")
         moved = int(group.sum(moved, "cluster moves"))
         if on_pass is not None:
             on_pass(p, moved)
-        if moved < max(1, adjacency.num_nodes // 200):
+        if moved < max(1, n // 200):
             break
-    size = None                                  # freed before numbering
-    # Clusters numbered in the order of their ids (np.unique's order), without a sort.
-    present = np.zeros(hi - lo, bool)
-    present[label - lo] = True
-    count = int(present.sum())
-    counts = [int(c) for c in group.gather(count, "clusters")]
-    c_lo = sum(counts[:group.rank])
-    k = sum(counts)
-    dtype = np.int32 if k < 2**31 else np.int64
-    number = np.cumsum(present, dtype=dtype)
-    del present
-    number += c_lo - 1
-    label = number[label - lo]
-    return label, k, (c_lo, c_lo + count)
+    size = left = None                                   # freed before numbering
+    k, (c_lo, c_hi) = _number_clusters(label, bounds[[group.rank, group.rank + 1]])
+    return label, k, (int(c_lo), int(c_hi))
 
 
-def _cluster_proposal(piece: Rows, label, lo: int, salt: int, parts=None):
+class _Departures:
+    """The weights that this process's nodes took out of clusters other processes own,
+    not yet told to them: (cluster ids, amounts [m, S]) in blocks."""
+
+    def __init__(self):
+        self.blocks: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, clusters: np.ndarray, amounts: np.ndarray) -> None:
+        if clusters.size:
+            self.blocks.append((clusters, amounts))
+
+    def take(self, width: int) -> tuple[np.ndarray, np.ndarray]:
+        blocks, self.blocks = self.blocks, []
+        if not blocks:
+            return np.zeros(0, np.int64), np.zeros((0, width), np.int64)
+        return (np.concatenate([b[0] for b in blocks]).astype(np.int64),
+                np.concatenate([b[1] for b in blocks]).astype(np.int64))
+
+
+def _cluster_proposal(piece: Rows, label, salt: int, parts=None):
     """Each node's best cluster by edge weight (its own wins ties; other ties fall by
     hash; with `parts`, among the clusters of its partition), for the nodes whose best
-    is another: (nodes, clusters, weights) or None. `label`, `parts`: of the nodes
-    [lo, lo + len(label)), the only clusters a node may join. A cluster's id is one of
-    its nodes', so its partition is that node's."""
+    is another: (nodes, clusters, weights) or None. `label`, `parts`: every node's. A
+    cluster's id is one of its nodes', so its partition is that node's."""
     m = piece.num_rows
     nodes = piece.start + np.arange(m)
     if compiled.enabled():
-        target, best = compiled.cluster_rows(piece, label, lo, salt, parts)
+        target, best = compiled.cluster_rows(piece, label, salt, parts)
         movers = np.flatnonzero(target >= 0)
         return (nodes[movers], target[movers], best[movers]) if movers.size else None
     cols, rows, weights = piece.indices, piece.local_rows(), piece.entry_weights()
-    inside = (cols >= lo) & (cols < lo + label.size)
-    if not inside.all():                  # neighbours of other processes: not joinable
-        cols, rows, weights = cols[inside], rows[inside], weights[inside]
     counts = scipy.sparse.csr_matrix(
-        (weights.astype(np.float64), (rows, label[cols - lo] - lo)), shape=(m, label.size))
+        (weights.astype(np.float64), (rows, label[cols])), shape=(m, label.size))
     counts.sum_duplicates()
     if not counts.nnz:
         return None
     rows_len = np.diff(counts.indptr)
     row = np.repeat(np.arange(m), rows_len)
-    cand = counts.indices.astype(np.int64) + lo
-    own = label[nodes - lo]
+    cand = counts.indices.astype(np.int64)
+    own = label[nodes]
     score = (counts.data + 0.5 * (cand == own[row])
              + 0.49 * _noise(nodes[row], cand, salt))
     if parts is not None:
-        score = np.where(parts[cand - lo] == parts[nodes[row] - lo], score, -np.inf)
+        score = np.where(parts[cand] == parts[nodes[row]], score, -np.inf)
     full = np.flatnonzero(rows_len)
     starts = counts.indptr[full]
     best = np.maximum.reduceat(score, starts)
@@ -266,29 +311,116 @@ def _cluster_proposal(piece: Rows, label, lo: int, salt: int, parts=None):
     return nodes[full[movers]], target[movers], best[movers]
 
 
-def _join_clusters(proposal, label, lo: int, size, size_of, limit) -> int:
-    """Move the proposed nodes whose best cluster has room (ParHIP's rule: only the best
-    is tried; a node whose best cluster is full stays this pass). `size` [m, S]: each
-    cluster's size (updated at once); `size_of(v)` int64[len(v), S]: nodes' own.
-    Returns (the moves, the commit that writes their labels: `_pipelined`)."""
+def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requests: list,
+                   left: _Departures, askable):
+    """Move the proposed nodes whose best cluster, one this process owns ([lo, hi)),
+    has room (ParHIP's rule: only the best is tried; a node whose best cluster is full
+    stays this pass); the proposals for other processes' clusters go to `requests`
+    where `askable(clusters)` allows (the others stay this pass).
+    `size` [hi - lo, S]: the sizes of this process's clusters (updated at once);
+    `size_of(v)` int64[len(v), S]: its nodes' own (local indices); `left`: what the
+    movers take out of other processes' clusters. Returns (the moves, the commit that
+    writes their labels: `_pipelined`)."""
     if proposal is None or not proposal[0].size:
         return 0, None
     v, t, key = proposal
-    v, t = v - lo, t - lo                    # local indices of nodes and clusters
-    keep = label[v] - lo != t                # a node another piece moved meanwhile
-    amounts = size_of(v)
-    keep &= ((size[t] + amounts) <= limit).all(axis=1)
+    keep = label[v] != t                     # a node another piece moved meanwhile
+    v, t, key = v[keep], t[keep], key[keep]
+    amounts = size_of(v - lo)
+    mine = (t >= lo) & (t < hi)
+    if not mine.all():
+        ask = ~mine & askable(t)
+        requests.append((v[ask], t[ask], key[ask], amounts[ask]))
+        v, t, key, amounts = v[mine], t[mine], key[mine], amounts[mine]
+    keep = ((size[t - lo] + amounts) <= limit).all(axis=1)
     v, t, key, amounts = v[keep], t[keep], key[keep], amounts[keep]
     # Room of each request's cluster only: never a whole [clusters] array per piece.
-    admit = _admit(t, key, amounts.astype(np.float64), (limit - size[t]).astype(np.float64))
+    admit = _admit(t, key, amounts.astype(np.float64),
+                   (limit - size[t - lo]).astype(np.float64))
     v, t, amounts = v[admit], t[admit], amounts[admit]
-    amounts = amounts.astype(size.dtype)
-    np.subtract.at(size, label[v] - lo, amounts)
-    np.add.at(size, t, amounts)
+    _leave(label[v], amounts, lo, hi, size, left)
+    np.add.at(size, t - lo, amounts.astype(size.dtype))
 
     def commit():
-        label[v] = t + lo
+        label[v] = t
     return int(v.size), commit
+
+
+def _leave(clusters: np.ndarray, amounts: np.ndarray, lo: int, hi: int, size,
+           left: _Departures) -> None:
+    """Take `amounts` out of `clusters`: at once for this process's own ([lo, hi)), in
+    `left` for the others'."""
+    mine = (clusters >= lo) & (clusters < hi)
+    np.subtract.at(size, clusters[mine] - lo, amounts[mine].astype(size.dtype))
+    left.add(clusters[~mine], amounts[~mine])
+
+
+def _join_remote(requests: list, left: _Departures, label, lo: int, hi: int, size, limit,
+                 bounds: np.ndarray, group: Group) -> int:
+    """The pass's requests to join other processes' clusters, decided by their owners
+    (every process's requests for a cluster together, best first, while it has room,
+    after the departures each process tells of), and their labels written. Returns the
+    requests admitted to this process's nodes."""
+    width = size.shape[1]
+    if requests:
+        v, t, key, amounts = (np.concatenate([r[i] for r in requests]) for i in range(4))
+    else:
+        v, t = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        key, amounts = np.zeros(0), np.zeros((0, width), np.int64)
+    gone, gone_amounts = left.take(width)
+    owner = lambda ids: np.searchsorted(bounds, ids, side="right") - 1
+    to, gone_to = owner(t), owner(gone)
+    incoming = group.exchange(
+        [{"t": t[to == r], "key": key[to == r], "amounts": amounts[to == r],
+          "gone": gone[gone_to == r], "gone_amounts": gone_amounts[gone_to == r]}
+         for r in range(group.size)], "join requests")
+    for got in incoming:
+        np.subtract.at(size, got["gone"] - lo, got["gone_amounts"].astype(size.dtype))
+    asked = [got["t"].size for got in incoming]
+    t_in = np.concatenate([got["t"] for got in incoming]).astype(np.int64)
+    key_in = np.concatenate([got["key"] for got in incoming])
+    amounts_in = np.concatenate([got["amounts"] for got in incoming]).astype(np.int64)
+    admit = ((size[t_in - lo] + amounts_in) <= limit).all(axis=1)
+    chosen = np.flatnonzero(admit)
+    admit[chosen] = _admit(t_in[chosen], key_in[chosen],
+                           amounts_in[chosen].astype(np.float64),
+                           (limit - size[t_in[chosen] - lo]).astype(np.float64))
+    np.add.at(size, t_in[admit] - lo, amounts_in[admit].astype(size.dtype))
+    answers = np.split(admit, np.cumsum(asked)[:-1])
+    replies = group.exchange([{"admitted": a} for a in answers], "join answers")
+    admitted = np.zeros(t.size, bool)
+    for r, got in enumerate(replies):
+        admitted[to == r] = got["admitted"]
+    v, t, amounts = v[admitted], t[admitted], amounts[admitted]
+    _leave(label[v], amounts, lo, hi, size, left)
+    label[v] = t
+    return int(v.size)
+
+
+# Bits set in each byte value: how many clusters a byte of the presence bitmap holds.
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+
+
+def _number_clusters(label: np.ndarray, at) -> tuple[int, np.ndarray]:
+    """Renumber `label` (cluster ids that are node ids) in place to 0..k-1 in the order
+    of the ids: (k, the new number of the first cluster at or after each id of `at`).
+    A bitmap of the ids present and a running count per byte of it (n / 8 + n / 2
+    bytes, where a lookup table of every id would take 4n)."""
+    present = np.zeros(label.size, bool)
+    present[label] = True
+    bits = np.append(np.packbits(present, bitorder="little"), np.uint8(0))
+    del present
+    before = np.zeros(bits.size + 1, np.int32 if label.size < 2**31 else np.int64)
+    np.cumsum(_POPCOUNT[bits], dtype=before.dtype, out=before[1:])
+
+    def number(ids):
+        byte = ids >> 3
+        return before[byte] + _POPCOUNT[bits[byte] & ((1 << (ids & 7)) - 1).astype(np.uint8)]
+    ranks = number(np.asarray(at, np.int64))
+    step = 1 << 24
+    for i in range(0, label.size, step):
+        label[i:i + step] = number(label[i:i + step])
+    return int(before[-1]), ranks
 
 
 def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
@@ -334,7 +466,7 @@ def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
 
 def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
              entries_per_range: int = 1 << 25, keep: float = 1.0, seed: int = 0,
-             full_label: np.ndarray | None = None, own: tuple[int, int] | None = None):
+             own: tuple[int, int] | None = None, group: Group | None = None):
     """The coarse graph of the clusters: an edge between two clusters weighs the sum of
     the edges between their members; none inside a cluster. On disk in `root` (one
     CSR per range of clusters), or in memory without `root`. keep < 1: each edge
@@ -342,20 +474,21 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
     hash of its ends, the same both ways), so the coarse graph's cut weights are
     unbiased and its size about `keep` times the full one's.
 
-    `label`: the cluster of each row [start, stop) of `adjacency`; `full_label`: of
-    every node (for the columns; `label` itself in one process); `own`: the clusters
-    [c_lo, c_hi) those rows form, the coarse graph's rows this process writes."""
-    lo = adjacency.start
-    full_label = label if full_label is None else full_label
+    `label`: every node's cluster; `own`: the clusters [c_lo, c_hi) this process owns,
+    the coarse graph's rows it writes (`group`: every process writes the entries of its
+    rows of `adjacency` into bucket files by the owner's ranges, then each sorts its
+    own; `root` is one folder every process sees)."""
+    group = group or Group.single()
+    lo, hi = adjacency.start, adjacency.stop
     c_lo, c_hi = own if own is not None else (0, num_clusters)
 
     def pairs():
         for rows in _pieces(adjacency):          # a piece at a time: bounded temporaries
             if compiled.enabled():
-                yield compiled.between_rows(rows, label, lo, full_label, keep, seed)
+                yield compiled.between_rows(rows, label, keep, seed)
                 continue
             u = rows.node_rows()
-            a, b = label[u - lo], full_label[rows.indices]
+            a, b = label[u], label[rows.indices]
             between = np.flatnonzero(a != b)
             w = rows.entry_weights()[between]
             if keep < 1:
@@ -370,31 +503,37 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
                                       shape=(num_clusters, num_clusters))
         csr.sum_duplicates()
         return CSRAdjacency(csr, entries_per_range)
-    degree = np.zeros(c_hi - c_lo, np.int64)
-    for rows in adjacency.ranges():
-        first = rows.start - lo
-        degree += np.bincount(label[first:first + rows.num_rows] - c_lo,
-                              weights=np.diff(rows.indptr), minlength=c_hi - c_lo
-                              ).astype(np.int64)
-    return build_disk_adjacency(root, num_clusters,
-                                c_lo + range_bounds(degree, entries_per_range), pairs(),
-                                merge=True)
+    # Each cluster's entries (at most: before repeats merge), summed at its owner.
+    owners = np.array([int(c[0]) for c in group.gather([c_lo, c_hi], "coarse rows")]
+                      + [num_clusters], np.int64)
+    row_entries = np.concatenate([np.diff(rows.indptr) for rows in adjacency.ranges()]
+                                 or [np.zeros(0, np.int64)])
+    degree = group.add_at_owners(label[lo:hi], row_entries, owners,
+                                 "coarse degrees")[:, 0].astype(np.int64)
+    del row_entries
+    own_bounds = c_lo + range_bounds(degree, entries_per_range)
+    del degree
+    every = group.gather(own_bounds, "coarse ranges")
+    firsts = np.cumsum([0] + [b.size - 1 for b in every])
+    bounds = np.concatenate([every[0]] + [b[1:] for b in every[1:]])
+    write_buckets(root, num_clusters, bounds, pairs(), merge=True, writer=group.rank)
+    group.barrier("coarse buckets written")
+    return sort_ranges(root, num_clusters, own_bounds, merge=True, writers=group.size,
+                       first=int(firsts[group.rank]))
 
 
-def _entries_between(adjacency, label: np.ndarray, full_label: np.ndarray,
-                     group: Group) -> int:
+def _entries_between(adjacency, label: np.ndarray, group: Group) -> int:
     """About how many adjacency entries (of every process's rows) have their ends in
-    different clusters: a coarse graph's size before repeated pairs merge, to choose
-    how much of it to keep. Counted on an evenly spread sample of the pieces (some
-    2^26 entries in all; every piece of a graph smaller than that), so it costs a
-    small part of a pass over the adjacency."""
-    lo = adjacency.start
+    different clusters (`label`: every node's): a coarse graph's size before repeated
+    pairs merge, to choose how much of it to keep. Counted on an evenly spread sample
+    of the pieces (some 2^26 entries in all; every piece of a graph smaller than
+    that), so it costs a small part of a pass over the adjacency."""
     total = int(group.sum(adjacency.num_entries, "entries"))
     stride = max(1, total // BETWEEN_SAMPLE_ENTRIES)
     counted = np.zeros(2, np.int64)                       # (between, visited)
     for i, rows in enumerate(_pieces(adjacency)):
         if i % stride == 0:
-            counted += (int((label[rows.node_rows() - lo] != full_label[rows.indices]).sum()),
+            counted += (int((label[rows.node_rows()] != label[rows.indices]).sum()),
                         rows.indices.size)
     between, visited = group.sum(counted, "between")
     return int(round(between / max(visited, 1) * total))      # exact when every piece is
@@ -482,38 +621,50 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     loads = group.sum(weights.loads(parts[lo:hi], num_parts), "loads")
     bounds = _node_bounds(adjacency, group)
 
+    # Each process's share of every partition's room [P, C] in a pass of all of them.
+    share = np.full((num_parts, len(weights.columns)), 1 / group.size)
+
     def run(salt: int, balance: bool, turn: int | None = None) -> tuple[int, float, float]:
-        """One pass: (moves, cut weight saved, cut weight before it)."""
-        nonlocal loads
+        """One pass: (moves, cut weight saved, cut weight before it; None where only
+        one process's nodes moved)."""
+        nonlocal loads, share
         if group.size == 1:
             own_limits, own_loads = limits, loads           # moved in place
         elif turn is None:
-            # Each process may take 1/N of every partition's room: together they reach
-            # the limits, and never pass them.
-            own_limits, own_loads = loads + (limits - loads) / group.size, loads.copy()
+            # Each process may take its share of every partition's room: together they
+            # reach the limits, and never pass them.
+            own_limits, own_loads = loads + (limits - loads) * share, loads.copy()
         else:
             # One process a pass, with all of the room and all of the excess: a unit
             # weight that must move may fit nowhere in 1/N of a partition's room.
             own_limits, own_loads = limits, loads.copy()
         pieces = _pieces(adjacency, num_parts * len(weights.columns)) \
             if turn in (None, group.rank) else iter(())
+        demand = np.zeros_like(share)
+        # Proposed against every partition's whole room, admitted within this
+        # process's share of it: the proposals that did not fit are the demand.
         done = _pipelined(
             pieces,
             lambda piece, loads_then: _move_proposal(piece, parts, lo, weights, loads_then,
-                                                     own_limits, num_parts, salt, balance),
-            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance),
+                                                     limits, num_parts, salt, balance),
+            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance, demand),
             np.zeros(3), snapshot=own_loads.copy)
         if group.size > 1:
             loads = loads + group.sum(own_loads - loads, "load changes")
             group.share(parts, bounds, "parts")
             done = group.sum(done, "moves")
+            if turn is None:
+                share = _room_shares(group.gather(demand, "move demand"))[group.rank]
         # Every cut edge is seen from both ends.
-        return int(done[0]), float(done[1]), float(done[2]) / 2
+        cut = float(done[2]) / 2 if turn is None or group.size == 1 else None
+        return int(done[0]), float(done[1]), cut
     for p in range(passes):
         moved, saved, cut = run(seed * 7919 + p, balance=False)
         if on_pass is not None:
             on_pass("refine", p, moved, saved, cut)
-        if moved < max(1, parts.size // 1000):
+        # Under several processes the first pass's even shares of the room are a
+        # guess: a pass follows with shares as the moves asked, whatever it moved.
+        if moved < max(1, parts.size // 1000) and (p or group.size == 1):
             break
     idle = 0                     # passes in a row that moved nothing
     for p in range(4 * passes * group.size):
@@ -529,6 +680,25 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     if not within(loads, limits):
         _relieve(adjacency, parts, weights, loads, limits, num_parts, group, bounds, on_pass)
     return parts
+
+
+# The part of every partition's room that is split evenly among the processes in a
+# pass of all of them; the rest follows what each process's moves asked for the pass
+# before (`_room_shares`).
+EVEN_ROOM = 0.25
+
+
+def _room_shares(demands) -> np.ndarray:
+    """float64[N, P, C]: each process's share of each partition's room in each
+    constraint for the next pass, from what each asked for the pass before (`demands`
+    [N] of [P, C]: the weights of the moves it proposed there): EVEN_ROOM of it evenly,
+    the rest in proportion to the asking (evenly where nobody asked). Shares add up to
+    1, so the processes together never pass a limit."""
+    demands = np.stack([np.asarray(d, np.float64) for d in demands])
+    total = demands.sum(axis=0)
+    even = 1 / demands.shape[0]
+    asked = np.divide(demands, total, out=np.full_like(demands, even), where=total > 0)
+    return EVEN_ROOM * even + (1 - EVEN_ROOM) * asked
 
 
 def _relieve(adjacency, parts: np.ndarray, weights: NodeWeights, loads: np.ndarray,
@@ -637,19 +807,22 @@ def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, lim
     return (nodes[movers], own[movers], target[movers], best[movers], w[movers]), external
 
 
-def _move(proposed, parts, loads, limits, balance: bool) -> np.ndarray:
+def _move(proposed, parts, loads, limits, balance: bool, demand=None) -> np.ndarray:
     """Apply a `_move_proposal` against the loads as they stand: best first, as many as
     each target has room for (and with `balance`, no more than each source partition
     needs to get within its limits). Updates loads at once; returns (float64[3]: the
     moves, the cut weight they save (each against the partitions as the proposal saw
     them) and the piece's weight to other partitions before; the commit that writes
-    the moved nodes' partitions: `_pipelined`)."""
+    the moved nodes' partitions: `_pipelined`). `demand` [P, C]: adds the weights of
+    every proposal still valid, admitted or not, into its target."""
     proposal, external = proposed
     if proposal is None:
         return np.array([0.0, 0.0, external]), None
     nodes, own, target, best, w = proposal
     keep = parts[nodes] == own               # a node another piece moved meanwhile
     nodes, own, target, best, w = (a[keep] for a in (nodes, own, target, best, w))
+    if demand is not None:
+        np.add.at(demand, target, w)
     admit = _admit(target, best, w, (limits - loads)[target])
     nodes, own, target, best, w = (a[admit] for a in (nodes, own, target, best, w))
     if balance and nodes.size:
@@ -844,41 +1017,52 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
            and len(levels) < max_levels):
         lo, hi = current.start, current.stop
         label, k, own = cluster(
-            current, current_weights, limit, seed=seed + len(levels),
-            parts=None if parts is None else parts[lo:hi], group=group,
+            current, current_weights, limit, seed=seed + len(levels), parts=parts,
+            group=group,
             on_pass=lambda p, moved: log(f"  coarsening level {len(levels) + 1} pass "
                                          f"{p + 1}: {moved:,} nodes joined a cluster"))
         shrink = k / current.num_nodes
         log(f"  level {len(levels) + 1}: {current.num_nodes:,} -> {k:,} nodes")
         if k < num_parts * 4 or shrink > 0.9:
             break
-        if group.size > 1:
-            full_label = np.empty(current.num_nodes, label.dtype)
-            full_label[lo:hi] = label
-            group.share(full_label, _node_bounds(current, group), "labels")
-        else:
-            full_label = label
-        root = None if workdir is None else os.path.join(
-            workdir, f"level-{len(levels) + 1}", f"p{group.rank}")
+        root = None if workdir is None else os.path.join(workdir, f"level-{len(levels) + 1}")
         # A coarse graph far larger than METIS takes is sampled as it is written (its
         # size on disk bounded), keeping every cut's expected weight.
-        between = _entries_between(current, label, full_label, group)
+        between = _entries_between(current, label, group)
         keep = min(1.0, SAMPLE_MARGIN * coarse_entries / max(between, 1))
         if keep < 1:
             log(f"  level {len(levels) + 1}: keeping {keep:.1%} of about {between:,} entries "
                 f"between clusters")
+        if root is not None and group.leader:
+            os.makedirs(root, exist_ok=True)
+        group.barrier("level folder")
         coarse = contract(current, label, k, root, entries_per_range, keep=keep,
-                          seed=seed + len(levels), full_label=full_label, own=own)
-        levels.append((full_label, current, current_weights))
+                          seed=seed + len(levels), own=own, group=group)
+        levels.append((label, current, current_weights))
         if parts is not None:
             coarse_parts = np.empty(k, np.int32)
-            coarse_parts[full_label] = parts
+            coarse_parts[label] = parts
             parts = coarse_parts
-        current, current_weights = coarse, current_weights.coarsen(label - own[0],
-                                                                   own[1] - own[0])
+        current, current_weights = coarse, _coarse_weights(current_weights, label[lo:hi],
+                                                           own, k, group)
         log(f"  level {len(levels)}: coarse graph "
             f"{int(group.sum(coarse.num_entries, 'entries')):,} entries")
     return levels, current, current_weights, parts
+
+
+def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, own: tuple[int, int],
+                    num_clusters: int, group: Group) -> NodeWeights:
+    """The weights of the clusters [c_lo, c_hi) = `own` this process owns: the sums over
+    their members, wherever those are (`clusters`: the cluster of each of this
+    process's nodes, which `weights` are of)."""
+    if group.size == 1:
+        return weights.coarsen(clusters, num_clusters)
+    owners = np.array([int(c[0]) for c in group.gather(list(own), "cluster owners")]
+                      + [num_clusters], np.int64)
+    sums = group.add_at_owners(clusters, np.stack(weights.columns, axis=1), owners,
+                               "cluster weights")
+    return NodeWeights(weights.names, tuple(sums[:, c].astype(np.int64)
+                                            for c in range(sums.shape[1])))
 
 
 def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: int,

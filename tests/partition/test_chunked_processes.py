@@ -3,9 +3,9 @@
 write passes `info --check` and holds the graph (equal, array by array, to
 `partition_graph`'s for the same assignment: every edge, feature row, label and split
 entry once, by original ids), keeps every balance constraint, and is the same graph one
-process writes; the divided arrays (label propagation within each process's nodes,
-refinement within 1/N of the room) agree with one process's on a graph in memory; a
-process that fails stops the job, named, with nothing left at the output path.
+process writes, with a cut near one process's; a process that fails stops the job,
+named, with nothing left at the output path (`test_multilevel_processes.py` compares
+the steps across processes with one process's on a graph in memory).
 
 Every launch has a timeout: a job that hangs fails the test instead."""
 import os
