@@ -417,7 +417,7 @@ def _number_clusters(label: np.ndarray, at) -> tuple[int, np.ndarray]:
         byte = ids >> 3
         return before[byte] + _POPCOUNT[bits[byte] & ((1 << (ids & 7)) - 1).astype(np.uint8)]
     ranks = number(np.asarray(at, np.int64))
-    step = 1 << 24
+    step = 1 << 22                                       # bounded temporaries
     for i in range(0, label.size, step):
         label[i:i + step] = number(label[i:i + step])
     return int(before[-1]), ranks

@@ -118,13 +118,15 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
         # process's own nodes, the levels' cluster of each node and the coarse nodes'
         # weights (some 8 bytes a finest node in all), and in the V-cycle every node's
         # partition and the first cycle's levels (12 more); then the largest of:
-        # clustering's cluster sizes in nodes and edges (int32 [n, 2]) and its
-        # numbering (a bool and an int32 a node) with a piece; a contraction's two
+        # clustering's sizes of the clusters a process owns in nodes and edges (int32
+        # [own, 2]), its requests to join other processes' clusters (at most one of
+        # 40 bytes a node) and its numbering of every node's cluster (a bool, a bit
+        # and a running count a node: 2 bytes) with a piece; a contraction's two
         # ranges; METIS on the coarse graph (or a sample of it: every process).
         PhasePlan("assignment",
                   base + shared + weights + 4 * own + 8 * own + 12 * own
-                  + max(8 * own + 5 * own + piece, CONTRACT_ENTRY_BYTES * r,
-                        METIS_ENTRY_BYTES * coarse),
+                  + max(8 * own + (40 * own if q > 1 else 0) + 2 * n + piece,
+                        CONTRACT_ENTRY_BYTES * r, METIS_ENTRY_BYTES * coarse),
                   on_disk["assignment"],
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
                   f"({gib(adjacency_read)} each at the finest{share})"),
