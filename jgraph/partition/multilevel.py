@@ -242,8 +242,8 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
         moved = _pipelined(
             _pieces(adjacency),
             lambda piece, _, salt=salt: _cluster_proposal(piece, label, salt, parts),
-            lambda proposal: _join_clusters(proposal, label, lo, hi, size, size_of, limit,
-                                            requests, left, askable(p)))
+            lambda proposal, requests=requests, ask=askable(p): _join_clusters(
+                proposal, label, lo, hi, size, size_of, limit, requests, left, ask))
         if group.size > 1:
             moved += _join_remote(requests, left, label, lo, hi, size, limit, bounds, group)
             group.share(label, bounds, "labels")

@@ -18,14 +18,22 @@ from jgraph.partition.group import Group
 from .test_chunked_partition import ThreadClient
 
 
-def run_processes(size: int, work):
-    """work(rank) in `size` threads, each a process; their results by rank."""
-    results, errors = {}, []
+def in_processes(tmp_path, constraints, adjacency, bounds, work):
+    """work(group, rows, weights) in a thread for each process of `bounds` (rows
+    [bounds[r], bounds[r + 1]) each, on disk), with a shared scratch folder; their
+    results by rank."""
+    size = len(bounds) - 1
+    client, results, errors = ThreadClient(size), {}, []
+    (tmp_path / "sync").mkdir()
 
     def one(rank):
+        lo, hi = bounds[rank], bounds[rank + 1]
+        group = Group(rank, size, client)
+        group.use_scratch(str(tmp_path / "sync"))
         try:
-            results[rank] = work(rank)
-        except BaseException as error:           # noqa: BLE001 - reported below
+            results[rank] = work(group, rows_of(tmp_path, adjacency, rank, lo, hi),
+                                 node_weights(constraints, lo, hi))
+        except BaseException as error:           # reported below
             errors.append(error)
             raise
     threads = [threading.Thread(target=one, args=(r,)) for r in range(size)]
@@ -53,32 +61,26 @@ def node_weights(constraints, lo, hi):
 def rows_of(tmp_path, adjacency, rank, lo, hi):
     coo = adjacency.tocoo()
     mine = (coo.row >= lo) & (coo.row < hi)
+    entries = (coo.row[mine], coo.col[mine], coo.data[mine].astype(np.int64))
     return build_disk_adjacency(str(tmp_path / f"rows-{rank}"), adjacency.shape[0],
-                                np.array([lo, hi]), [(coo.row[mine], coo.col[mine],
-                                  coo.data[mine].astype(np.int64))],
-                                merge=True)
+                                np.array([lo, hi]), [entries], merge=True)
 
 
 def test_clusters_cross_processes_and_contract_as_the_whole_graph(facebook, tmp_path):
     adjacency, constraints = facebook
-    n, size = adjacency.shape[0], 3
+    n = adjacency.shape[0]
     bounds = [0, n // 5, n // 2, n]                      # unequal shares of the rows
     whole_weights = node_weights(constraints, 0, n)
     limit = whole_weights.totals()[whole_weights.size_columns()] / 8 / 4
-    client = ThreadClient(size)
-    (tmp_path / "sync").mkdir()
 
-    def process(rank):
-        lo, hi = bounds[rank], bounds[rank + 1]
-        group = Group(rank, size, client)
-        group.use_scratch(str(tmp_path / "sync"))
+    def process(group, rows, weights):
         # Coarse entries at half the graph's: one level, written whole (no sample).
         levels, coarse, coarse_weights, _ = multilevel._coarsen(
-            rows_of(tmp_path, adjacency, rank, lo, hi), node_weights(constraints, lo, hi),
-            8, limit, adjacency.nnz // 2, 1, 3, str(tmp_path / "work"), print, group=group,
-            entries_per_range=20_000)
+            rows, weights, 8, limit, adjacency.nnz // 2, 1, 3, str(tmp_path / "work"),
+            print, group=group, entries_per_range=20_000)
         return levels[0][0], coarse, coarse_weights
-    (label, _, _), *others = results = run_processes(size, process)
+    (label, _, _), *others = results = in_processes(tmp_path, constraints, adjacency,
+                                                    bounds, process)
     for other, _, _ in others:
         np.testing.assert_array_equal(other, label)          # every process's the same
     k = int(label.max()) + 1
@@ -86,7 +88,7 @@ def test_clusters_cross_processes_and_contract_as_the_whole_graph(facebook, tmp_
     # Clusters with members in several processes' ranges, none over its limit.
     home = np.searchsorted(bounds, np.arange(n), side="right") - 1
     spans = np.zeros(k, np.int64)
-    for r in range(size):
+    for r in range(len(bounds) - 1):
         spans += np.bincount(label[home == r], minlength=k) > 0
     assert (spans > 1).sum() > k // 100, (spans > 1).sum()
     sizes = whole_weights.coarsen(label, k)
@@ -102,8 +104,8 @@ def test_clusters_cross_processes_and_contract_as_the_whole_graph(facebook, tmp_
             np.concatenate([w.columns[c] for _, _, w in results]), sizes.columns[c])
 
 
-def test_clusters_across_processes_shrink_the_graph_as_one_process_does(facebook,
-                                                                        tmp_path):
+def test_clusters_across_processes_shrink_the_graph_as_one_process_does(facebook, tmp_path,
+                                                                        monkeypatch):
     """The production regime's coarsening (many pieces a pass) at 4 processes leaves
     about as many clusters as one process (1.12x measured; confined to their
     processes' nodes they would stay far more), and settles: no two nodes of different
@@ -112,32 +114,18 @@ def test_clusters_across_processes_shrink_the_graph_as_one_process_does(facebook
     n = adjacency.shape[0]
     whole_weights = node_weights(constraints, 0, n)
     limit = whole_weights.totals()[whole_weights.size_columns()] / 8 / 4
-    pieces = dict(PIECE_ENTRIES=4096, PIECE_ROWS=512)
-    saved = {name: getattr(multilevel, name) for name in pieces}
-    for name, value in pieces.items():
-        setattr(multilevel, name, value)
-    try:
-        _, one, _ = multilevel.cluster(CSRAdjacency(adjacency, 20_000), whole_weights, limit,
-                                       seed=5)
-        size = 4
-        bounds = [n * r // size for r in range(size + 1)]
-        client = ThreadClient(size)
-        (tmp_path / "sync").mkdir()
+    monkeypatch.setattr(multilevel, "PIECE_ENTRIES", 4096)
+    monkeypatch.setattr(multilevel, "PIECE_ROWS", 512)
+    _, one, _ = multilevel.cluster(CSRAdjacency(adjacency, 20_000), whole_weights, limit,
+                                   seed=5)
 
-        def process(rank):
-            lo, hi = bounds[rank], bounds[rank + 1]
-            group = Group(rank, size, client)
-            group.use_scratch(str(tmp_path / "sync"))
-            moves = []
-            _, k, _ = multilevel.cluster(rows_of(tmp_path, adjacency, rank, lo, hi),
-                                         node_weights(constraints, lo, hi), limit, seed=5,
-                                         group=group,
-                                         on_pass=lambda p, moved: moves.append(moved))
-            return k, moves
-        (k, moves), *_ = run_processes(size, process)
-    finally:
-        for name, value in saved.items():
-            setattr(multilevel, name, value)
+    def process(group, rows, weights):
+        moves = []
+        _, k, _ = multilevel.cluster(rows, weights, limit, seed=5, group=group,
+                                     on_pass=lambda p, moved: moves.append(moved))
+        return k, moves
+    (k, moves), *_ = in_processes(tmp_path, constraints, adjacency,
+                                  [n * r // 4 for r in range(5)], process)
     assert k <= 1.15 * one, (k, one)
     assert moves[-1] < moves[0] / 4, moves                 # settles: no oscillation
 
