@@ -76,8 +76,13 @@ from jgraph.partition.metis import part_kway
 # entries and rows (a piece's [rows, parts, constraints] feasibility test is the
 # largest array).
 PIECE_ENTRIES, PIECE_ROWS = 1 << 22, 1 << 17
-# Label propagation's passes at most, in one process, for a level's clusters.
-CLUSTER_PASSES = 4
+# Label propagation's passes at most, in one process, for a level's clusters; under
+# several processes this many times as many: a pass asks only one way along the
+# processes and sees their clusters as the pass before left them, so it settles
+# slower (facebook at 4 processes: 705 moves in pass 8 where one process made 689 in
+# pass 4); each process reads only its share of the adjacency a pass. (Three times
+# as many, measured on heco_acm at 4 processes, cut no less.)
+CLUSTER_PASSES, PROCESS_PASSES = 4, 2
 # A coarse graph is written whole while it has at most this many times the entries
 # METIS takes (`coarse_entries`); beyond, a sample of that size.
 SAMPLE_MARGIN = 4
@@ -213,9 +218,9 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
     while the cluster stays within `limit`, and learns of its members that left for
     another cluster with the next requests (sizes it holds are never below the true
     ones, so no cluster passes the limit). `passes`: at most CLUSTER_PASSES for one
-    process, twice that for several (a pass asks only one way along them)."""
+    process, PROCESS_PASSES times that for several."""
     group = group or Group.single()
-    passes = passes or CLUSTER_PASSES * (1 if group.size == 1 else 2)
+    passes = passes or CLUSTER_PASSES * (1 if group.size == 1 else PROCESS_PASSES)
     lo, hi, n = adjacency.start, adjacency.stop, adjacency.num_nodes
     bounds = _node_bounds(adjacency, group)
     columns = [weights.columns[c] for c in weights.size_columns()]
@@ -227,6 +232,8 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
     size = np.stack(columns, axis=1).astype(np.int32 if max(most) < 2**31 - 1 else np.int64)
     label = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)   # cluster = a node id
     left = _Departures()
+    # Each node's best cluster when it last asked for one (-1: never), full or not.
+    favourite = np.full(hi - lo, -1, label.dtype)
 
     def askable(p: int):
         """Which other processes' clusters this process's nodes may ask to join in pass
@@ -243,7 +250,8 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
             _pieces(adjacency),
             lambda piece, _, salt=salt: _cluster_proposal(piece, label, salt, parts),
             lambda proposal, requests=requests, ask=askable(p): _join_clusters(
-                proposal, label, lo, hi, size, size_of, limit, requests, left, ask))
+                proposal, label, lo, hi, size, size_of, limit, requests, left, ask,
+                favourite))
         if group.size > 1:
             moved += _join_remote(requests, left, label, lo, hi, size, limit, bounds, group)
             group.share(label, bounds, "labels")
@@ -252,7 +260,15 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
             on_pass(p, moved)
         if moved < max(1, n // 200):
             break
-    size = left = None                                   # freed before numbering
+    if group.size > 1:                       # the sizes told every departure first
+        _join_remote([], left, label, lo, hi, size, limit, bounds, group)
+    merged = _gather_singletons(adjacency, label, size, size_of, favourite, parts, bounds,
+                                group)
+    if on_pass is not None:
+        on_pass(-1, int(group.sum(merged, "singletons gathered")))
+    if group.size > 1:
+        group.share(label, bounds, "labels")
+    size = left = favourite = None                       # freed before numbering
     k, (c_lo, c_hi) = _number_clusters(label, bounds[[group.rank, group.rank + 1]])
     return label, k, (int(c_lo), int(c_hi))
 
@@ -312,18 +328,20 @@ def _cluster_proposal(piece: Rows, label, salt: int, parts=None):
 
 
 def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requests: list,
-                   left: _Departures, askable):
+                   left: _Departures, askable, favourite):
     """Move the proposed nodes whose best cluster, one this process owns ([lo, hi)),
     has room (ParHIP's rule: only the best is tried; a node whose best cluster is full
     stays this pass); the proposals for other processes' clusters go to `requests`
     where `askable(clusters)` allows (the others stay this pass).
     `size` [hi - lo, S]: the sizes of this process's clusters (updated at once);
     `size_of(v)` int64[len(v), S]: its nodes' own (local indices); `left`: what the
-    movers take out of other processes' clusters. Returns (the moves, the commit that
+    movers take out of other processes' clusters; `favourite`: each node's best cluster
+    as proposed (kept for `_gather_singletons`). Returns (the moves, the commit that
     writes their labels: `_pipelined`)."""
     if proposal is None or not proposal[0].size:
         return 0, None
     v, t, key = proposal
+    favourite[v - lo] = t
     keep = label[v] != t                     # a node another piece moved meanwhile
     v, t, key = v[keep], t[keep], key[keep]
     amounts = size_of(v - lo)
@@ -344,6 +362,61 @@ def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requ
     def commit():
         label[v] = t
     return int(v.size), commit
+
+
+def _gather_singletons(adjacency, label, size, size_of, favourite, parts,
+                       bounds: np.ndarray, group: Group) -> int:
+    """KaMinPar's two-hop clustering: the nodes label propagation left alone in a
+    cluster of their own (their best cluster was full, or they have no neighbours) are
+    paired, in id order, with the others alone that share their best cluster (or, for
+    nodes without neighbours, with each other; with `parts`, within a partition). The
+    leaves of a hub whose cluster is full, and a power-law graph's isolated nodes,
+    would otherwise stay singletons level after level and coarsening would stall (a
+    Graph500 R-MAT's 38% of isolated nodes); pairs halve them at each level and keep
+    coarse nodes fine enough to balance (runs up to the size limit cut a
+    heterogeneous graph's partitions worse). A pair may pass `limit` by one node's
+    size, as a cluster may. Under several processes the owner of the
+    best cluster gathers every process's nodes that share it (nodes without neighbours
+    stay with their process). Returns the nodes that joined another's cluster."""
+    lo, hi = adjacency.start, adjacency.stop
+    local = np.arange(hi - lo)
+    alone = (label[lo:hi] == lo + local) & (size == size_of(local)).all(axis=1)
+    degree = np.concatenate([np.diff(rows.indptr) for rows in adjacency.ranges()]
+                            or [np.zeros(0, np.int64)])
+    key = np.where(degree == 0, -2, favourite).astype(np.int64)
+    chosen = np.flatnonzero(alone & (key != -1))
+    del alone, degree
+    key = key[chosen]
+    part = np.zeros(chosen.size, np.int64) if parts is None else parts[lo + chosen]
+    owner = np.where(key >= 0, np.searchsorted(bounds, key, side="right") - 1, group.rank)
+    incoming = group.exchange(
+        [{"node": lo + chosen[owner == r], "key": key[owner == r], "part": part[owner == r]}
+         for r in range(group.size)],
+        "nodes alone")
+    cat = lambda name: np.concatenate([got[name] for got in incoming])
+    nodes, keys, parts_in = cat("node"), cat("key"), cat("part")
+    first = nodes.copy()
+    if nodes.size > 1:
+        order = np.lexsort((nodes, parts_in, keys))          # by group, then id
+        members, keys, parts_in = nodes[order], keys[order], parts_in[order]
+        new_group = np.ones(members.size, bool)
+        new_group[1:] = (keys[1:] != keys[:-1]) | (parts_in[1:] != parts_in[:-1])
+        starts = np.flatnonzero(new_group)
+        # Pairs in each group, in id order: the second of a pair joins the first.
+        index = np.arange(members.size) - np.repeat(starts, np.diff(np.append(starts,
+                                                                         members.size)))
+        second = np.flatnonzero(index % 2 == 1)
+        paired = members.copy()
+        paired[second] = members[second - 1]
+        first[order] = paired
+    sent = np.cumsum([got["node"].size for got in incoming])[:-1]
+    answers = group.exchange([{"first": f} for f in np.split(first, sent)], "nodes gathered")
+    merged = 0
+    for r, got in enumerate(answers):
+        mine = chosen[owner == r]
+        label[lo + mine] = got["first"]
+        merged += int((got["first"] != lo + mine).sum())
+    return merged
 
 
 def _leave(clusters: np.ndarray, amounts: np.ndarray, lo: int, hi: int, size,
@@ -1019,8 +1092,10 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
         label, k, own = cluster(
             current, current_weights, limit, seed=seed + len(levels), parts=parts,
             group=group,
-            on_pass=lambda p, moved: log(f"  coarsening level {len(levels) + 1} pass "
-                                         f"{p + 1}: {moved:,} nodes joined a cluster"))
+            on_pass=lambda p, moved: log(
+                f"  coarsening level {len(levels) + 1} pass {p + 1}: {moved:,} nodes joined "
+                f"a cluster" if p >= 0 else f"  coarsening level {len(levels) + 1}: "
+                f"{moved:,} nodes alone gathered by their best cluster"))
         shrink = k / current.num_nodes
         log(f"  level {len(levels) + 1}: {current.num_nodes:,} -> {k:,} nodes")
         if k < num_parts * 4 or shrink > 0.9:

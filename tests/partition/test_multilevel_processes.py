@@ -107,7 +107,7 @@ def test_clusters_cross_processes_and_contract_as_the_whole_graph(facebook, tmp_
 def test_clusters_across_processes_shrink_the_graph_as_one_process_does(facebook, tmp_path,
                                                                         monkeypatch):
     """The production regime's coarsening (many pieces a pass) at 4 processes leaves
-    about as many clusters as one process (1.12x measured; confined to their
+    about as many clusters as one process (1.14x measured; confined to their
     processes' nodes they would stay far more), and settles: no two nodes of different
     processes swap clusters pass after pass."""
     adjacency, constraints = facebook
@@ -122,11 +122,11 @@ def test_clusters_across_processes_shrink_the_graph_as_one_process_does(facebook
     def process(group, rows, weights):
         moves = []
         _, k, _ = multilevel.cluster(rows, weights, limit, seed=5, group=group,
-                                     on_pass=lambda p, moved: moves.append(moved))
+                                     on_pass=lambda p, moved: p >= 0 and moves.append(moved))
         return k, moves
     (k, moves), *_ = in_processes(tmp_path, constraints, adjacency,
                                   [n * r // 4 for r in range(5)], process)
-    assert k <= 1.15 * one, (k, one)
+    assert k <= 1.2 * one, (k, one)
     assert moves[-1] < moves[0] / 4, moves                 # settles: no oscillation
 
 
@@ -140,3 +140,32 @@ def test_room_is_shared_as_the_moves_asked_and_never_overfills():
     np.testing.assert_allclose(shares[:, 0, 0], [even + 0.75 * 0.5, even, even + 0.75 * 0.5])
     np.testing.assert_allclose(shares[:, 0, 1], 1 / 3)      # nobody asked: even
     assert (shares > 0).all()                               # nobody is shut out
+
+
+def test_nodes_left_alone_are_paired_by_their_best_cluster():
+    """Isolated nodes, and the leaves of a hub whose cluster is full, stay singletons
+    under label propagation; they are paired (two-hop clustering), so that coarsening
+    a power-law graph does not stall: isolated nodes with each other, leaves with
+    leaves of the same hub, two to a cluster."""
+    import scipy.sparse
+    isolated, leaves = np.arange(0, 400), np.arange(401, 800)
+    hub = 400
+    rows = np.concatenate([np.full(leaves.size, hub), leaves])
+    cols = np.concatenate([leaves, np.full(leaves.size, hub)])
+    n = 800
+    adjacency = scipy.sparse.csr_matrix((np.ones(rows.size, np.int64), (rows, cols)),
+                                        shape=(n, n))
+    weights = multilevel.NodeWeights(("nodes", "edges"), (
+        np.ones(n, np.uint8), np.diff(adjacency.indptr).astype(np.int64)))
+    label, k, _ = multilevel.cluster(CSRAdjacency(adjacency), weights,
+                                     np.array([50.0, 10.0**6]), seed=0)
+    members = np.bincount(label, minlength=k)
+    assert members.max() <= 50
+    # Isolated nodes two to a cluster, with each other only.
+    np.testing.assert_array_equal(members[label[isolated]], 2)
+    assert set(label[isolated]).isdisjoint(label[leaves]) and hub not in isolated
+    # Leaves whose hub's cluster was full are paired with each other: none alone
+    # (but one of an odd count), none with an isolated node.
+    small = leaves[members[label[leaves]] <= 2]
+    assert small.size > 100 and (members[label[small]] == 1).sum() <= 1
+    assert k <= 1 + isolated.size // 2 + (leaves.size - small.size) // 40 + -(-small.size // 2)
