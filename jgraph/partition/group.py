@@ -167,7 +167,8 @@ class Group:
         the whole id range."""
         bounds = np.asarray(bounds, np.int64)
         lo, hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
-        values = np.asarray(values, np.float64).reshape(ids.size, -1)
+        values = np.asarray(values, np.float64)
+        values = values[:, None] if values.ndim == 1 else values      # [m, C], m may be 0
         owner = np.searchsorted(bounds, ids, side="right") - 1
         order = np.argsort(owner, kind="stable")
         cuts = np.searchsorted(owner[order], np.arange(self.size + 1))

@@ -264,8 +264,9 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
         _join_remote([], left, label, lo, hi, size, limit, bounds, group)
     merged = _gather_singletons(adjacency, label, size, size_of, favourite, parts, bounds,
                                 group)
+    merged = int(group.sum(merged, "nodes alone gathered"))     # every process calls it
     if on_pass is not None:
-        on_pass(-1, int(group.sum(merged, "singletons gathered")))
+        on_pass(-1, merged)
     if group.size > 1:
         group.share(label, bounds, "labels")
     size = left = favourite = None                       # freed before numbering
@@ -585,6 +586,10 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
                                  "coarse degrees")[:, 0].astype(np.int64)
     del row_entries
     own_bounds = c_lo + range_bounds(degree, entries_per_range)
+    if own_bounds.size == 1:
+        # No clusters here (every node joined other processes'): one empty range, so
+        # that each process's rows have a file number of their own.
+        own_bounds = np.array([c_lo, c_lo], np.int64)
     del degree
     every = group.gather(own_bounds, "coarse ranges")
     firsts = np.cumsum([0] + [b.size - 1 for b in every])

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+import scipy.sparse
 
 from jgraph.data import load_dataset, symmetrize
 from jgraph.partition import multilevel
@@ -147,7 +148,6 @@ def test_nodes_left_alone_are_paired_by_their_best_cluster():
     under label propagation; they are paired (two-hop clustering), so that coarsening
     a power-law graph does not stall: isolated nodes with each other, leaves with
     leaves of the same hub, two to a cluster."""
-    import scipy.sparse
     isolated, leaves = np.arange(0, 400), np.arange(401, 800)
     hub = 400
     rows = np.concatenate([np.full(leaves.size, hub), leaves])
@@ -169,3 +169,48 @@ def test_nodes_left_alone_are_paired_by_their_best_cluster():
     small = leaves[members[label[leaves]] <= 2]
     assert small.size > 100 and (members[label[small]] == 1).sum() <= 1
     assert k <= 1 + isolated.size // 2 + (leaves.size - small.size) // 40 + -(-small.size // 2)
+
+
+def test_a_process_whose_nodes_all_join_others_clusters_owns_none(tmp_path, monkeypatch):
+    """A process of one node that joins a cluster of the next process owns no cluster
+    and, a level on, no rows: it still writes its (empty) share of the coarse graph
+    under a file number of its own, and the processes agree on a partition that keeps
+    the limits."""
+    import types
+    pairs = [(8 * b + j, 8 * b + j + 4, 5) for b in range(2) for j in range(4)]
+    pairs += [(16, 17, 9)]
+    pairs += [(18 + 8 * b + j, 18 + 8 * b + j + 4, 5) for b in range(2) for j in range(4)]
+    pairs += [(i, i + 1, 1) for i in list(range(0, 15)) + list(range(18, 33))]
+    n = 34
+    a, b, w = (np.array(x) for x in zip(*pairs))
+    adjacency = scipy.sparse.csr_matrix((np.concatenate([w, w]).astype(np.int64),
+                                         (np.concatenate([a, b]), np.concatenate([b, a]))),
+                                        shape=(n, n))
+    degree = np.diff(adjacency.indptr)
+    constraints = types.SimpleNamespace(names=("nodes", "edges"),
+                                        weights=np.stack([np.ones(n, np.int64), degree], 1))
+    bounds = [0, 16, 17, n]
+    monkeypatch.setattr(multilevel, "PIECE_ROWS", 1)     # a row at a time: no swaps
+
+    def process(group, rows, weights):
+        levels, coarse, _, _ = multilevel._coarsen(
+            rows, weights, 2, np.array([2.0, 1e9]), 10, 3, 3, str(tmp_path / "work"), print,
+            group=group, entries_per_range=1000)
+        return levels[0][0], coarse.start, coarse.stop, coarse.first
+    results = in_processes(tmp_path, constraints, adjacency, bounds, process)
+    label = results[0][0]
+    assert label[16] == label[17] and label[16] != 16       # joined the next process's
+    starts, stops, firsts = zip(*[r[1:] for r in results])
+    assert len(set(firsts)) == 3 and list(starts[1:]) == list(stops[:-1])
+
+    def whole(group, rows, weights):
+        return multilevel.partition(rows, weights, 2, coarse_entries=10, seed=3,
+                                    workdir=str(tmp_path / "whole"),
+                                    max_levels=3, range_entries=2000, group=group)[0]
+    (tmp_path / "sync").rmdir()
+    (tmp_path / "whole").mkdir()
+    parts = in_processes(tmp_path, constraints, adjacency, bounds, whole)
+    for other in parts[1:]:
+        np.testing.assert_array_equal(other, parts[0])
+    loads = np.bincount(parts[0], minlength=2)
+    assert parts[0].size == n and loads.max() <= max(1.05 * n / 2, np.ceil(n / 2))
