@@ -105,6 +105,7 @@ def test_clusters_cross_processes_and_contract_as_the_whole_graph(facebook, tmp_
             np.concatenate([w.columns[c] for _, _, w in results]), sizes.columns[c])
 
 
+@pytest.mark.slow        # one process's and four processes' clustering: 2 s
 def test_clusters_across_processes_shrink_the_graph_as_one_process_does(facebook, tmp_path,
                                                                         monkeypatch):
     """The production regime's coarsening (many pieces a pass) at 4 processes leaves
@@ -171,6 +172,7 @@ def test_nodes_left_alone_are_paired_by_their_best_cluster():
     assert k <= 1 + isolated.size // 2 + (leaves.size - small.size) // 40 + -(-small.size // 2)
 
 
+@pytest.mark.slow        # three levels and a partition in three threads: 3 s
 def test_a_process_whose_nodes_all_join_others_clusters_owns_none(tmp_path, monkeypatch):
     """A process of one node that joins a cluster of the next process owns no cluster
     and, a level on, no rows: it still writes its (empty) share of the coarse graph
