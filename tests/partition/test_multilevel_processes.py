@@ -4,6 +4,7 @@ on the whole graph in one process: clusters cross the processes' node ranges and
 within their size limit, every process ends with the same labels, and the coarse graph
 and weights the processes write together are the contraction of the whole graph by
 those labels."""
+import os
 import threading
 
 import numpy as np
@@ -205,6 +206,16 @@ def test_a_process_whose_nodes_all_join_others_clusters_owns_none(tmp_path, monk
     starts, stops, firsts = zip(*[r[1:] for r in results])
     assert len(set(firsts)) == 3 and list(starts[1:]) == list(stops[:-1])
 
+    # METIS runs in a folder of its own (chdir): threads standing in for processes
+    # share one working directory, so their METIS runs take turns.
+    metis, real = threading.Lock(), multilevel.part_kway
+
+    def part_kway(*args, **kwargs):
+        with metis:
+            return real(*args, **kwargs)
+    monkeypatch.setattr(multilevel, "part_kway", part_kway)
+    before = os.getcwd()
+
     def whole(group, rows, weights):
         return multilevel.partition(rows, weights, 2, coarse_entries=10, seed=3,
                                     workdir=str(tmp_path / "whole"),
@@ -214,5 +225,6 @@ def test_a_process_whose_nodes_all_join_others_clusters_owns_none(tmp_path, monk
     parts = in_processes(tmp_path, constraints, adjacency, bounds, whole)
     for other in parts[1:]:
         np.testing.assert_array_equal(other, parts[0])
+    assert os.getcwd() == before
     loads = np.bincount(parts[0], minlength=2)
     assert parts[0].size == n and loads.max() <= max(1.05 * n / 2, np.ceil(n / 2))
