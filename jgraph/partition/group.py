@@ -26,6 +26,8 @@ import os
 
 import numpy as np
 
+from jgraph.partition.adjacency import bucket_of
+
 # Barriers wait this long for a slow peer (a phase may run for an hour on one process
 # more than another); a peer that dies is noticed by the heartbeat well before.
 BARRIER_TIMEOUT_MS = 24 * 3600 * 1000
@@ -169,7 +171,7 @@ class Group:
         lo, hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
         values = np.asarray(values, np.float64)
         values = values[:, None] if values.ndim == 1 else values      # [m, C], m may be 0
-        owner = np.searchsorted(bounds, ids, side="right") - 1
+        owner = bucket_of(bounds, ids)
         order = np.argsort(owner, kind="stable")
         cuts = np.searchsorted(owner[order], np.arange(self.size + 1))
         pick = lambda r: order[cuts[r]:cuts[r + 1]]

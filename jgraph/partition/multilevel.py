@@ -63,6 +63,7 @@ from jgraph.partition.adjacency import (
     CSRAdjacency,
     DiskAdjacency,
     Rows,
+    bucket_of,
     range_bounds,
     sort_ranges,
     write_buckets,
@@ -201,14 +202,14 @@ def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
 def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int | None = None,
             seed: int = 0, parts: np.ndarray | None = None,
             on_pass: Callable[[int, int], None] | None = None,
-            group: Group | None = None) -> tuple[np.ndarray, int, tuple[int, int]]:
+            group: Group | None = None) -> tuple[np.ndarray, int, np.ndarray]:
     """Size-constrained label propagation, each process over its rows [start, stop) of
-    `adjacency` (`weights` are theirs): (every node's cluster, k, the clusters
-    [c_lo, c_hi) this process owns). Clusters are numbered 0..k-1 in the order of the
-    node ids they started from, so each process owns those that started from its nodes
-    (the coarse graph's rows it writes). `limit` [len(size_columns)]: the most a
-    cluster may hold; with `parts` (every node's), a node joins only clusters of its
-    own partition.
+    `adjacency` (`weights` are theirs): (every node's cluster, k, int64[N + 1]: the
+    clusters [owners[r], owners[r + 1]) process r owns). Clusters are numbered 0..k-1
+    in the order of the node ids they started from, so each process owns those that
+    started from its nodes (the coarse graph's rows it writes). `limit`
+    [len(size_columns)]: the most a cluster may hold; with `parts` (every node's), a
+    node joins only clusters of its own partition.
 
     A node may join any cluster, its own process's or another's (ParHIP's rule).
     Every process holds every node's cluster as it stood when the pass began (shared
@@ -241,9 +242,10 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
         nodes of two processes, each the other's best, would otherwise swap clusters
         pass after pass (synchronous label propagation's oscillation); so no cycle of
         joins across processes forms within a pass."""
-        return lambda t: (np.searchsorted(bounds, t, side="right") - 1 > group.rank) \
-            == (p % 2 == 0)
+        return lambda t: (bucket_of(bounds, t) > group.rank) == (p % 2 == 0)
     for p in range(passes):
+        if p and group.size > 1:
+            group.share(label, bounds, "labels")        # as the pass before left them
         salt = seed * 1009 + p
         requests: list = []
         moved = _pipelined(
@@ -254,7 +256,6 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
                 favourite))
         if group.size > 1:
             moved += _join_remote(requests, left, label, lo, hi, size, limit, bounds, group)
-            group.share(label, bounds, "labels")
         moved = int(group.sum(moved, "cluster moves"))
         if on_pass is not None:
             on_pass(p, moved)
@@ -270,8 +271,8 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
     if group.size > 1:
         group.share(label, bounds, "labels")
     size = left = favourite = None                       # freed before numbering
-    k, (c_lo, c_hi) = _number_clusters(label, bounds[[group.rank, group.rank + 1]])
-    return label, k, (int(c_lo), int(c_hi))
+    k, owners = _number_clusters(label, bounds)
+    return label, k, owners.astype(np.int64)
 
 
 class _Departures:
@@ -382,14 +383,13 @@ def _gather_singletons(adjacency, label, size, size_of, favourite, parts,
     lo, hi = adjacency.start, adjacency.stop
     local = np.arange(hi - lo)
     alone = (label[lo:hi] == lo + local) & (size == size_of(local)).all(axis=1)
-    degree = np.concatenate([np.diff(rows.indptr) for rows in adjacency.ranges()]
-                            or [np.zeros(0, np.int64)])
+    degree = _row_entries(adjacency)
     key = np.where(degree == 0, -2, favourite).astype(np.int64)
     chosen = np.flatnonzero(alone & (key != -1))
     del alone, degree
     key = key[chosen]
     part = np.zeros(chosen.size, np.int64) if parts is None else parts[lo + chosen]
-    owner = np.where(key >= 0, np.searchsorted(bounds, key, side="right") - 1, group.rank)
+    owner = np.where(key >= 0, bucket_of(bounds, key), group.rank)
     incoming = group.exchange(
         [{"node": lo + chosen[owner == r], "key": key[owner == r], "part": part[owner == r]}
          for r in range(group.size)],
@@ -420,6 +420,12 @@ def _gather_singletons(adjacency, label, size, size_of, favourite, parts,
     return merged
 
 
+def _row_entries(adjacency) -> np.ndarray:
+    """int64[stop - start]: the entries of each of the adjacency's rows."""
+    return np.concatenate([np.diff(rows.indptr) for rows in adjacency.ranges()]
+                          or [np.zeros(0, np.int64)])
+
+
 def _leave(clusters: np.ndarray, amounts: np.ndarray, lo: int, hi: int, size,
            left: _Departures) -> None:
     """Take `amounts` out of `clusters`: at once for this process's own ([lo, hi)), in
@@ -433,8 +439,9 @@ def _join_remote(requests: list, left: _Departures, label, lo: int, hi: int, siz
                  bounds: np.ndarray, group: Group) -> int:
     """The pass's requests to join other processes' clusters, decided by their owners
     (every process's requests for a cluster together, best first, while it has room,
-    after the departures each process tells of), and their labels written. Returns the
-    requests admitted to this process's nodes."""
+    after the departures each process tells of), and their labels written (in this
+    process's rows of `label`; `Group.share` tells the others). Returns the requests
+    admitted to this process's nodes."""
     width = size.shape[1]
     if requests:
         v, t, key, amounts = (np.concatenate([r[i] for r in requests]) for i in range(4))
@@ -442,8 +449,7 @@ def _join_remote(requests: list, left: _Departures, label, lo: int, hi: int, siz
         v, t = np.zeros(0, np.int64), np.zeros(0, np.int64)
         key, amounts = np.zeros(0), np.zeros((0, width), np.int64)
     gone, gone_amounts = left.take(width)
-    owner = lambda ids: np.searchsorted(bounds, ids, side="right") - 1
-    to, gone_to = owner(t), owner(gone)
+    to, gone_to = bucket_of(bounds, t), bucket_of(bounds, gone)
     incoming = group.exchange(
         [{"t": t[to == r], "key": key[to == r], "amounts": amounts[to == r],
           "gone": gone[gone_to == r], "gone_amounts": gone_amounts[gone_to == r]}
@@ -540,7 +546,7 @@ def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
 
 def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
              entries_per_range: int = 1 << 25, keep: float = 1.0, seed: int = 0,
-             own: tuple[int, int] | None = None, group: Group | None = None):
+             owners: np.ndarray | None = None, group: Group | None = None):
     """The coarse graph of the clusters: an edge between two clusters weighs the sum of
     the edges between their members; none inside a cluster. On disk in `root` (one
     CSR per range of clusters), or in memory without `root`. keep < 1: each edge
@@ -548,13 +554,14 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
     hash of its ends, the same both ways), so the coarse graph's cut weights are
     unbiased and its size about `keep` times the full one's.
 
-    `label`: every node's cluster; `own`: the clusters [c_lo, c_hi) this process owns,
-    the coarse graph's rows it writes (`group`: every process writes the entries of its
-    rows of `adjacency` into bucket files by the owner's ranges, then each sorts its
-    own; `root` is one folder every process sees)."""
+    `label`: every node's cluster; `owners` int64[N + 1]: the clusters each process owns
+    (`cluster`'s), whose coarse rows it writes (`group`: every process writes the
+    entries of its rows of `adjacency` into bucket files by the owners' ranges, then
+    each sorts its own; `root` is one folder every process sees)."""
     group = group or Group.single()
     lo, hi = adjacency.start, adjacency.stop
-    c_lo, c_hi = own if own is not None else (0, num_clusters)
+    owners = np.array([0, num_clusters], np.int64) if owners is None else owners
+    c_lo = int(owners[group.rank])
 
     def pairs():
         for rows in _pieces(adjacency):          # a piece at a time: bounded temporaries
@@ -578,13 +585,8 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
         csr.sum_duplicates()
         return CSRAdjacency(csr, entries_per_range)
     # Each cluster's entries (at most: before repeats merge), summed at its owner.
-    owners = np.array([int(c[0]) for c in group.gather([c_lo, c_hi], "coarse rows")]
-                      + [num_clusters], np.int64)
-    row_entries = np.concatenate([np.diff(rows.indptr) for rows in adjacency.ranges()]
-                                 or [np.zeros(0, np.int64)])
-    degree = group.add_at_owners(label[lo:hi], row_entries, owners,
+    degree = group.add_at_owners(label[lo:hi], _row_entries(adjacency), owners,
                                  "coarse degrees")[:, 0].astype(np.int64)
-    del row_entries
     own_bounds = c_lo + range_bounds(degree, entries_per_range)
     if own_bounds.size == 1:
         # No clusters here (every node joined other processes'): one empty range, so
@@ -1094,7 +1096,7 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
     while (group.sum(current.num_entries, "entries") > coarse_entries
            and len(levels) < max_levels):
         lo, hi = current.start, current.stop
-        label, k, own = cluster(
+        label, k, owners = cluster(
             current, current_weights, limit, seed=seed + len(levels), parts=parts,
             group=group,
             on_pass=lambda p, moved: log(
@@ -1117,28 +1119,26 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
             os.makedirs(root, exist_ok=True)
         group.barrier("level folder")
         coarse = contract(current, label, k, root, entries_per_range, keep=keep,
-                          seed=seed + len(levels), own=own, group=group)
+                          seed=seed + len(levels), owners=owners, group=group)
         levels.append((label, current, current_weights))
         if parts is not None:
             coarse_parts = np.empty(k, np.int32)
             coarse_parts[label] = parts
             parts = coarse_parts
         current, current_weights = coarse, _coarse_weights(current_weights, label[lo:hi],
-                                                           own, k, group)
+                                                           owners, k, group)
         log(f"  level {len(levels)}: coarse graph "
             f"{int(group.sum(coarse.num_entries, 'entries')):,} entries")
     return levels, current, current_weights, parts
 
 
-def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, own: tuple[int, int],
+def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, owners: np.ndarray,
                     num_clusters: int, group: Group) -> NodeWeights:
-    """The weights of the clusters [c_lo, c_hi) = `own` this process owns: the sums over
-    their members, wherever those are (`clusters`: the cluster of each of this
+    """The weights of the clusters this process owns (`owners`: `cluster`'s): the sums
+    over their members, wherever those are (`clusters`: the cluster of each of this
     process's nodes, which `weights` are of)."""
     if group.size == 1:
         return weights.coarsen(clusters, num_clusters)
-    owners = np.array([int(c[0]) for c in group.gather(list(own), "cluster owners")]
-                      + [num_clusters], np.int64)
     sums = group.add_at_owners(clusters, np.stack(weights.columns, axis=1), owners,
                                "cluster weights")
     return NodeWeights(weights.names, tuple(sums[:, c].astype(np.int64)
