@@ -31,10 +31,10 @@ from jgraph.partition.assignment import (
     undirected_adjacency,
 )
 from jgraph.partition.metis import Backend
-from jgraph.partition.relabel import Part, part, relabel, relabel_edges
+from jgraph.partition.numbering import partition_meta
+from jgraph.partition.relabel import Part, part, relabel, relabel_edges, split_parts
 from jgraph.partition.store import (
     ASSIGNMENT,
-    FORMAT_VERSION,
     READABLE_KINDS,
     ArraySpec,
     PartitionMeta,
@@ -132,29 +132,17 @@ def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: 
         edges = relabel_edges(graph, parts, relabelling)
 
     part_info = []
+    splits = split_parts(graph, relabelling)
     for k in progress.iterate(range(num_parts), "writing partitions", num_parts):
-        one = part(graph, relabelling, edges, edge_data, k, edge_splits)
+        one = part(graph, relabelling, edges, edge_data, k, edge_splits, splits)
         _save_part(part_dir(out_dir, k), one)
         part_info.append(one.info)
 
-    meta = PartitionMeta(
-        format_version=FORMAT_VERSION,
-        graph_name=graph.name,
-        num_parts=num_parts,
-        method=method.value,
-        node_types=list(graph.node_types),
-        relations=[list(r) for r in graph.relations],
-        num_nodes=graph.total_nodes,
-        num_edges=graph.num_edges,
-        num_nodes_per_type=dict(graph.num_nodes),
+    meta = partition_meta(
+        graph, relabelling.counts, part_info, method=method.value,
         num_edges_per_relation=[int(e.shape[1]) for e in graph.edges.values()],
-        offsets=relabelling.offsets.tolist(),
-        ntype_offsets=relabelling.ntype_offsets.tolist(),
-        orig_type_offsets=relabelling.orig_offsets.tolist(),
         node_data=node_specs,
         edge_data=edge_specs,
-        splits={t: list(named) for t, named in graph.splits.items() if named},
-        parts=part_info,
         edge_cut_fraction=edges.cut,
         balance=balance(parts, constraints, num_parts),
         balance_tolerance=tolerance,

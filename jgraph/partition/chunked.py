@@ -80,14 +80,21 @@ from jgraph.partition.files import (
 )
 from jgraph.partition.group import Group
 from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
+from jgraph.partition.numbering import (
+    owner_of,
+    part_info,
+    partition_meta,
+    ranges_of,
+    split_pieces,
+)
 from jgraph.partition.store import (
     ASSIGNMENT,
-    FORMAT_VERSION,
     ArraySpec,
     PartInfo,
     PartitionMeta,
     part_dir,
     read_meta,
+    save_array,
     write_meta,
 )
 from jgraph.partition.work import Work
@@ -646,7 +653,7 @@ class _Job:
         counts = np.bincount(parts * t + type_ids, minlength=p * t).reshape(p, t)
         every = np.stack(group.gather(counts, "relabel counts"))          # [N, P, T]
         total = every.sum(axis=0)
-        offsets = np.concatenate([[0], np.cumsum(total.sum(axis=1))])
+        offsets, _ = ranges_of(total)
         base = offsets[:-1] + every[:group.rank].sum(axis=(0, 2))        # [P]
         order = np.argsort(parts, kind="stable")
         firsts = np.searchsorted(parts[order], np.arange(p + 1))
@@ -671,10 +678,7 @@ class _Job:
     def numbering(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(counts int64[P, T], offsets int64[P + 1], ntype_offsets int64[P, T + 1])."""
         counts = np.load(self.work.path("counts.npy"))
-        offsets = np.concatenate([[0], np.cumsum(counts.sum(axis=1))]).astype(np.int64)
-        ntype_offsets = offsets[:-1, None] + np.concatenate(
-            [np.zeros((counts.shape[0], 1), np.int64), np.cumsum(counts, axis=1)], axis=1)
-        return counts, offsets, ntype_offsets
+        return (counts, *ranges_of(counts))
 
     def inverse(self) -> np.ndarray:
         """Every node's new id, in the smallest integer type that holds it."""
@@ -805,12 +809,9 @@ class _Job:
             halo_mark[halo] = False
             np.save(os.path.join(d, "halo.npy"), halo)
             meter.update(1)
-            infos[k] = {
-                "num_nodes": hi - lo,
-                "num_nodes_per_type": dict(zip(g.node_types, counts[k].tolist())),
-                "num_edges": e, "num_halo": int(halo.size),
-                "halo_by_owner": np.bincount(np.searchsorted(offsets, halo, side="right") - 1,
-                                             minlength=p).tolist()}
+            infos[k] = dataclasses.asdict(part_info(g.node_types, counts, offsets, k,
+                                                    num_edges=e, halo=halo, splits={},
+                                                    edge_splits={}))
         for other in group.gather(np.array(json.dumps(infos)), "partition facts"):
             infos.update({int(k): v for k, v in json.loads(str(other)).items()})
         sizes = None
@@ -830,14 +831,11 @@ class _Job:
         sizes = [{} for _ in range(p)]
         for t, ntype in enumerate(g.node_types):
             for name in g.splits.get(ntype, {}):
-                new = np.sort(np.asarray(inverse[g.type_offsets()[t] + g.split(ntype, name)]))
-                cuts = np.searchsorted(new, offsets)
-                for k in range(p):
-                    ids = new[cuts[k]:cuts[k + 1]]
-                    path = os.path.join(part_dir(self.staging, k), "split", ntype,
-                                        f"{name}.npy")
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    np.save(path, ids.astype(np.int64))
+                pieces = split_pieces(inverse[g.type_offsets()[t] + g.split(ntype, name)],
+                                      offsets)
+                for k, ids in enumerate(pieces):
+                    save_array(os.path.join(part_dir(self.staging, k), "split", ntype,
+                                            f"{name}.npy"), ids)
                     sizes[k].setdefault(ntype, {})[name] = int(ids.size)
         return sizes
 
@@ -895,7 +893,7 @@ class _Job:
                                  c.starts[i] + a + np.arange(rows.shape[0]))
                 first = g.type_offsets()[t] + c.starts[i] + a
                 new = np.asarray(inverse[first:first + rows.shape[0]])
-                owner = np.searchsorted(offsets, new, side="right") - 1
+                owner = owner_of(offsets, new)
                 order = np.argsort(owner, kind="stable")
                 cuts = np.searchsorted(owner[order], np.arange(p + 1))
                 for k in np.flatnonzero(np.diff(cuts)):
@@ -917,7 +915,7 @@ class _Job:
     def meta(self, seconds: float) -> PartitionMeta:
         g, p = self.graph, self.options.num_parts
         phases = self.work.state["phases"]
-        _, offsets, ntype_offsets = self.numbering()
+        counts = self.numbering()[0]
         weights = self.weights()
         loads = weights.loads(self.parts(), p)
         mean = weights.totals() / p
@@ -935,21 +933,14 @@ class _Job:
                 return ArraySpec(c.dtype, c.shape, sparse=c.sparse)
             lo, hi = bounds if bounds else (None, None)
             return ArraySpec(c.dtype, c.shape, lo, hi)
-        return PartitionMeta(
-            format_version=FORMAT_VERSION, graph_name=g.name, num_parts=p,
+        return partition_meta(
+            g, counts, [PartInfo(**info) for info in phases["partitions"]["parts"]],
             method=Method.GIVEN.value if self.options.assignment else METHOD,
-            node_types=list(g.node_types), relations=[list(r) for r in g.relations],
-            num_nodes=self.n, num_edges=g.num_edges,
-            num_nodes_per_type=dict(g.num_nodes),
             num_edges_per_relation=self._edges_per_relation(),
-            offsets=offsets.tolist(), ntype_offsets=ntype_offsets.tolist(),
-            orig_type_offsets=g.type_offsets().tolist(),
             node_data={t: {name: spec(c, node_ranges.get(f"{t}/{name}"))
                            for name, c in named.items()}
                        for t, named in g.node_data.items() if named},
             edge_data={name: spec(c, edge_ranges.get(name)) for name, c in g.edge_data.items()},
-            splits={t: list(named) for t, named in g.splits.items() if named},
-            parts=[PartInfo(**info) for info in phases["partitions"]["parts"]],
             edge_cut_fraction=(phases["bucketing"]["cut_edges"] / g.num_edges
                                if g.num_edges else 0.0),
             balance=balance, balance_tolerance=self.options.tolerance,

@@ -12,6 +12,7 @@ import numpy as np
 from jgraph.data.chunked import ChunkedGraph
 from jgraph.data.npz import DatasetError
 from jgraph.partition.files import NpyAppender
+from jgraph.partition.numbering import owner_of
 from jgraph.partition.store import EDGE_ARRAYS, part_dir
 
 
@@ -26,7 +27,7 @@ def write_edge_splits(graph: ChunkedGraph, inverse: np.ndarray, offsets: np.ndar
         chunks = range(len(arrays["src"].files))
         counts = np.zeros(p, np.int64)
         for i in chunks:
-            owner = _owner(inverse[_read(graph, arrays, "dst", i)], offsets)
+            owner = owner_of(offsets, inverse[_read(graph, arrays, "dst", i)])
             counts += np.bincount(owner, minlength=p)
         specs = {**EDGE_ARRAYS}
         shapes = dict.fromkeys(EDGE_ARRAYS, ())
@@ -47,7 +48,7 @@ def write_edge_splits(graph: ChunkedGraph, inverse: np.ndarray, offsets: np.ndar
             if etype.size and (etype.min() < 0 or etype.max() >= len(graph.relations)):
                 raise DatasetError(f"{graph.path(arrays['etype'].files[i])}: a relation index "
                                    f"outside [0, {len(graph.relations)})")
-            owner = _owner(new["dst"], offsets)
+            owner = owner_of(offsets, new["dst"])
             order = np.argsort(owner, kind="stable")
             cuts = np.searchsorted(owner[order], np.arange(p + 1))
             for k in np.flatnonzero(np.diff(cuts)):
@@ -72,7 +73,3 @@ def _read(graph: ChunkedGraph, arrays: dict, key: str, i: int) -> np.ndarray:
         raise DatasetError(f"{graph.path(arrays[key].files[i])}: a node id outside "
                            f"[0, {graph.total_nodes})")
     return values
-
-
-def _owner(new_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    return np.searchsorted(offsets, new_ids, side="right") - 1

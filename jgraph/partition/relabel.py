@@ -15,6 +15,7 @@ import numpy as np
 from jgraph.data.graph import Graph
 from jgraph.data.links import EdgeSet
 from jgraph.data.sparse import SparseRows
+from jgraph.partition.numbering import owner_of, part_info, ranges_of, split_pieces
 from jgraph.partition.store import PartInfo
 
 
@@ -45,9 +46,7 @@ def relabel(graph: Graph, parts: np.ndarray, num_parts: int) -> Relabelling:
     num_types = len(graph.node_types)
     counts = np.bincount(parts.astype(np.int64) * num_types + graph.node_type_ids(),
                          minlength=num_parts * num_types).reshape(num_parts, num_types)
-    offsets = np.concatenate([[0], np.cumsum(counts.sum(axis=1))]).astype(np.int64)
-    ntype_offsets = offsets[:-1, None] + np.concatenate(
-        [np.zeros((num_parts, 1), np.int64), np.cumsum(counts, axis=1)], axis=1)
+    offsets, ntype_offsets = ranges_of(counts)
     return Relabelling(node_map, inverse, counts, offsets, ntype_offsets,
                        np.asarray(graph.type_offsets(), np.int64))
 
@@ -111,7 +110,7 @@ def edge_split_part(edge_set: EdgeSet, relabelling: Relabelling, k: int) -> dict
     K] for evaluation sets."""
     r = relabelling
     dst = r.inverse[edge_set.dst]
-    eid = np.flatnonzero((dst >= r.offsets[k]) & (dst < r.offsets[k + 1])).astype(np.int64)
+    eid = np.flatnonzero(owner_of(r.offsets, dst) == k).astype(np.int64)
     out = {"eid": eid, "src": r.inverse[edge_set.src[eid]], "dst": dst[eid],
            "etype": edge_set.etype[eid].astype(np.int32)}
     if edge_set.negatives is not None:
@@ -119,11 +118,22 @@ def edge_split_part(edge_set: EdgeSet, relabelling: Relabelling, k: int) -> dict
     return out
 
 
+def split_parts(graph: Graph, relabelling: Relabelling) -> dict[str, dict[str, list]]:
+    """{type: {split: its new ids in each partition}} (`numbering.split_pieces`)."""
+    r = relabelling
+    return {ntype: {name: split_pieces(r.inverse[r.orig_offsets[graph.node_types.index(ntype)]
+                                                 + idx], r.offsets)
+                    for name, idx in named.items()}
+            for ntype, named in graph.splits.items()}
+
+
 def part(graph: Graph, relabelling: Relabelling, edges: Edges,
          edge_data: dict[str, np.ndarray], k: int,
-         edge_splits: dict[str, EdgeSet] | None = None) -> Part:
+         edge_splits: dict[str, EdgeSet] | None = None,
+         splits: dict[str, dict[str, list]] | None = None) -> Part:
     """Partition k's arrays. edge_data: the graph's edge arrays in homogeneous order;
-    edge_splits: link prediction's positive edges by split (`jgraph.data.links`)."""
+    edge_splits: link prediction's positive edges by split (`jgraph.data.links`);
+    splits: `split_parts(graph, relabelling)`, computed here if not given."""
     r = relabelling
     lo, hi = int(r.offsets[k]), int(r.offsets[k + 1])
     e0, e1 = int(edges.bounds[k]), int(edges.bounds[k + 1])
@@ -137,25 +147,15 @@ def part(graph: Graph, relabelling: Relabelling, edges: Edges,
         rows = r.node_map[r.ntype_offsets[k, t]:r.ntype_offsets[k, t + 1]] - r.orig_offsets[t]
         for name, values in graph.node_data.get(ntype, {}).items():
             node_data[ntype, name] = values[rows]
-    splits = {}
-    for ntype, named in graph.splits.items():
-        t = graph.node_types.index(ntype)
-        splits[ntype] = {}
-        for name, idx in named.items():
-            new_ids = r.inverse[r.orig_offsets[t] + idx]
-            splits[ntype][name] = np.sort(new_ids[(new_ids >= lo) & (new_ids < hi)])
+    splits = {ntype: {name: pieces[k] for name, pieces in named.items()}
+              for ntype, named in (splits or split_parts(graph, r)).items()}
     positives = {name: edge_split_part(edge_set, r, k)
                  for name, edge_set in (edge_splits or {}).items()}
-    info = PartInfo(
-        num_nodes=hi - lo,
-        num_nodes_per_type=dict(zip(graph.node_types, r.counts[k].tolist())),
-        num_edges=e1 - e0,
-        num_halo=int(halo.size),
-        splits={t: {name: int(ids.size) for name, ids in named.items()}
-                for t, named in splits.items()},
-        edge_splits={name: int(arrays["eid"].size) for name, arrays in positives.items()},
-        halo_by_owner=np.bincount(np.searchsorted(r.offsets, halo, side="right") - 1,
-                                  minlength=r.offsets.size - 1).tolist())
+    info = part_info(graph.node_types, r.counts, r.offsets, k, num_edges=e1 - e0, halo=halo,
+                     splits={t: {name: int(ids.size) for name, ids in named.items()}
+                             for t, named in splits.items()},
+                     edge_splits={name: int(arrays["eid"].size)
+                                  for name, arrays in positives.items()})
     return Part(indptr, sources, edges.etype[e0:e1], edge_ids, halo,
                 {name: values[edge_ids] for name, values in edge_data.items()},
                 node_data, splits, positives, info)
