@@ -96,6 +96,15 @@ class PhasePeak:
         recent, self.recent = max(self.recent, now), now
         return recent
 
+    @classmethod
+    def add_child(cls, peak: int) -> None:
+        """Count a child process's peak `peak` (bytes) as held beside this process's
+        memory now, in the phase being sampled (if any)."""
+        phase = cls.current
+        if phase is not None:
+            now = rss_bytes() + peak
+            phase.peak, phase.recent = max(phase.peak, now), max(phase.recent, now)
+
     def __enter__(self) -> PhasePeak:
         self._thread.start()
         PhasePeak.current = self

@@ -15,6 +15,13 @@ ones are built and are read back while the partition is projected up: about 25 b
 per entry, the same partition, some 7 % more time. METIS writes those files (only those
 of graphs past 128 MB) into its working directory, so `part_kway` runs it inside a
 temporary directory of its own.
+
+Determinism. METIS draws its random numbers from the C library's `rand()`, whose state
+is the process's: another thread that calls `rand()` while METIS runs (the gRPC client
+of `jax.distributed`'s coordination service does) changes the partition, about once
+in a hundred calls of a few milliseconds and nearly always in a long one. Where other
+threads may do so, `part_kway(isolated=True)` runs METIS in a child process of its
+own, which reads the graph from files in the temporary directory.
 """
 from __future__ import annotations
 
@@ -24,6 +31,9 @@ import enum
 import functools
 import importlib.metadata
 import os
+import resource
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -64,7 +74,8 @@ def available_backends() -> tuple[Backend, ...]:
 
 def part_kway(adj: scipy.sparse.csr_matrix, weights: np.ndarray, num_parts: int, *,
               seed: int = 0, imbalance: float = 0.05,
-              backend: Backend | None = None, spill_dir: str | None = None) -> np.ndarray:
+              backend: Backend | None = None, spill_dir: str | None = None,
+              isolated: bool = False) -> np.ndarray:
     """int32[N]: METIS k-way partition of a symmetric graph.
 
     adj: symmetric CSR without self-loops; its values are integer edge weights.
@@ -73,6 +84,9 @@ def part_kway(adj: scipy.sparse.csr_matrix, weights: np.ndarray, num_parts: int,
     imbalance: allowed max/mean - 1 per constraint (METIS's `ubvec`).
     spill_dir: where METIS's temporary directory for the coarsening levels it keeps on
       disk goes (default: the system's temporary directory); libmetis only.
+    isolated: run METIS in a child process (libmetis only; see the module docstring),
+      for a caller whose other threads may call `rand()`; its peak memory is then
+      `child_peak_bytes()`.
     """
     backend = backend or available_backends()[0]
     if adj.nnz > _IDX_MAX:
@@ -81,8 +95,12 @@ def part_kway(adj: scipy.sparse.csr_matrix, weights: np.ndarray, num_parts: int,
     totals = weights.sum(axis=0)
     weights = weights[:, totals > 0]
     if backend is Backend.LIBMETIS:
+        arrays = _libmetis_arrays(adj, weights)
+        if isolated:
+            with tempfile.TemporaryDirectory(prefix="jgraph-metis-", dir=spill_dir) as spill:
+                return _part_in_child(spill, arrays, num_parts, seed, imbalance)
         with _inside_temporary_directory(spill_dir):
-            return _part_libmetis(adj, weights, num_parts, seed, imbalance)
+            return _part_libmetis(*arrays, num_parts, seed, imbalance)
     # One weight: each constraint scaled to the same total, summed.
     scaled = weights / weights.sum(axis=0) * (4.0 * weights.shape[0])
     combined = np.maximum(np.rint(scaled.sum(axis=1)), 1)
@@ -115,15 +133,64 @@ def _integer_weights(weights: np.ndarray) -> np.ndarray:
     return out
 
 
-def _part_libmetis(adj, weights, num_parts, seed, imbalance) -> np.ndarray:
+_ARRAYS = ("xadj", "adjncy", "adjwgt", "vwgt")
+
+
+def _libmetis_arrays(adj, weights) -> tuple[np.ndarray, ...]:
+    """METIS's int32 arrays of the graph: (xadj, adjncy, adjwgt, vwgt [n, ncon])."""
+    return (np.ascontiguousarray(adj.indptr, np.int32),
+            np.ascontiguousarray(adj.indices, np.int32),
+            np.ascontiguousarray(adj.data, np.int32),
+            np.ascontiguousarray(_integer_weights(weights)))
+
+
+def _part_in_child(folder: str, arrays, num_parts: int, seed: int,
+                   imbalance: float) -> np.ndarray:
+    """`_part_libmetis` in a child process (this file run as a script, in `folder`,
+    which holds the arrays and receives the partition)."""
+    for name, values in zip(_ARRAYS, arrays):
+        np.save(os.path.join(folder, f"{name}.npy"), values)
+    del arrays
+    # -P: the script's folder (jgraph/partition) is not put on the module path.
+    proc = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), folder,
+                           str(num_parts), str(seed), repr(float(imbalance))],
+                          cwd=folder, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"METIS in a child process failed (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[-2000:]}")
+    global _child_peak
+    _child_peak = int(proc.stdout.split()[-1])
+    return np.load(os.path.join(folder, "part.npy"))
+
+
+_child_peak = 0
+
+
+def child_peak_bytes() -> int:
+    """The peak resident memory of the last isolated METIS's child process (0 if
+    none ran; its peak so far where the system does not say)."""
+    return _child_peak
+
+
+def _own_peak_bytes() -> int:
+    """This process's peak resident memory since it started its program (Linux's
+    VmHWM; `ru_maxrss` would count the parent's memory it was forked with)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def _part_libmetis(xadj, adjncy, adjwgt, vwgt, num_parts, seed, imbalance) -> np.ndarray:
     lib = _libmetis()
-    n = adj.shape[0]
-    ncon = weights.shape[1]
+    n = xadj.size - 1
+    ncon = vwgt.shape[1]
     as_ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)
-    xadj = np.ascontiguousarray(adj.indptr, np.int32)
-    adjncy = np.ascontiguousarray(adj.indices, np.int32)
-    adjwgt = np.ascontiguousarray(adj.data, np.int32)
-    vwgt = np.ascontiguousarray(_integer_weights(weights))
     options = np.zeros(_NOPTIONS, np.int32)
     lib.METIS_SetDefaultOptions(as_ptr(options))
     options[_OPTION_SEED] = seed & 0x7FFFFFFF
@@ -153,3 +220,12 @@ def _part_pymetis(adj, vweights, num_parts, seed) -> np.ndarray:
         num_parts, adjacency=adjacency, vweights=vweights.astype(np.int64),
         eweights=adj.data.astype(np.int64), options=options, recursive=False)
     return np.asarray(membership, np.int32)
+
+
+if __name__ == "__main__":
+    # An isolated METIS (`_part_in_child`): python -P metis.py FOLDER PARTS SEED IMBALANCE
+    folder, parts, seed_, imbalance_ = sys.argv[1:]
+    loaded = [np.load(os.path.join(folder, f"{name}.npy"), mmap_mode="c") for name in _ARRAYS]
+    np.save(os.path.join(folder, "part.npy"),
+            _part_libmetis(*loaded, int(parts), int(seed_), float(imbalance_)))
+    print(_own_peak_bytes())

@@ -69,9 +69,9 @@ from jgraph.partition.adjacency import (
     write_buckets,
 )
 from jgraph.partition.excess import relieve, within
-from jgraph.partition.files import release_memory
+from jgraph.partition.files import PhasePeak, release_memory
 from jgraph.partition.group import Group
-from jgraph.partition.metis import part_kway
+from jgraph.partition.metis import child_peak_bytes, part_kway
 
 # Label propagation moves the rows of one piece at once: at most this many adjacency
 # entries and rows (a piece's [rows, parts, constraints] feasibility test is the
@@ -1033,8 +1033,12 @@ def _initial(current, current_weights: NodeWeights, num_parts: int, coarse_entri
         log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
             + (f" (sample {trial + 1} of {trials}, keeping every cut's expected weight)"
                if sampled else ""))
+        # Several processes talk through jax.distributed, whose client calls rand(),
+        # METIS's source of random numbers: METIS runs in a child of its own there.
         parts = part_kway(csr, dense, num_parts, seed=seed + trial, imbalance=tolerance,
-                          spill_dir=workdir).astype(np.int32)
+                          spill_dir=workdir, isolated=group.size > 1).astype(np.int32)
+        if group.size > 1:
+            PhasePeak.add_child(child_peak_bytes())
         entries = csr.nnz
         del csr
         cut = cut_weight(whole, parts) if sampled else 0.0

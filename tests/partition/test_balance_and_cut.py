@@ -121,6 +121,46 @@ def test_metis_runs_in_a_temporary_directory_it_removes(tmp_path, monkeypatch):
     assert os.getcwd() == str(elsewhere) and not list(spill.iterdir())
 
 
+def test_an_isolated_metis_keeps_its_partition_while_another_thread_calls_rand(tmp_path):
+    """METIS's random numbers come from the C library's rand(), one state a process: a
+    thread calling rand() meanwhile (as jax.distributed's client does under several
+    processes) changes METIS's partition in the process, and not in a child."""
+    if Backend.LIBMETIS not in available_backends():
+        pytest.skip("libmetis (cmeel-metis) is not installed")
+    import ctypes
+    import ctypes.util
+    import threading
+
+    from jgraph.partition import metis
+    rng = np.random.default_rng(0)
+    n = 20_000
+    src, dst = rng.integers(0, n, (2, 100_000))
+    adj = scipy.sparse.coo_matrix((np.ones(src.size, np.int64), (src, dst)), shape=(n, n))
+    adj = (adj + adj.T).tocsr()
+    adj.setdiag(0)
+    adj.eliminate_zeros()
+    weights = np.stack([np.ones(n), rng.integers(0, 2, n)], axis=1)
+    run = lambda isolated: metis.part_kway(adj, weights, 8, seed=3, spill_dir=str(tmp_path),
+                                           backend=Backend.LIBMETIS, isolated=isolated)
+    quiet = run(False)
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    stop = threading.Event()
+
+    def draw():
+        while not stop.is_set():
+            libc.rand()
+    thread = threading.Thread(target=draw)
+    thread.start()
+    try:
+        disturbed, isolated = run(False), run(True)
+    finally:
+        stop.set()
+        thread.join()
+    assert not np.array_equal(disturbed, quiet)       # what isolation is for
+    np.testing.assert_array_equal(isolated, quiet)
+    assert metis.child_peak_bytes() > 0 and not list(tmp_path.iterdir())
+
+
 def test_meta_reports_balance_and_cut_of_what_was_written(tmp_path):
     graph = load_dataset("cora")
     meta = partition_graph(graph, 4, "metis", tmp_path / "p")
