@@ -4,6 +4,7 @@ that put a small graph in the regime of a large one.
 
     python experiments/partition_quality.py [--data ../shared/data] [--processes 1,2,4]
     python experiments/partition_quality.py --cases planted --planted-edges 50M
+    python experiments/partition_quality.py --cases rmat --processes 1,2,4,8
 
 Each graph is written once as a chunked directory, prepared as its case says
 (`jgraph convert`). METIS partitions it whole (`--method metis`); the bounded route
@@ -12,7 +13,10 @@ partitions it under `python -m jgraph.launch --num-processes N` with `--coarse-e
 several coarsening levels, many ranges, many pieces per pass). Cases: facebook_musae
 (symmetrised), heco_acm (with inverse relations: a heterogeneous citation graph), and
 `planted`: a degree-corrected block model (`synthetic:kind=powerlaw`) with many small
-planted communities (classes) and power-law degrees. Prints one JSON line a run, then
+planted communities (classes) and power-law degrees; `rmat`: the Graph500 R-MAT of
+`experiments/make_rmat.py` (2^23 nodes, 100M directed edges, ids shuffled, no
+features), large enough to be in that regime at the default budgets, which it runs
+at. Prints one JSON line a run, then
 the table: cut, cut over METIS's, the worst balance, seconds, the largest process's
 peak memory.
 """
@@ -28,12 +32,15 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def cases(data: str, planted_edges: str):
-    yield "facebook_musae", os.path.join(data, "facebook_musae.npz"), ["--symmetrize"]
-    yield "heco_acm", os.path.join(data, "heco_acm.npz"), ["--add-reverse"]
+def cases(data: str, planted_edges: str, rmat_edges: str):
+    """(name, source, how it is prepared, whether the budgets are scaled to it)."""
+    yield "facebook_musae", os.path.join(data, "facebook_musae.npz"), ["--symmetrize"], True
+    yield "heco_acm", os.path.join(data, "heco_acm.npz"), ["--add-reverse"], True
     nodes = max(1000, int(_count(planted_edges) // 16))
-    yield "planted", (f"synthetic:kind=powerlaw,nodes={nodes},edges={planted_edges},"
-                      f"classes={max(8, nodes // 500)},homophily=0.9,feat=0"), ["--symmetrize"]
+    planted = (f"synthetic:kind=powerlaw,nodes={nodes},edges={planted_edges},"
+               f"classes={max(8, nodes // 500)},homophily=0.9,feat=0")
+    yield "planted", planted, ["--symmetrize"], True
+    yield "rmat", f"synthetic:kind=rmat,nodes={2 ** 23},edges={rmat_edges},feat=0", [], False
 
 
 def _count(text: str) -> float:
@@ -60,17 +67,21 @@ def main() -> int:
     parser.add_argument("--num-parts", type=int, default=8)
     parser.add_argument("--processes", default="1,2,4",
                         help="process counts, comma-separated (default 1,2,4)")
-    parser.add_argument("--cases", default="facebook_musae,heco_acm,planted")
+    parser.add_argument("--cases", default="facebook_musae,heco_acm,planted",
+                        help="comma-separated; also: rmat")
     parser.add_argument("--planted-edges", default="2M",
                         help="directed edges of the planted graph before it is "
                              "symmetrised (default 2M)")
+    parser.add_argument("--rmat-edges", default="100M",
+                        help="directed edges of the R-MAT graph (default 100M)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmp-dir", help="where the graphs and partitions go")
     args = parser.parse_args()
     wanted = args.cases.split(",")
     rows = []
     with tempfile.TemporaryDirectory(dir=args.tmp_dir) as tmp:
-        for name, source, prepare in cases(args.data, args.planted_edges):
+        for name, source, prepare, scaled in cases(args.data, args.planted_edges,
+                                                   args.rmat_edges):
             if name not in wanted:
                 continue
             graph = os.path.join(tmp, name)
@@ -80,7 +91,7 @@ def main() -> int:
                            os.path.join(tmp, f"{name}.metis"), "--json")
             entries = 2 * metis["num_edges"]
             budgets = ["--coarse-entries", str(max(1024, entries // 50)),
-                       "--range-entries", str(max(1024, entries // 64))]
+                       "--range-entries", str(max(1024, entries // 64))] if scaled else []
             row = {"case": name, "processes": 0, **metis}
             print(json.dumps(row), flush=True)
             rows.append(row)

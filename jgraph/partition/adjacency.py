@@ -25,7 +25,9 @@ class Rows(NamedTuple):
     """The adjacency of nodes [start, start + m): CSR over those rows.
 
     indptr: int64[m + 1] offsets into indices; indices: int[e] neighbour ids (global);
-    weights: int64[e] or None (every entry weight 1; repeated entries count again).
+    weights: integer[e] (int64, or uint8 / int32 where a finest range stores repeated
+    entries once, then possibly one value broadcast) or None (every entry weight 1;
+    repeated entries count again).
     """
 
     start: int
@@ -46,8 +48,9 @@ class Rows(NamedTuple):
         return self.start + self.local_rows().astype(np.int64)
 
     def entry_weights(self) -> np.ndarray:
+        """int64[e]: each entry's weight."""
         return (np.ones(self.indices.size, np.int64) if self.weights is None
-                else self.weights)
+                else self.weights.astype(np.int64, copy=False))
 
     def split(self, max_entries: int, max_rows: int | None = None) -> Iterator[Rows]:
         """The same rows in consecutive pieces of at most about `max_entries` entries
@@ -97,8 +100,10 @@ class CSRAdjacency:
 class DiskAdjacency:
     """The rows [bounds[0], bounds[-1]) of an adjacency of `num_nodes` nodes, stored as
     one CSR per node range in `root`: `range-K.indptr.npy` int64[m_K + 1],
-    `range-K.indices.npy` int32 (int64 past 2^31 nodes) and, when weighted,
-    `range-K.weights.npy` int64; `bounds` int64[R + 1]: its K-th range holds rows
+    `range-K.indices.npy` int32 (int64 past 2^31 nodes) and, for a weighted range,
+    `range-K.weights.npy` (int64; or, where a finest range stores a pair that comes
+    twice once, the counts as uint8 or int32, or one count for every entry, 0-d);
+    `weighted`: whether any range is. `bounds` int64[R + 1]: its K-th range holds rows
     [bounds[K], bounds[K + 1]), in the files numbered `first` + K (several processes
     each write the ranges of their own rows into one folder). `adjacency-<first>.json`
     records all of it, so a finished build is found again (a resumed job skips it)."""
@@ -135,8 +140,13 @@ class DiskAdjacency:
     def ranges(self) -> Iterator[Rows]:
         for k in range(len(self.bounds) - 1):
             load = lambda name, k=k: np.asarray(np.load(self._file(k, name), mmap_mode="r"))
-            yield Rows(self.bounds[k], load("indptr"), load("indices"),
-                       load("weights") if self.weighted else None)
+            indices = load("indices")
+            weights = None
+            if self.weighted and os.path.exists(self._file(k, "weights")):
+                weights = load("weights")
+                if weights.ndim == 0:                   # one count for every entry
+                    weights = np.broadcast_to(weights, indices.shape)
+            yield Rows(self.bounds[k], load("indptr"), indices, weights)
 
     def to_csr(self) -> scipy.sparse.csr_matrix:
         """Its rows in memory, [stop - start, num_nodes] (for a coarse graph small
@@ -144,8 +154,8 @@ class DiskAdjacency:
         pieces = list(self.ranges())
         indptr = np.concatenate([[0]] + [p.indptr[1:] + off for p, off in zip(
             pieces, np.cumsum([0] + [p.indices.size for p in pieces[:-1]]))])
-        data = (np.concatenate([p.weights for p in pieces]) if self.weighted
-                else np.ones(self.num_entries, np.int64))
+        data = (np.concatenate([p.entry_weights().astype(np.int64) for p in pieces])
+                if self.weighted else np.ones(self.num_entries, np.int64))
         return scipy.sparse.csr_matrix(
             (data, np.concatenate([p.indices for p in pieces]), indptr),
             shape=(self.stop - self.start, self.num_nodes))
@@ -216,7 +226,9 @@ def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
     The blocks go to temporary bucket files by row range (each entry's row stored 0-based
     within its range), then each bucket is sorted by row, in turn: memory is one block
     plus one range. `merge` sums repeated (row, col) entries into one weighted entry
-    (coarse graphs); without it entries are kept as they come, unweighted.
+    (coarse graphs); without it the entries come unweighted, and a range where many
+    come twice (a symmetric graph's pairs, whose edges are stored both ways) stores
+    each once with its count (`_counted`; below 2^31 nodes).
     """
     write_buckets(root, num_nodes, bounds, pairs, merge=merge)
     return sort_ranges(root, num_nodes, bounds, merge=merge, progress=progress)
@@ -270,27 +282,55 @@ def sort_ranges(root: str, num_nodes: int, bounds: np.ndarray, *, merge: bool,
     release the GIL; memory is that many ranges)."""
     bounds = np.asarray(bounds, np.int64)
 
-    def one(k: int) -> int:
-        entries = _sort_range(root, num_nodes, bounds, k, first, writers, merge)
+    def one(k: int) -> tuple[int, bool]:
+        done = _sort_range(root, num_nodes, bounds, k, first, writers, merge)
         if progress is not None:
             progress.update(1)
-        return entries
+        return done
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        total = sum(pool.map(one, range(bounds.size - 1)))
+        sorted_ranges = list(pool.map(one, range(bounds.size - 1)))
+    total = sum(entries for entries, _ in sorted_ranges)
+    weighted = merge or any(counted for _, counted in sorted_ranges)
     adjacency = DiskAdjacency(root, int(num_nodes), tuple(int(b) for b in bounds), total,
-                              merge, first)
+                              weighted, first)
     record_path = _record(root, first)
     with open(record_path + ".tmp", "w") as f:
         json.dump({"num_nodes": adjacency.num_nodes, "bounds": list(adjacency.bounds),
-                   "num_entries": total, "weighted": merge}, f)
+                   "num_entries": total, "weighted": weighted}, f)
     os.replace(record_path + ".tmp", record_path)
     return adjacency
 
 
+# A finest range stores its repeated entries once, with their counts, where at least
+# this fraction of its entries repeat one before (a count costs a byte an entry, or
+# nothing where every pair comes the same number of times; an entry four).
+COUNTED_REPEATS = 0.2
+
+
+def _counted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Sorted (row << 32 | col) keys with each repeated key once, and each one's
+    count (uint8, int32 past 255; one value, 0-d, where all are equal), where
+    COUNTED_REPEATS of them repeat; else the keys as they are and None."""
+    first = np.empty(key.size, bool)
+    first[:1] = True
+    np.not_equal(key[1:], key[:-1], out=first[1:])
+    distinct = int(np.count_nonzero(first))
+    if key.size - distinct < COUNTED_REPEATS * key.size:
+        return key, None
+    starts = np.flatnonzero(first)
+    del first
+    counts = np.diff(starts, append=key.size)
+    key = key[starts]
+    del starts
+    if counts.min() == counts.max():
+        return key, np.asarray(counts[0], np.uint8 if counts[0] < 256 else np.int32)
+    return key, counts.astype(np.uint8 if counts.max() < 256 else np.int32)
+
+
 def _sort_range(root: str, num_nodes: int, bounds: np.ndarray, k: int, first: int,
-                writers: int, merge: bool) -> int:
+                writers: int, merge: bool) -> tuple[int, bool]:
     """Range k of `bounds`: its bucket files sorted into `range-<first + k>.*.npy`, the
-    buckets removed. Returns its entries."""
+    buckets removed. Returns its entries and whether it is weighted."""
     ids = np.int32 if num_nodes < 2**31 else np.int64
     record = _bucket_record(num_nodes, merge)
     paths = [_bucket_file(root, first + k, w) for w in range(writers)]
@@ -304,10 +344,11 @@ def _sort_range(root: str, num_nodes: int, bounds: np.ndarray, k: int, first: in
     elif ids is np.int32:
         # One sort of (row, col) keys: no argsort's gather, and columns in order.
         key = np.sort(block["row"].astype(np.int64) << 32 | block["col"].astype(np.int64))
+        del block
+        key, weights = _counted(key)
         indices = (key & 0xFFFFFFFF).astype(np.int32)
         indptr = np.concatenate([[0], np.cumsum(np.bincount(key >> 32, minlength=m),
                                                 dtype=np.int64)])
-        weights = None
         del key
     else:
         order = np.lexsort((block["col"], block["row"]))
@@ -315,12 +356,12 @@ def _sort_range(root: str, num_nodes: int, bounds: np.ndarray, k: int, first: in
         indptr = np.concatenate([[0], np.cumsum(np.bincount(block["row"], minlength=m),
                                                 dtype=np.int64)])
         weights = None
-    del block
+    block = None
     stem = os.path.join(root, f"range-{first + k:05d}")
     np.save(f"{stem}.indptr.npy", indptr)
     np.save(f"{stem}.indices.npy", np.asarray(indices, ids))
     if weights is not None:
-        np.save(f"{stem}.weights.npy", np.asarray(weights, np.int64))
+        np.save(f"{stem}.weights.npy", np.asarray(weights, np.int64) if merge else weights)
     for path in paths:
         os.remove(path)
-    return int(indptr[-1])
+    return int(indptr[-1]), weights is not None

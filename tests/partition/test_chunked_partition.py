@@ -328,6 +328,61 @@ def test_rows_split_into_pieces_covers_every_entry_once():
     assert all(p.num_rows <= 13 for p in pieces)
 
 
+@pytest.mark.parametrize("case", ["symmetric", "some repeated", "few repeated", "many"])
+def test_a_finest_range_stores_a_repeated_pair_once_with_its_count(tmp_path, case):
+    """A symmetric graph's adjacency holds each pair twice (its edge stored both ways,
+    each direction read from both ends): the range stores it once with a count, half
+    the entries and bytes. The adjacency read back is the same multiset of entries;
+    ranges with few repeats stay unweighted, and a count past 255 is kept whole."""
+    from jgraph.partition.adjacency import COUNTED_REPEATS, build_disk_adjacency
+    rng = np.random.default_rng(0)
+    n = 3000
+    src, dst = rng.integers(0, n, (2, 20_000))
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    pairs = np.unique(np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])]),
+                      axis=1)
+    if case == "few repeated":          # under COUNTED_REPEATS of the entries repeat
+        rows, cols = np.concatenate([pairs, pairs[:, ::int(2 / COUNTED_REPEATS)]], axis=1)
+    else:                               # every pair twice, as a symmetric graph's
+        rows, cols = np.repeat(pairs, 2, axis=1)
+    if case == "some repeated":         # a tenth of them three times
+        rows, cols = np.concatenate([[rows, cols], pairs[:, ::10]], axis=1)
+    if case == "many":                  # one pair 300 more times
+        rows = np.concatenate([rows, np.full(300, 5)])
+        cols = np.concatenate([cols, np.full(300, 7)])
+    order = rng.permutation(rows.size)
+    rows, cols = rows[order], cols[order]
+    bounds = np.array([0, 1000, 2000, n])
+    disk = build_disk_adjacency(str(tmp_path / "a"), n, bounds,
+                                [(rows[:9000], cols[:9000], None),
+                                 (rows[9000:], cols[9000:], None)], merge=False)
+    want = scipy.sparse.csr_matrix((np.ones(rows.size, np.int64), (rows, cols)), shape=(n, n))
+    want.sum_duplicates()
+    got = disk.to_csr()
+    assert (got != want).nnz == 0 and got.dtype == np.int64
+    pieces = list(disk.ranges())
+    total = sum(int(p.entry_weights().sum()) for p in pieces)
+    assert total == rows.size
+    distinct = want.nnz
+    if case == "few repeated":
+        assert not disk.weighted and disk.num_entries == rows.size
+        assert all(p.weights is None for p in pieces)
+        return
+    assert disk.weighted and disk.num_entries == distinct
+    if case == "symmetric":
+        assert disk.num_entries * 2 == rows.size
+        assert all(p.weights.strides == (0,) and p.weights[0] == 2 for p in pieces)
+        stored = sum(os.path.getsize(f) for f in (tmp_path / "a").glob("range-*.npy"))
+        assert stored < 0.55 * (4 * rows.size + 8 * (n + len(pieces)))
+    if case == "some repeated":
+        assert {p.weights.dtype for p in pieces} == {np.dtype(np.uint8)}
+        assert {int(w) for p in pieces for w in np.unique(p.weights)} == {2, 3}
+    if case == "many":
+        assert max(int(p.weights.max()) for p in pieces) == want.max() >= 300
+        assert pieces[0].weights.dtype == np.int32
+
+
 def test_a_killed_job_resumes_after_its_last_finished_phase(tmp_path, monkeypatch):
     graph = hetero_graph()
     save_chunked(graph, tmp_path / "in", edges_per_chunk=900, rows_per_chunk=100)
