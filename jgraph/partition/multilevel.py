@@ -969,10 +969,10 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
         return np.zeros(n, np.int32), MultilevelStats((n,), 0, False)
     totals = group.sum(weights.totals(), "totals")
     limit = np.maximum(totals[weights.size_columns()] / num_parts * cluster_fraction, 1.0)
-    coarsen = lambda parts, cycle: _coarsen(adjacency, weights, num_parts, limit,
-                                            coarse_entries, max_levels, seed + 101 * cycle,
-                                            workdir, log, parts, group, range_entries // 2)
-    levels, current, current_weights, _ = coarsen(None, 0)
+    coarsen = lambda parts, cycle, finest: _coarsen(
+        adjacency, weights, num_parts, limit, coarse_entries, max_levels, seed + 101 * cycle,
+        workdir, log, parts, group, range_entries // 2, finest)
+    levels, current, current_weights, _, finest = coarsen(None, 0, None)
     parts, coarse_seen, sparsified = _initial(current, current_weights, num_parts,
                                               coarse_entries, tolerance, seed, workdir, log,
                                               group)
@@ -981,7 +981,8 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
                        log, group)
     levels = current = current_weights = None       # not held while coarsening again
     for cycle in range(1, v_cycles + 1):
-        levels, current, current_weights, coarse_parts = coarsen(parts, cycle)
+        levels, current, current_weights, coarse_parts, finest = coarsen(parts, cycle,
+                                                                         finest)
         if not levels:
             break
         coarse_parts = refine(current, coarse_parts, current_weights, num_parts, tolerance,
@@ -1088,25 +1089,37 @@ def _node_bounds(adjacency, group: Group) -> np.ndarray:
 
 def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entries: int,
              max_levels: int, seed: int, workdir, log, parts=None, group: Group | None = None,
-             entries_per_range: int = 1 << 24):
+             entries_per_range: int = 1 << 24, finest=None):
     """Contract clusters level by level until the graph has at most `coarse_entries`
     entries (or the clusters stop shrinking): ([(every node's cluster, finer adjacency,
-    its weights)] per level, the coarsest adjacency, its weights, and `parts` (every
-    node's) carried to it). With `parts`, clusters stay inside them, so each coarse
-    node has one partition."""
+    its weights)] per level, the coarsest adjacency, its weights, `parts` (every node's)
+    carried to it, and the finest level's clusters (`cluster`'s label, k, owners; None
+    without levels)). With `parts`, clusters stay inside them, so each coarse node has
+    one partition; with `finest` too (an earlier cycle's finest clusters), the finest
+    level's clusters are those split by `parts` (`_split_by_parts`) instead of found
+    again by passes over the largest graph."""
     group = group or Group.single()
     levels = []
     current, current_weights = adjacency, weights
+    kept = None
     while (group.sum(current.num_entries, "entries") > coarse_entries
            and len(levels) < max_levels):
         lo, hi = current.start, current.stop
-        label, k, owners = cluster(
-            current, current_weights, limit, seed=seed + len(levels), parts=parts,
-            group=group,
-            on_pass=lambda p, moved: log(
-                f"  coarsening level {len(levels) + 1} pass {p + 1}: {moved:,} nodes joined "
-                f"a cluster" if p >= 0 else f"  coarsening level {len(levels) + 1}: "
-                f"{moved:,} nodes alone gathered by their best cluster"))
+        if not levels and finest is not None and parts is not None:
+            label, k, owners = _split_by_parts(*finest, parts, num_parts)
+            log(f"  level 1: the first cycle's {finest[1]:,} clusters split by partition "
+                f"into {k:,}")
+        else:
+            label, k, owners = cluster(
+                current, current_weights, limit, seed=seed + len(levels), parts=parts,
+                group=group,
+                on_pass=lambda p, moved: log(
+                    f"  coarsening level {len(levels) + 1} pass {p + 1}: {moved:,} nodes "
+                    f"joined a cluster" if p >= 0 else f"  coarsening level "
+                    f"{len(levels) + 1}: {moved:,} nodes alone gathered by their best "
+                    f"cluster"))
+        if not levels:
+            kept = (label, k, owners)
         shrink = k / current.num_nodes
         log(f"  level {len(levels) + 1}: {current.num_nodes:,} -> {k:,} nodes")
         if k < num_parts * 4 or shrink > 0.9:
@@ -1133,7 +1146,41 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
                                                            owners, k, group)
         log(f"  level {len(levels)}: coarse graph "
             f"{int(group.sum(coarse.num_entries, 'entries')):,} entries")
-    return levels, current, current_weights, parts
+    return levels, current, current_weights, parts, (kept if levels else None)
+
+
+def _split_by_parts(label: np.ndarray, k: int, owners: np.ndarray, parts: np.ndarray,
+                    num_parts: int) -> tuple[np.ndarray, int, np.ndarray]:
+    """The clusters `label` (every node's, 0..k-1; `owners`: each process's range of
+    them) split by `parts` (every node's partition): the nodes of a cluster in each
+    partition form a cluster of their own. Returns `cluster`'s (label, k, owners) of
+    them, numbered in cluster order, a cluster's piece in its first node's partition
+    first, so a process owns the pieces of the clusters it owned.
+
+    A cluster's nodes share a partition but for those refinement moved alone: only
+    those (the strays) are sorted, so every process computes the same in a few passes
+    over its per-node arrays."""
+    step = 1 << 22
+    main = np.empty(k, parts.dtype)              # each cluster's first node's partition
+    for i in range((label.size - 1) // step * step, -1, -step):
+        main[label[i:i + step][::-1]] = parts[i:i + step][::-1]
+    strays = np.concatenate([np.zeros(0, np.int64)] + [
+        i + np.flatnonzero(parts[i:i + step] != main[label[i:i + step]])
+        for i in range(0, label.size, step)])
+    keys = label[strays].astype(np.int64) * num_parts + parts[strays]
+    pieces, which = np.unique(keys, return_inverse=True)     # stray (cluster, partition)
+    cluster_of = pieces // num_parts
+    # Cluster c's main piece is numbered c + the stray pieces of the clusters before it;
+    # its stray pieces follow it.
+    before = lambda c: np.searchsorted(cluster_of, c, side="left")
+    out = np.empty_like(label)
+    for i in range(0, label.size, step):
+        block = label[i:i + step].astype(np.int64)
+        out[i:i + step] = block + before(block)
+    # Stray piece j: its cluster's main piece + 1 + the stray pieces before it.
+    out[strays] = cluster_of[which] + 1 + which
+    owners = np.asarray(owners, np.int64)
+    return out, k + pieces.size, owners + before(owners)
 
 
 def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, owners: np.ndarray,

@@ -77,7 +77,7 @@ def test_clusters_cross_processes_and_contract_as_the_whole_graph(facebook, tmp_
 
     def process(group, rows, weights):
         # Coarse entries at half the graph's: one level, written whole (no sample).
-        levels, coarse, coarse_weights, _ = multilevel._coarsen(
+        levels, coarse, coarse_weights, _, _ = multilevel._coarsen(
             rows, weights, 8, limit, adjacency.nnz // 2, 1, 3, str(tmp_path / "work"),
             print, group=group, entries_per_range=20_000)
         return levels[0][0], coarse, coarse_weights
@@ -196,7 +196,7 @@ def test_a_process_whose_nodes_all_join_others_clusters_owns_none(tmp_path, monk
     monkeypatch.setattr(multilevel, "PIECE_ROWS", 1)     # a row at a time: no swaps
 
     def process(group, rows, weights):
-        levels, coarse, _, _ = multilevel._coarsen(
+        levels, coarse, _, _, _ = multilevel._coarsen(
             rows, weights, 2, np.array([2.0, 1e9]), 10, 3, 3, str(tmp_path / "work"), print,
             group=group, entries_per_range=1000)
         return levels[0][0], coarse.start, coarse.stop, coarse.first
@@ -228,3 +228,34 @@ def test_a_process_whose_nodes_all_join_others_clusters_owns_none(tmp_path, monk
     assert os.getcwd() == before
     loads = np.bincount(parts[0], minlength=2)
     assert parts[0].size == n and loads.max() <= max(1.05 * n / 2, np.ceil(n / 2))
+
+
+def test_a_v_cycle_splits_the_first_cycle_s_clusters_by_partition():
+    """The V-cycle's finest level is the first cycle's clusters split by partition, not
+    clustered again: each (cluster, partition) of the nodes is one cluster, numbered in
+    cluster order so each process owns the pieces of the clusters it owned."""
+    rng = np.random.default_rng(0)
+    n, k, num_parts = 5000, 300, 4
+    label = rng.integers(0, k, n).astype(np.int32)
+    label[:k] = np.arange(k)                            # every cluster has a node
+    parts = rng.integers(0, num_parts, k)[label].astype(np.int32)
+    moved = rng.choice(n, 200, replace=False)            # refinement's moves of single nodes
+    parts[moved] = rng.integers(0, num_parts, moved.size)
+    owners = np.array([0, 90, 90, 300])                  # the second process owns none
+    split, k2, owners2 = multilevel._split_by_parts(label, k, owners, parts, num_parts)
+    pairs = sorted(set(zip(label.tolist(), parts.tolist())))
+    assert k2 == len(pairs)
+    # One id a (cluster, partition), every id in 0..k2-1 used, in the clusters' order.
+    ids = {pair: set() for pair in pairs}
+    for c, p, s in zip(label.tolist(), parts.tolist(), split.tolist()):
+        ids[c, p].add(s)
+    assert all(len(s) == 1 for s in ids.values())
+    first = {pair: s.pop() for pair, s in ids.items()}
+    assert sorted(first.values()) == list(range(k2))
+    by_cluster = [sorted(v for (c, _), v in first.items() if c == cluster)
+                  for cluster in range(k)]
+    assert [v for ids_of in by_cluster for v in ids_of] == list(range(k2))
+    for r in range(owners.size - 1):
+        for cluster in range(owners[r], owners[r + 1]):
+            assert all(owners2[r] <= v < owners2[r + 1] for v in by_cluster[cluster])
+    assert owners2[0] == 0 and owners2[-1] == k2
