@@ -154,7 +154,7 @@ class DiskAdjacency:
         pieces = list(self.ranges())
         indptr = np.concatenate([[0]] + [p.indptr[1:] + off for p, off in zip(
             pieces, np.cumsum([0] + [p.indices.size for p in pieces[:-1]]))])
-        data = (np.concatenate([p.entry_weights().astype(np.int64) for p in pieces])
+        data = (np.concatenate([p.entry_weights() for p in pieces])
                 if self.weighted else np.ones(self.num_entries, np.int64))
         return scipy.sparse.csr_matrix(
             (data, np.concatenate([p.indices for p in pieces]), indptr),
@@ -315,7 +315,7 @@ def _counted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     first[:1] = True
     np.not_equal(key[1:], key[:-1], out=first[1:])
     distinct = int(np.count_nonzero(first))
-    if key.size - distinct < COUNTED_REPEATS * key.size:
+    if not key.size or key.size - distinct < COUNTED_REPEATS * key.size:
         return key, None
     starts = np.flatnonzero(first)
     del first

@@ -809,9 +809,9 @@ class _Job:
             halo_mark[halo] = False
             np.save(os.path.join(d, "halo.npy"), halo)
             meter.update(1)
+            # The splits' sizes come once every partition is written (below).
             infos[k] = dataclasses.asdict(part_info(g.node_types, counts, offsets, k,
-                                                    num_edges=e, halo=halo, splits={},
-                                                    edge_splits={}))
+                                                    num_edges=e, halo=halo))
         for other in group.gather(np.array(json.dumps(infos)), "partition facts"):
             infos.update({int(k): v for k, v in json.loads(str(other)).items()})
         sizes = None

@@ -20,8 +20,9 @@ Determinism. METIS draws its random numbers from the C library's `rand()`, whose
 is the process's: another thread that calls `rand()` while METIS runs (the gRPC client
 of `jax.distributed`'s coordination service does) changes the partition, about once
 in a hundred calls of a few milliseconds and nearly always in a long one. Where other
-threads may do so, `part_kway(isolated=True)` runs METIS in a child process of its
-own, which reads the graph from files in the temporary directory.
+threads may do so (once `jax.distributed` is started: a job of several processes),
+`part_kway` runs METIS in a child process of its own, which reads the graph from files
+in its temporary directory.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import functools
 import importlib.metadata
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -75,7 +77,7 @@ def available_backends() -> tuple[Backend, ...]:
 def part_kway(adj: scipy.sparse.csr_matrix, weights: np.ndarray, num_parts: int, *,
               seed: int = 0, imbalance: float = 0.05,
               backend: Backend | None = None, spill_dir: str | None = None,
-              isolated: bool = False) -> np.ndarray:
+              isolated: bool | None = None) -> np.ndarray:
     """int32[N]: METIS k-way partition of a symmetric graph.
 
     adj: symmetric CSR without self-loops; its values are integer edge weights.
@@ -84,9 +86,9 @@ def part_kway(adj: scipy.sparse.csr_matrix, weights: np.ndarray, num_parts: int,
     imbalance: allowed max/mean - 1 per constraint (METIS's `ubvec`).
     spill_dir: where METIS's temporary directory for the coarsening levels it keeps on
       disk goes (default: the system's temporary directory); libmetis only.
-    isolated: run METIS in a child process (libmetis only; see the module docstring),
-      for a caller whose other threads may call `rand()`; its peak memory is then
-      `child_peak_bytes()`.
+    isolated: run METIS in a child process of its own (see the module docstring);
+      None: where `jax.distributed` runs in this process. The child's peak memory
+      counts in the phase being sampled (`PhasePeak.add_child`).
     """
     backend = backend or available_backends()[0]
     if adj.nnz > _IDX_MAX:
@@ -96,15 +98,25 @@ def part_kway(adj: scipy.sparse.csr_matrix, weights: np.ndarray, num_parts: int,
     weights = weights[:, totals > 0]
     if backend is Backend.LIBMETIS:
         arrays = _libmetis_arrays(adj, weights)
-        if isolated:
-            with tempfile.TemporaryDirectory(prefix="jgraph-metis-", dir=spill_dir) as spill:
-                return _part_in_child(spill, arrays, num_parts, seed, imbalance)
+    else:
+        # One weight: each constraint scaled to the same total, summed.
+        scaled = weights / weights.sum(axis=0) * (4.0 * weights.shape[0])
+        arrays = (adj.indptr, adj.indices, adj.data,
+                  np.maximum(np.rint(scaled.sum(axis=1)), 1).astype(np.int64))
+    if _rand_shared() if isolated is None else isolated:
+        with tempfile.TemporaryDirectory(prefix="jgraph-metis-", dir=spill_dir) as spill:
+            return _part_in_child(spill, backend, arrays, num_parts, seed, imbalance)
+    if backend is Backend.LIBMETIS:
         with _inside_temporary_directory(spill_dir):
             return _part_libmetis(*arrays, num_parts, seed, imbalance)
-    # One weight: each constraint scaled to the same total, summed.
-    scaled = weights / weights.sum(axis=0) * (4.0 * weights.shape[0])
-    combined = np.maximum(np.rint(scaled.sum(axis=1)), 1)
-    return _part_pymetis(adj, combined, num_parts, seed)
+    return _part_pymetis(*arrays, num_parts, seed)
+
+
+def _rand_shared() -> bool:
+    """Whether another thread of this process may call `rand()` while METIS runs:
+    `jax.distributed`'s client, whose threads do, has been started."""
+    jax = sys.modules.get("jax")
+    return jax is not None and jax.distributed.is_initialized()
 
 
 @contextlib.contextmanager
@@ -144,32 +156,29 @@ def _libmetis_arrays(adj, weights) -> tuple[np.ndarray, ...]:
             np.ascontiguousarray(_integer_weights(weights)))
 
 
-def _part_in_child(folder: str, arrays, num_parts: int, seed: int,
+def _part_in_child(folder: str, backend: Backend, arrays, num_parts: int, seed: int,
                    imbalance: float) -> np.ndarray:
-    """`_part_libmetis` in a child process (this file run as a script, in `folder`,
-    which holds the arrays and receives the partition)."""
+    """`backend`'s METIS in a child process (this file run as a script, in `folder`,
+    which holds the arrays and receives the partition); its peak memory counted in the
+    phase being sampled."""
+    from jgraph.partition.files import PhasePeak  # not loaded by the child itself
     for name, values in zip(_ARRAYS, arrays):
         np.save(os.path.join(folder, f"{name}.npy"), values)
-    del arrays
     # -P: the script's folder (jgraph/partition) is not put on the module path.
     proc = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), folder,
-                           str(num_parts), str(seed), repr(float(imbalance))],
+                           backend.value, str(num_parts), str(seed), repr(float(imbalance))],
                           cwd=folder, capture_output=True, text=True)
     if proc.returncode:
-        raise RuntimeError(f"METIS in a child process failed (exit {proc.returncode}): "
-                           f"{proc.stderr.strip()[-2000:]}")
-    global _child_peak
-    _child_peak = int(proc.stdout.split()[-1])
+        how = (f"exit {proc.returncode}" if proc.returncode > 0 else
+               f"killed by {signal.Signals(-proc.returncode).name}"
+               + (" (out of memory?)" if proc.returncode == -signal.SIGKILL else ""))
+        # METIS says what it refused on stdout; Python's error is stderr's last line.
+        said = [out.strip().splitlines()[-1] for out in (proc.stdout, proc.stderr)
+                if out.strip()]
+        raise RuntimeError(f"METIS in a child process failed ({how})"
+                           + (": " + " / ".join(said) if said else ""))
+    PhasePeak.add_child(int(proc.stdout.split()[-1]))
     return np.load(os.path.join(folder, "part.npy"))
-
-
-_child_peak = 0
-
-
-def child_peak_bytes() -> int:
-    """The peak resident memory of the last isolated METIS's child process (0 if
-    none ran; its peak so far where the system does not say)."""
-    return _child_peak
 
 
 def _own_peak_bytes() -> int:
@@ -211,21 +220,24 @@ def _part_libmetis(xadj, adjncy, adjwgt, vwgt, num_parts, seed, imbalance) -> np
     return part
 
 
-def _part_pymetis(adj, vweights, num_parts, seed) -> np.ndarray:
+def _part_pymetis(xadj, adjncy, adjwgt, vweights, num_parts, seed) -> np.ndarray:
     import pymetis
 
     options = pymetis.Options(seed=int(seed) & 0x7FFFFFFF)
-    adjacency = pymetis.CSRAdjacency(adj.indptr.astype(np.int64), adj.indices.astype(np.int64))
+    adjacency = pymetis.CSRAdjacency(np.asarray(xadj, np.int64), np.asarray(adjncy, np.int64))
     _, membership = pymetis.part_graph(
-        num_parts, adjacency=adjacency, vweights=vweights.astype(np.int64),
-        eweights=adj.data.astype(np.int64), options=options, recursive=False)
+        num_parts, adjacency=adjacency, vweights=np.asarray(vweights, np.int64),
+        eweights=np.asarray(adjwgt, np.int64), options=options, recursive=False)
     return np.asarray(membership, np.int32)
 
 
 if __name__ == "__main__":
-    # An isolated METIS (`_part_in_child`): python -P metis.py FOLDER PARTS SEED IMBALANCE
-    folder, parts, seed_, imbalance_ = sys.argv[1:]
+    # An isolated METIS (`_part_in_child`):
+    #   python -P metis.py FOLDER BACKEND PARTS SEED IMBALANCE
+    folder, backend_, parts, seed_, imbalance_ = sys.argv[1:]
     loaded = [np.load(os.path.join(folder, f"{name}.npy"), mmap_mode="c") for name in _ARRAYS]
-    np.save(os.path.join(folder, "part.npy"),
-            _part_libmetis(*loaded, int(parts), int(seed_), float(imbalance_)))
+    found = (_part_libmetis(*loaded, int(parts), int(seed_), float(imbalance_))
+             if Backend(backend_) is Backend.LIBMETIS
+             else _part_pymetis(*loaded, int(parts), int(seed_)))
+    np.save(os.path.join(folder, "part.npy"), found)
     print(_own_peak_bytes())

@@ -53,6 +53,7 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse
@@ -69,9 +70,9 @@ from jgraph.partition.adjacency import (
     write_buckets,
 )
 from jgraph.partition.excess import relieve, within
-from jgraph.partition.files import PhasePeak, release_memory
+from jgraph.partition.files import release_memory
 from jgraph.partition.group import Group
-from jgraph.partition.metis import child_peak_bytes, part_kway
+from jgraph.partition.metis import part_kway
 
 # Label propagation moves the rows of one piece at once: at most this many adjacency
 # entries and rows (a piece's [rows, parts, constraints] feasibility test is the
@@ -113,6 +114,15 @@ def balance_limits(totals: np.ndarray, num_parts: int, tolerance: float) -> np.n
     """
     mean = np.asarray(totals, np.float64) / num_parts
     return np.maximum((1.0 + tolerance) * mean, np.ceil(mean - 1e-9))
+
+
+class Clusters(NamedTuple):
+    """A level's clusters (`cluster`'s): label: every node's cluster, 0..k-1; k;
+    owners int64[N + 1]: process r owns the clusters [owners[r], owners[r + 1])."""
+
+    label: np.ndarray
+    k: int
+    owners: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,10 +212,9 @@ def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
 def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int | None = None,
             seed: int = 0, parts: np.ndarray | None = None,
             on_pass: Callable[[int, int], None] | None = None,
-            group: Group | None = None) -> tuple[np.ndarray, int, np.ndarray]:
+            group: Group | None = None) -> Clusters:
     """Size-constrained label propagation, each process over its rows [start, stop) of
-    `adjacency` (`weights` are theirs): (every node's cluster, k, int64[N + 1]: the
-    clusters [owners[r], owners[r + 1]) process r owns). Clusters are numbered 0..k-1
+    `adjacency` (`weights` are theirs): the `Clusters`. Clusters are numbered 0..k-1
     in the order of the node ids they started from, so each process owns those that
     started from its nodes (the coarse graph's rows it writes). `limit`
     [len(size_columns)]: the most a cluster may hold; with `parts` (every node's), a
@@ -272,7 +281,7 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
         group.share(label, bounds, "labels")
     size = left = favourite = None                       # freed before numbering
     k, owners = _number_clusters(label, bounds)
-    return label, k, owners.astype(np.int64)
+    return Clusters(label, k, owners.astype(np.int64))
 
 
 class _Departures:
@@ -1034,12 +1043,8 @@ def _initial(current, current_weights: NodeWeights, num_parts: int, coarse_entri
         log(f"  METIS on {csr.shape[0]:,} nodes, {csr.nnz:,} entries"
             + (f" (sample {trial + 1} of {trials}, keeping every cut's expected weight)"
                if sampled else ""))
-        # Several processes talk through jax.distributed, whose client calls rand(),
-        # METIS's source of random numbers: METIS runs in a child of its own there.
         parts = part_kway(csr, dense, num_parts, seed=seed + trial, imbalance=tolerance,
-                          spill_dir=workdir, isolated=group.size > 1).astype(np.int32)
-        if group.size > 1:
-            PhasePeak.add_child(child_peak_bytes())
+                          spill_dir=workdir).astype(np.int32)
         entries = csr.nnz
         del csr
         cut = cut_weight(whole, parts) if sampled else 0.0
@@ -1093,9 +1098,9 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
     """Contract clusters level by level until the graph has at most `coarse_entries`
     entries (or the clusters stop shrinking): ([(every node's cluster, finer adjacency,
     its weights)] per level, the coarsest adjacency, its weights, `parts` (every node's)
-    carried to it, and the finest level's clusters (`cluster`'s label, k, owners; None
-    without levels)). With `parts`, clusters stay inside them, so each coarse node has
-    one partition; with `finest` too (an earlier cycle's finest clusters), the finest
+    carried to it, and the finest level's `Clusters` (None without levels)). With
+    `parts`, clusters stay inside them, so each coarse node has one partition; with
+    `finest` too (the cycle before's finest clusters), the finest
     level's clusters are those split by `parts` (`_split_by_parts`) instead of found
     again by passes over the largest graph."""
     group = group or Group.single()
@@ -1106,8 +1111,8 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
            and len(levels) < max_levels):
         lo, hi = current.start, current.stop
         if not levels and finest is not None and parts is not None:
-            label, k, owners = _split_by_parts(*finest, parts, num_parts)
-            log(f"  level 1: the first cycle's {finest[1]:,} clusters split by partition "
+            label, k, owners = _split_by_parts(finest, parts, num_parts)
+            log(f"  level 1: the cycle before's {finest.k:,} clusters split by partition "
                 f"into {k:,}")
         else:
             label, k, owners = cluster(
@@ -1119,7 +1124,7 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
                     f"{len(levels) + 1}: {moved:,} nodes alone gathered by their best "
                     f"cluster"))
         if not levels:
-            kept = (label, k, owners)
+            kept = Clusters(label, k, owners)
         shrink = k / current.num_nodes
         log(f"  level {len(levels) + 1}: {current.num_nodes:,} -> {k:,} nodes")
         if k < num_parts * 4 or shrink > 0.9:
@@ -1149,21 +1154,22 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
     return levels, current, current_weights, parts, (kept if levels else None)
 
 
-def _split_by_parts(label: np.ndarray, k: int, owners: np.ndarray, parts: np.ndarray,
-                    num_parts: int) -> tuple[np.ndarray, int, np.ndarray]:
-    """The clusters `label` (every node's, 0..k-1; `owners`: each process's range of
-    them) split by `parts` (every node's partition): the nodes of a cluster in each
-    partition form a cluster of their own. Returns `cluster`'s (label, k, owners) of
-    them, numbered in cluster order, a cluster's piece in its first node's partition
-    first, so a process owns the pieces of the clusters it owned.
+def _split_by_parts(clusters: Clusters, parts: np.ndarray, num_parts: int) -> Clusters:
+    """`clusters` split by `parts` (every node's partition): the nodes of a cluster in
+    each partition form a cluster of their own, numbered in cluster order, a cluster's
+    piece in its first node's partition first, so a process owns the pieces of the
+    clusters it owned.
 
     A cluster's nodes share a partition but for those refinement moved alone: only
     those (the strays) are sorted, so every process computes the same in a few passes
     over its per-node arrays."""
+    label, k, owners = clusters
     step = 1 << 22
-    main = np.empty(k, parts.dtype)              # each cluster's first node's partition
-    for i in range((label.size - 1) // step * step, -1, -step):
-        main[label[i:i + step][::-1]] = parts[i:i + step][::-1]
+    first = np.full(k, label.size, np.int64)      # each cluster's first node
+    for i in range(0, label.size, step):
+        np.minimum.at(first, label[i:i + step], np.arange(i, i + label[i:i + step].size))
+    main = parts[first]                           # its partition
+    del first
     strays = np.concatenate([np.zeros(0, np.int64)] + [
         i + np.flatnonzero(parts[i:i + step] != main[label[i:i + step]])
         for i in range(0, label.size, step)])
@@ -1180,7 +1186,7 @@ def _split_by_parts(label: np.ndarray, k: int, owners: np.ndarray, parts: np.nda
     # Stray piece j: its cluster's main piece + 1 + the stray pieces before it.
     out[strays] = cluster_of[which] + 1 + which
     owners = np.asarray(owners, np.int64)
-    return out, k + pieces.size, owners + before(owners)
+    return Clusters(out, k + pieces.size, owners + before(owners))
 
 
 def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, owners: np.ndarray,

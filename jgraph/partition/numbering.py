@@ -41,17 +41,19 @@ def split_pieces(new_ids: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
 
 
 def part_info(node_types: Sequence[str], counts: np.ndarray, offsets: np.ndarray, k: int,
-              *, num_edges: int, halo: np.ndarray, splits: dict[str, dict[str, int]],
-              edge_splits: dict[str, int]) -> PartInfo:
+              *, num_edges: int, halo: np.ndarray,
+              splits: dict[str, dict[str, int]] | None = None,
+              edge_splits: dict[str, int] | None = None) -> PartInfo:
     """meta.json's entry for partition k: `halo` its halo (new ids), `splits` {type:
-    {split: ids it holds}}, `edge_splits` {split: positives whose destination it owns}."""
+    {split: ids it holds}}, `edge_splits` {split: positives whose destination it owns}
+    (none where not given)."""
     return PartInfo(
         num_nodes=int(offsets[k + 1] - offsets[k]),
         num_nodes_per_type=dict(zip(node_types, np.asarray(counts[k]).tolist())),
         num_edges=int(num_edges),
         num_halo=int(halo.size),
-        splits=splits,
-        edge_splits=edge_splits,
+        splits=splits or {},
+        edge_splits=edge_splits or {},
         halo_by_owner=np.bincount(owner_of(offsets, halo),
                                   minlength=offsets.size - 1).tolist())
 

@@ -328,7 +328,8 @@ def test_rows_split_into_pieces_covers_every_entry_once():
     assert all(p.num_rows <= 13 for p in pieces)
 
 
-@pytest.mark.parametrize("case", ["symmetric", "some repeated", "few repeated", "many"])
+@pytest.mark.parametrize("case", ["symmetric", "some repeated", "few repeated", "many",
+                                  "a range without entries"])
 def test_a_finest_range_stores_a_repeated_pair_once_with_its_count(tmp_path, case):
     """A symmetric graph's adjacency holds each pair twice (its edge stored both ways,
     each direction read from both ends): the range stores it once with a count, half
@@ -354,6 +355,10 @@ def test_a_finest_range_stores_a_repeated_pair_once_with_its_count(tmp_path, cas
     order = rng.permutation(rows.size)
     rows, cols = rows[order], cols[order]
     bounds = np.array([0, 1000, 2000, n])
+    if case == "a range without entries":        # rows 1000-1999 have no entries
+        rows, cols = np.repeat(pairs, 2, axis=1)
+        keep = (rows < 1000) | (rows >= 2000)
+        rows, cols = rows[keep], cols[keep]
     disk = build_disk_adjacency(str(tmp_path / "a"), n, bounds,
                                 [(rows[:9000], cols[:9000], None),
                                  (rows[9000:], cols[9000:], None)], merge=False)
@@ -370,6 +375,8 @@ def test_a_finest_range_stores_a_repeated_pair_once_with_its_count(tmp_path, cas
         assert all(p.weights is None for p in pieces)
         return
     assert disk.weighted and disk.num_entries == distinct
+    if case == "a range without entries":
+        assert pieces[1].indices.size == 0 and pieces[0].weights[0] == 2
     if case == "symmetric":
         assert disk.num_entries * 2 == rows.size
         assert all(p.weights.strides == (0,) and p.weights[0] == 2 for p in pieces)

@@ -121,3 +121,27 @@ def test_counting_is_bincount(monkeypatch):
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, 7 + np.bincount(ids, minlength=1000)
                                   + np.bincount(ids[::3], minlength=1000))
+
+
+@pytest.mark.parametrize("counts", ["all twice", "some thrice"])
+def test_ranges_that_store_repeated_pairs_once_propose_as_numpy_does(facebook, monkeypatch,
+                                                                     tmp_path, counts):
+    """A finest range on disk that stores each repeated pair once with its count (one
+    value broadcast, or uint8 counts) gives the kernels the same proposals as numpy."""
+    from jgraph.partition.adjacency import build_disk_adjacency
+    adjacency, weights = facebook
+    coo = adjacency.csr.tocoo()
+    rows, cols = np.repeat(coo.row, 2), np.repeat(coo.col, 2)
+    if counts == "some thrice":
+        rows, cols = np.concatenate([rows, coo.row[::7]]), np.concatenate([cols, coo.col[::7]])
+    n = adjacency.num_nodes
+    disk = build_disk_adjacency(str(tmp_path / "a"), n, np.array([0, n // 3, n]),
+                                [(rows, cols, None)], merge=False)
+    kinds = {(p.weights.dtype.str, p.weights.strides[0] == 0) for p in disk.ranges()}
+    assert kinds == ({("|u1", True)} if counts == "all twice" else {("|u1", False)})
+    limit = weights.totals()[weights.size_columns()] / 8 / 4
+    (a, _, _), (b, _, _) = both(monkeypatch, lambda: cluster(disk, weights, limit, seed=3))
+    np.testing.assert_array_equal(a, b)
+    initial = (np.arange(n) * 7 % 8).astype(np.int32)
+    a, b = both(monkeypatch, lambda: refine(disk, initial.copy(), weights, 8, 0.05, seed=2))
+    np.testing.assert_array_equal(a, b)

@@ -242,7 +242,8 @@ def test_a_v_cycle_splits_the_first_cycle_s_clusters_by_partition():
     moved = rng.choice(n, 200, replace=False)            # refinement's moves of single nodes
     parts[moved] = rng.integers(0, num_parts, moved.size)
     owners = np.array([0, 90, 90, 300])                  # the second process owns none
-    split, k2, owners2 = multilevel._split_by_parts(label, k, owners, parts, num_parts)
+    split, k2, owners2 = multilevel._split_by_parts(multilevel.Clusters(label, k, owners),
+                                                    parts, num_parts)
     pairs = sorted(set(zip(label.tolist(), parts.tolist())))
     assert k2 == len(pairs)
     # One id a (cluster, partition), every id in 0..k2-1 used, in the clusters' order.
