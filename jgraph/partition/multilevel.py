@@ -1111,11 +1111,11 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
            and len(levels) < max_levels):
         lo, hi = current.start, current.stop
         if not levels and finest is not None and parts is not None:
-            label, k, owners = _split_by_parts(finest, parts, num_parts)
+            clusters = _split_by_parts(finest, parts, num_parts)
             log(f"  level 1: the cycle before's {finest.k:,} clusters split by partition "
-                f"into {k:,}")
+                f"into {clusters.k:,}")
         else:
-            label, k, owners = cluster(
+            clusters = cluster(
                 current, current_weights, limit, seed=seed + len(levels), parts=parts,
                 group=group,
                 on_pass=lambda p, moved: log(
@@ -1123,8 +1123,9 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
                     f"joined a cluster" if p >= 0 else f"  coarsening level "
                     f"{len(levels) + 1}: {moved:,} nodes alone gathered by their best "
                     f"cluster"))
+        label, k, owners = clusters
         if not levels:
-            kept = Clusters(label, k, owners)
+            kept = clusters
         shrink = k / current.num_nodes
         log(f"  level {len(levels) + 1}: {current.num_nodes:,} -> {k:,} nodes")
         if k < num_parts * 4 or shrink > 0.9:
@@ -1185,7 +1186,6 @@ def _split_by_parts(clusters: Clusters, parts: np.ndarray, num_parts: int) -> Cl
         out[i:i + step] = block + before(block)
     # Stray piece j: its cluster's main piece + 1 + the stray pieces before it.
     out[strays] = cluster_of[which] + 1 + which
-    owners = np.asarray(owners, np.int64)
     return Clusters(out, k + pieces.size, owners + before(owners))
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jgraph.partition.adjacency import bucket_of
 from jgraph.partition.store import FORMAT_VERSION, PartInfo, PartitionMeta
 
 
@@ -28,8 +29,8 @@ def ranges_of(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def owner_of(offsets: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
-    """The partition owning each new id."""
-    return np.searchsorted(offsets, new_ids, side="right") - 1
+    """The partition owning each new id (uint16 where there are few enough)."""
+    return bucket_of(offsets, new_ids)
 
 
 def split_pieces(new_ids: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
