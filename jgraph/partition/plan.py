@@ -27,6 +27,12 @@ from jgraph.partition.multilevel import PIECE_ENTRIES
 # coarsening on disk (`jgraph.partition.metis`): the 1B-edge R-MAT's assignment held
 # 0.9 GB more while METIS ran on a 33.5M-entry coarse graph.
 METIS_ENTRY_BYTES = 40
+# Under several processes METIS runs in a child process of its own (`jgraph.partition.
+# metis`: libc's `rand()` is shared with `jax.distributed`'s threads): the child's
+# interpreter with numpy (45 MB) and the 32-bit arrays written for it, which the parent
+# holds too while it waits (some 16 bytes an entry more: a 2^20-node R-MAT's 6.6M-entry
+# coarse graph at 4 processes, assignment 730 MB measured against 587 planned without).
+METIS_CHILD_BYTES, METIS_CHILD_ENTRY_BYTES = 45 << 20, 16
 # What every process holds before a phase holds anything: the interpreter with numpy,
 # scipy, the compiled kernels and JAX (which the command line imports), some 0.25 GB.
 BASELINE_BYTES = 300 << 20
@@ -122,11 +128,14 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
         # [own, 2]), its requests to join other processes' clusters (at most one of
         # 40 bytes a node) and its numbering of every node's cluster (a bool, a bit
         # and a running count a node: 2 bytes) with a piece; a contraction's two
-        # ranges; METIS on the coarse graph (or a sample of it: every process).
+        # ranges; METIS on the coarse graph (or a sample of it: every process; in a
+        # child process under several).
         PhasePlan("assignment",
                   base + shared + weights + 4 * own + 8 * own + 12 * own
                   + max(8 * own + (40 * own if q > 1 else 0) + 2 * n + piece,
-                        CONTRACT_ENTRY_BYTES * r, METIS_ENTRY_BYTES * coarse),
+                        CONTRACT_ENTRY_BYTES * r, METIS_ENTRY_BYTES * coarse
+                        + (METIS_CHILD_BYTES + METIS_CHILD_ENTRY_BYTES * coarse
+                           if q > 1 else 0)),
                   on_disk["assignment"],
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
                   f"({gib(adjacency_read)} each at the finest{share})"),
