@@ -12,10 +12,9 @@ import pytest
 import scipy.sparse
 
 from jgraph.data import load_dataset, symmetrize
-from jgraph.partition import multilevel
+from jgraph.partition import metis, multilevel
 from jgraph.partition.adjacency import Chained, CSRAdjacency, build_disk_adjacency
 from jgraph.partition.assignment import constraints_for, undirected_adjacency
-from jgraph.partition import metis
 from jgraph.partition.group import Group
 
 from .test_chunked_partition import ThreadClient
