@@ -2,7 +2,6 @@
 from jgraph.partition.assignment import (
     Constraints,
     Method,
-    PartitionError,
     assign,
     balance,
     constraints_for,
@@ -10,6 +9,7 @@ from jgraph.partition.assignment import (
 )
 from jgraph.partition.book import IdRangeError, PartitionBook
 from jgraph.partition.build import partition_graph
+from jgraph.partition.errors import PartitionError
 from jgraph.partition.metis import Backend, available_backends
 from jgraph.partition.store import (
     FORMAT_VERSION,

@@ -21,6 +21,7 @@ import scipy.sparse
 
 from jgraph.data.graph import Graph
 from jgraph.partition.adjacency import CSRAdjacency
+from jgraph.partition.errors import PartitionError
 from jgraph.partition.excess import RefineStats, over_limits, relieve
 from jgraph.partition.metis import Backend, part_kway
 from jgraph.partition.multilevel import NodeWeights, balance_limits
@@ -37,10 +38,6 @@ class Method(enum.Enum):
     MULTILEVEL = "multilevel"
     RANDOM = "random"
     GIVEN = "given"     # an assignment made elsewhere (ParMETIS, a file): `assign(given=)`
-
-
-class PartitionError(ValueError):
-    """Partitioning cannot proceed; the message names the value at fault."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -377,13 +377,14 @@ def _check_request(graph: ChunkedGraph, options: ChunkedOptions, group: Group) -
 
 def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
                   edge_data_bytes: int, num_parts: int,
-                  coarse_entries: int = COARSE_ENTRIES, edge_split_bytes: int = 0
-                  ) -> dict[str, int]:
+                  coarse_entries: int = COARSE_ENTRIES, edge_split_bytes: int = 0,
+                  split_ids: int | None = None) -> dict[str, int]:
     """Bytes of disk a job needs: the parts (the temporary adjacency: its bucket
     records, then one CSR per range; the coarse graphs; the edge buckets; the partition
     directory itself: CSC, edge ids, edge data, node data, node maps), each phase's
     peak in the work directory (`phases`: a list in `PHASES` order, every file then on
-    disk counted) and the job's `peak`."""
+    disk counted) and the job's `peak`. split_ids: the node ids of every split together
+    (None: at most one a node)."""
     n, e = num_nodes, num_edges
     ids = 4 if n < 2**31 else 8
     adjacency = 2 * e * (4 + ids)
@@ -391,11 +392,12 @@ def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
     # (sampled beyond), as bucket records (16 bytes) while a level is written.
     coarse = 2 * 16 * min(2 * e, SAMPLE_MARGIN * coarse_entries)
     buckets = e * (ids + 4 + 4 + 8 + edge_data_bytes)
-    # The CSC (indices, etype, edge ids, edge data; indptr), the node maps, the splits
-    # (at most a node each), the halos (a node at most once a part, an in-edge at most
-    # once), node data, link prediction's held-out edges (`edge_split_bytes`), and a page
-    # of small files a partition.
-    output = (e * (8 + 4 + 8 + edge_data_bytes) + 8 * (n + num_parts) + n * 16 + 8 * n
+    # The CSC (indices, etype, edge ids, edge data; indptr), the node maps, the splits,
+    # the halos (a node at most once a part, an in-edge at most once), node data, link
+    # prediction's held-out edges (`edge_split_bytes`), and a page of small files a
+    # partition.
+    output = (e * (8 + 4 + 8 + edge_data_bytes) + 8 * (n + num_parts) + n * 16
+              + 8 * (n if split_ids is None else split_ids)
               + 8 * min(num_parts * n, e) + node_data_bytes + edge_split_bytes
               + num_parts * 4096)
     # Kept from the scan on: in-degrees and degrees (int64); from the assignment on,
@@ -419,6 +421,11 @@ def edge_split_bytes(graph: ChunkedGraph) -> int:
                for arrays in graph.edge_splits.values())
 
 
+def count_split_ids(graph: ChunkedGraph) -> int:
+    """The node ids of every split of every node type together."""
+    return sum(c.num_rows for named in graph.splits.values() for c in named.values())
+
+
 def data_bytes(graph: ChunkedGraph) -> tuple[int, int]:
     """(bytes of all node data, bytes of edge data per edge)."""
     node = 0
@@ -437,7 +444,8 @@ def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str,
     (`already`: bytes a resumed job's work directory holds, counted as room)."""
     node, edge = data_bytes(graph)
     need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts,
-                         options.coarse_entries, edge_split_bytes(graph))
+                         options.coarse_entries, edge_split_bytes(graph),
+                         count_split_ids(graph))
     where = where or "."
     while not os.path.isdir(where) and os.path.dirname(where) not in ("", where):
         where = os.path.dirname(where)          # the disk of the nearest folder that exists

@@ -74,6 +74,7 @@ from jgraph.partition.adjacency import (
     sort_ranges,
     write_buckets,
 )
+from jgraph.partition.errors import PartitionError
 from jgraph.partition.excess import relieve, within
 from jgraph.partition.files import release_memory
 from jgraph.partition.group import Group
@@ -1103,7 +1104,8 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
              max_levels: int, seed: int, workdir, log, parts=None, group: Group | None = None,
              entries_per_range: int = 1 << 24, finest=None):
     """Contract clusters level by level until the graph has at most `coarse_entries`
-    entries (or the clusters stop shrinking): ([(every node's cluster, finer adjacency,
+    entries and `coarse_node_limit` nodes (or the clusters stop shrinking: an error
+    where too many nodes are left): ([(every node's cluster, finer adjacency,
     its weights)] per level, the coarsest adjacency, its weights, `parts` (every node's)
     carried to it, and the finest level's `Clusters` (None without levels)). With
     `parts`, clusters stay inside them, so each coarse node has one partition; with
@@ -1114,8 +1116,10 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
     levels = []
     current, current_weights = adjacency, weights
     kept = None
-    while (group.sum(current.num_entries, "entries") > coarse_entries
-           and len(levels) < max_levels):
+    # METIS partitions the first cycle's coarsest graph (a V-cycle's is refined).
+    most_nodes = coarse_node_limit(coarse_entries, num_parts) if parts is None else np.inf
+    while ((group.sum(current.num_entries, "entries") > coarse_entries
+            or current.num_nodes > most_nodes) and len(levels) < max_levels):
         lo, hi = current.start, current.stop
         if not levels and finest is not None and parts is not None:
             clusters = _split_by_parts(finest, parts, num_parts)
@@ -1159,7 +1163,25 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
                                                            owners, k, group)
         log(f"  level {len(levels)}: coarse graph "
             f"{int(group.sum(coarse.num_entries, 'entries')):,} entries")
+    if current.num_nodes > most_nodes:
+        raise PartitionError(
+            f"coarsening stopped at {current.num_nodes:,} nodes after {len(levels)} "
+            f"levels, more than the {most_nodes:,} the coarsest graph may have (half "
+            f"--coarse-entries {coarse_entries:,}: every process holds each coarsest "
+            f"node's weights and partition); give --coarse-entries of at least "
+            f"{2 * current.num_nodes:,}")
     return levels, current, current_weights, parts, (kept if levels else None)
+
+
+def coarse_node_limit(coarse_entries: int, num_parts: int) -> int:
+    """The most nodes a coarsest graph may have: half the entries METIS takes, so that
+    what `_initial` and METIS hold of each coarsest node in every process (its weights,
+    partition and CSR row, some 80 bytes) stays within what they hold of the entries
+    (`jgraph.partition.plan`). Coarsening goes on while the graph has more, as when
+    its entries are too many: a graph of many nodes and few edges (isolated nodes are
+    paired level by level, `_gather_singletons`) is not handed to METIS whole. Never
+    below 4 nodes a partition, where coarsening stops anyway."""
+    return max(coarse_entries // 2, 4 * num_parts)
 
 
 def _split_by_parts(clusters: Clusters, parts: np.ndarray, num_parts: int) -> Clusters:

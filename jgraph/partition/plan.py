@@ -15,7 +15,9 @@ from jgraph.partition import compiled
 from jgraph.partition.chunked import (
     EDGES_PER_BLOCK,
     PHASES,
+    ROWS_PER_BLOCK,
     ChunkedOptions,
+    count_split_ids,
     data_bytes,
     edge_split_bytes,
     estimate_disk,
@@ -25,7 +27,9 @@ from jgraph.partition.multilevel import PIECE_ENTRIES
 # Memory per adjacency entry of the coarse graph METIS partitions: its CSR in the
 # 32-bit arrays METIS takes (12 bytes), and METIS with the finer levels of its own
 # coarsening on disk (`jgraph.partition.metis`): the 1B-edge R-MAT's assignment held
-# 0.9 GB more while METIS ran on a 33.5M-entry coarse graph.
+# 0.9 GB more while METIS ran on a 33.5M-entry coarse graph. The coarsest graph has at
+# most half as many nodes as entries (`multilevel.coarse_node_limit`), so what is held
+# of each coarsest node (its weights, partition and CSR row: some 80 bytes) fits too.
 METIS_ENTRY_BYTES = 40
 # Under several processes METIS runs in a child process of its own (`jgraph.partition.
 # metis`: libc's `rand()` is shared with `jax.distributed`'s threads): the child's
@@ -36,6 +40,10 @@ METIS_CHILD_BYTES, METIS_CHILD_ENTRY_BYTES = 45 << 20, 16
 # What every process holds before a phase holds anything: the interpreter with numpy,
 # scipy, the compiled kernels and JAX (which the command line imports), some 0.25 GB.
 BASELINE_BYTES = 300 << 20
+# From the assignment phase on, label propagation's compiled kernels (numba's LLVM, some
+# 50 MB with the first kernel) and what the allocator keeps of that phase: the node data
+# phase held 0.10 GiB over its arrays on the 100M-edge R-MAT, 0.08 on a 2^21-node one.
+KERNEL_BYTES = 80 << 20
 # A contraction sorts two ranges of half `--range-entries` coarse entries at once
 # (`sort_ranges`), each its records and scipy's sum of repeated entries: some 48 bytes
 # an entry (1.6 GB more on the 1B-edge R-MAT, ranges of 2^24).
@@ -47,7 +55,8 @@ class GraphSizes:
     """The sizes a plan needs. node_data_bytes: all node arrays together;
     edge_data_bytes: per edge; edges_per_chunk: the largest edge chunk; types,
     splits: node types and balanced splits (train, val, test) present;
-    edge_split_bytes: link prediction's held-out edges in the partitions."""
+    edge_split_bytes: link prediction's held-out edges in the partitions; split_ids:
+    the node ids of every split together (None: at most one a node)."""
 
     num_nodes: int
     num_edges: int
@@ -57,6 +66,7 @@ class GraphSizes:
     types: int = 1
     splits: int = 3
     edge_split_bytes: int = 0
+    split_ids: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +87,8 @@ def plan_sizes(graph) -> GraphSizes:
     return GraphSizes(graph.total_nodes, graph.num_edges, node, edge,
                       max(graph.edges["src"].rows, default=0), len(graph.node_types),
                       sum(any(s in named for named in graph.splits.values())
-                          for s in ("train", "val", "test")), edge_split_bytes(graph))
+                          for s in ("train", "val", "test")), edge_split_bytes(graph),
+                      count_split_ids(graph))
 
 
 def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list[PhasePlan]:
@@ -93,7 +104,7 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     r, p = min(options.range_entries, 2 * e), options.num_parts
     own = -(-n // q)                                              # a process's nodes
     disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
-                         options.coarse_entries, sizes.edge_split_bytes)
+                         options.coarse_entries, sizes.edge_split_bytes, sizes.split_ids)
     on_disk = dict(zip(PHASES, disk["phases"]))
     # compact columns, and the in-degrees (int64, mapped from the scan's file)
     weights = (sizes.types + sizes.splits) * own + 8 * own
@@ -107,13 +118,15 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     gib = lambda b: f"{b / 2**30:.1f} GiB"
     share = "" if q == 1 else f", 1/{q} of them per process"
     base = BASELINE_BYTES
+    later = base + (KERNEL_BYTES if compiled.enabled() else 0)       # after the assignment
     rows = [
         # in-degree and out-degree over every node (each process counts its blocks'
         # endpoints; int32 below 2^31 edges a process), without numba one bincount's
         # int64 [n]; a split's ids (int64, checked sorted and in range); a block as
-        # int64 ids, etype and the loop test (mapped pages too: some 45 bytes an edge).
+        # int64 ids, etype and the loop test, and the pages of its files as they are
+        # read (28 bytes an edge: 26-27 measured on R-MAT graphs of 2^21 and 2^23 nodes).
         PhasePlan("scan", base + (8 if e // q < 2**30 else 16) * n
-                  + (0 if compiled.enabled() else 8 * n) + 8 * n + 45 * chunk,
+                  + (0 if compiled.enabled() else 8 * n) + 8 * n + 28 * chunk,
                   on_disk["scan"], f"the edge chunks once ({gib(edges_gb)}{share})"),
         # degrees (a process's own) and their running sum; per block both directions as
         # int64, the bucket records and their order; then two ranges sorted at once,
@@ -140,20 +153,25 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
                   f"({gib(adjacency_read)} each at the finest{share})"),
         # a process's own nodes' partitions, their order, new ids and type ids.
-        PhasePlan("relabel", base + 36 * own, on_disk["relabel"], "nothing but the assignment"),
+        PhasePlan("relabel", later + 36 * own, on_disk["relabel"], "nothing but the assignment"),
         # every node's partition (int16) and new id (int64, mapped as it is read); a
-        # block in new ids, its bucket records and order.
-        PhasePlan("bucketing", base + (2 + 8) * n + 160 * chunk,
+        # block (int64 ids, its files' pages), its destinations' new ids, buckets and
+        # order (int64 each), its bucket records (20 bytes) and the temporaries that
+        # fill them: some 80 bytes an edge (64-73 measured on the R-MAT graphs).
+        PhasePlan("bucketing", later + (2 + 8) * n + 80 * chunk,
                   on_disk["bucketing"], f"the edge chunks once ({gib(edges_gb)}{share})"),
-        # the halo marks, one partition's degrees and CSC offsets, one range of edge
-        # records (at most a partition's in-edges, 1.05 of the mean) read into one
-        # array, its sort keys, order and sorted copy, and the columns as written:
-        # some 100 bytes an edge.
-        PhasePlan("partitions", base + n + 16 * n // p + 100 * min(r, -(-e * 21 // (20 * p))),
+        # the halo marks, one partition's degrees and CSC offsets, the pages of the
+        # in-degrees (every node's: read through the node map, so every page) and of a
+        # process's share of the node map; one range of edge records (at most a
+        # partition's in-edges, 1.05 of the mean) read into one array, its sort keys,
+        # order and sorted copy, and the columns as written: some 60 bytes an edge
+        # (53-57 measured on the 100M-edge R-MAT at 1 and 2 processes).
+        PhasePlan("partitions", later + n + 16 * n // p + 8 * n + 8 * own
+                  + 60 * min(r, -(-e * 21 // (20 * p))),
                   on_disk["partitions"], "the edge buckets once"),
-        # the inverse map (memory-mapped, as it is touched) and a block of rows, thrice.
-        PhasePlan("node data", base + 8 * n // q + 3 * max(sizes.node_data_bytes * (1 << 20)
-                                                           // max(n, 1), 1),
+        # a process's share of the inverse map (memory-mapped: its pages as they are
+        # read) and a block of rows, thrice.
+        PhasePlan("node data", later + 8 * n // q + 3 * max(sizes.node_data_bytes * ROWS_PER_BLOCK // max(n, 1), 1),
                   on_disk["node data"],
                   f"the node data once ({gib(sizes.node_data_bytes)}{share})"),
     ]

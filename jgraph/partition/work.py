@@ -12,7 +12,7 @@ import os
 import shutil
 
 from jgraph.atomic import writer, writer_alive
-from jgraph.partition.assignment import PartitionError
+from jgraph.partition.errors import PartitionError
 from jgraph.partition.group import Group
 from jgraph.progress import Progress
 

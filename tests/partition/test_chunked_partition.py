@@ -26,7 +26,7 @@ from jgraph.data import (
 )
 from jgraph.data.prepare import HeldOut, Preparation, prepare
 from jgraph.data.prepare_chunked import prepare_chunked
-from jgraph.partition import PartitionError, open_partitions, partition_graph
+from jgraph.partition import PartitionError, multilevel, open_partitions, partition_graph
 from jgraph.partition import chunked as chunked_route
 from jgraph.partition.adjacency import CSRAdjacency, Rows
 from jgraph.partition.assignment import assign, balance, constraints_for, edge_cut_fraction
@@ -288,6 +288,34 @@ def test_multilevel_coarsens_when_the_graph_is_larger_than_its_coarse_limit(shar
     assert edge_cut_fraction(graph, parts) <= 1.15 * edge_cut_fraction(graph, metis)
 
 
+def few_edges_many_nodes(n: int = 30_000, ring: int = 300):
+    """A ring of `ring` nodes and n - ring isolated ones: 2 * ring adjacency entries."""
+    src = np.arange(ring)
+    dst = (src + 1) % ring
+    adjacency = scipy.sparse.coo_matrix(
+        (np.ones(2 * ring, np.float32), (np.r_[src, dst], np.r_[dst, src])), shape=(n, n))
+    return (CSRAdjacency(adjacency.tocsr(), 5000),
+            multilevel.NodeWeights(("nodes",), (np.ones(n, np.int64),)))
+
+
+def test_a_graph_of_few_entries_and_many_nodes_coarsens_to_the_node_limit():
+    # 600 entries fit a coarse limit of 4,000, so coarsening by entries alone would hand
+    # METIS all 30,000 nodes: the node limit (half the entries) coarsens it first.
+    adjacency, weights = few_edges_many_nodes()
+    parts, stats = multilevel.partition(adjacency, weights, 4, coarse_entries=4000)
+    assert multilevel.coarse_node_limit(4000, 4) == 2000
+    assert len(stats.level_nodes) > 1 and stats.level_nodes[-1] <= 2000
+    loads = np.bincount(parts, minlength=4)
+    assert loads.sum() == 30_000 and loads.max() <= 1.05 * 30_000 / 4
+
+
+def test_coarsening_that_stops_above_the_node_limit_says_which_flag_to_raise():
+    adjacency, weights = few_edges_many_nodes()
+    with pytest.raises(PartitionError, match=r"stopped at [\d,]+ nodes after 1 levels.*"
+                                             r"--coarse-entries of at least"):
+        multilevel.partition(adjacency, weights, 4, coarse_entries=4000, max_levels=1)
+
+
 @pytest.mark.parametrize("seed", [1, 3, 23])
 def test_every_limit_holds_where_balance_moves_alone_stopped_over_one(tmp_path, seed):
     # At these seeds label propagation's balance moves (each must fit every limit) left
@@ -305,7 +333,6 @@ def test_every_limit_holds_where_balance_moves_alone_stopped_over_one(tmp_path, 
 
 
 def test_part_counts_read_from_pieces_equal_the_whole_adjacency_s(shared_data, monkeypatch):
-    from jgraph.partition import multilevel
     from jgraph.partition.assignment import _neighbour_part_counts, undirected_adjacency
     adjacency = undirected_adjacency(symmetrize(load_dataset(shared_data("facebook_musae.npz"))))
     monkeypatch.setattr(multilevel, "PIECE_ENTRIES", 5_000)     # many pieces
@@ -689,7 +716,6 @@ def test_a_sampled_coarsest_graph_keeps_the_metis_trial_with_the_least_cut(share
                                                                              monkeypatch):
     """Each METIS trial partitions another sample; the partition kept is the trial whose
     cut of the whole coarsest graph is least (every trial's cut is logged)."""
-    from jgraph.partition import multilevel
     from jgraph.partition.assignment import undirected_adjacency
     graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
     constraints = constraints_for(graph)
@@ -750,7 +776,6 @@ def test_processes_partition_their_share_of_the_metis_samples(shared_data, tmp_p
     """Under N processes every process partitions its share of `metis_trials(N)`
     samples (each sample once), and every process keeps the one partition whose cut of
     the whole coarsest graph is least."""
-    from jgraph.partition import multilevel
     from jgraph.partition.adjacency import build_disk_adjacency
     from jgraph.partition.assignment import undirected_adjacency
     from jgraph.partition.group import Group
