@@ -117,13 +117,18 @@ def publish(staging: str, out: str) -> None:
 
 @contextlib.contextmanager
 def scratch_beside(path: str, what: str):
-    """A new folder beside `path` (`.<name>.<what>-XXXX`, on the same disk) for the
-    temporary files of the job writing `path`, removed when the block ends, whether it
-    succeeded or not; nothing that was there before is touched."""
+    """A new folder beside `path` (`.<name>.<what>-<host>-<pid>.XXXX`, on the same disk)
+    for the temporary files of the job writing `path`, removed when the block ends,
+    whether it succeeded or not. What killed jobs left there (their process gone) is
+    deleted first; nothing else that was there before is touched."""
     where = os.path.abspath(path)
-    os.makedirs(os.path.dirname(where), exist_ok=True)     # as the output's will be
-    folder = tempfile.mkdtemp(prefix=f".{os.path.basename(where)}.{what}-",
-                              dir=os.path.dirname(where))
+    parent = os.path.dirname(where)
+    os.makedirs(parent, exist_ok=True)                      # as the output's will be
+    prefix = f".{os.path.basename(where)}.{what}-"
+    for entry in os.listdir(parent):
+        if entry.startswith(prefix) and not writer_alive(entry[len(prefix):].rpartition(".")[0]):
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{prefix}{writer()}.", dir=parent)
     try:
         yield folder
     finally:

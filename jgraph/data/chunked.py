@@ -945,11 +945,15 @@ def check_chunked_out(out: str, overwrite: bool) -> None:
 
 
 def save_chunked(graph: Graph, out: str | os.PathLike, *, edges_per_chunk: int = 1 << 24,
-                 rows_per_chunk: int = 1 << 20, overwrite: bool = False) -> None:
+                 rows_per_chunk: int = 1 << 20, overwrite: bool = False,
+                 edge_splits: Mapping[str, Any] | None = None,
+                 preparation: Mapping | None = None) -> None:
     """Write an in-memory `graph` as a chunked directory (relations in order, so the
-    edge ids are the graph's homogeneous edge ids)."""
+    edge ids are the graph's homogeneous edge ids). edge_splits: link prediction's
+    positives by split (`jgraph.data.links.EdgeSet`s); preparation: what was done to
+    `graph` before (`Preparation.to_json()`), recorded in metadata.json."""
     with ChunkedWriter(out, graph.num_nodes, name=graph.name, relations=graph.relations,
-                       overwrite=overwrite) as w:
+                       overwrite=overwrite, preparation=preparation) as w:
         for rel, index in graph.edges.items():
             data = graph.edge_data.get(rel, {})
             for a in range(0, index.shape[1], edges_per_chunk):
@@ -965,3 +969,5 @@ def save_chunked(graph: Graph, out: str | os.PathLike, *, edges_per_chunk: int =
                 w.add_split(name, ids, ntype=t)
         for t, ids in graph.ids.items():
             w.add_ids(ids, ntype=t)
+        for name, split in (edge_splits or {}).items():
+            w.add_edge_split(name, split.src, split.dst, split.etype, split.negatives)

@@ -1,9 +1,9 @@
-"""`partition_graph`: assign, relabel (`jgraph.partition.relabel`), and write the
-partition directory.
+"""`partition_graph`: assign in memory, then write the partition directory by the
+bounded route's phases (`jgraph.partition.chunked`).
 
-Writing is atomic: the directory is written as a sibling `<out>.partial-<host>-<pid>`
-and renamed to `out` once complete (meta.json last), so a killed write never leaves a
-half directory at `out`; the next write to `out` deletes what a killed one left.
+Writing is atomic: the directory is assembled in the bounded route's work directory
+`<out>.work` and renamed to `out` once complete (meta.json last), so a killed write
+never leaves a half directory at `out`.
 """
 from __future__ import annotations
 
@@ -13,35 +13,26 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from jgraph.atomic import atomic_dir, occupied
+from jgraph.atomic import occupied, scratch_beside
+from jgraph.data.chunked import save_chunked
 from jgraph.data.graph import Graph
 from jgraph.data.links import EdgeSet
 from jgraph.data.prepare import Preparation
-from jgraph.data.sparse import SparseRows
 from jgraph.partition.assignment import (
     Method,
     PartitionError,
     assign,
     assignment_dtype,
-    balance,
     check_given,
     check_request,
     constraints_for,
     parse_method,
     undirected_adjacency,
 )
+from jgraph.partition.chunked import WORK, ChunkedOptions, partition_chunked
 from jgraph.partition.metis import Backend
-from jgraph.partition.numbering import partition_meta
-from jgraph.partition.relabel import Part, part, relabel, relabel_edges, split_parts
-from jgraph.partition.store import (
-    ASSIGNMENT,
-    READABLE_KINDS,
-    ArraySpec,
-    PartitionMeta,
-    part_dir,
-    save_array,
-    write_meta,
-)
+from jgraph.partition.store import ASSIGNMENT, READABLE_KINDS, PartitionMeta
+from jgraph.partition.work import discard
 from jgraph.progress import Progress
 
 
@@ -77,6 +68,11 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
     ids), made elsewhere: by ParMETIS across hosts for a graph too large to partition
     on one machine, or by any other tool. preparation: what was done to `graph` before
     (`jgraph.data.prepare.prepare`), recorded in meta.json; None: nothing.
+
+    The assignment is made in memory; the directory is written by the bounded route's
+    phases (`jgraph.partition.chunked`) over `graph` saved as a chunked directory in a
+    scratch folder beside `out_dir`, so both routes number, write and describe a
+    partition by one code path.
     """
     start = time.perf_counter()
     progress = progress or Progress(enabled=False)
@@ -86,96 +82,53 @@ def partition_graph(graph: Graph, num_parts: int, method: Method | str, out_dir:
     assignment = check_given(method, assignment, graph.total_nodes, num_parts)
     edge_splits = dict(edge_splits or {})
     _check_edge_splits(graph, edge_splits)
+    _check_data(graph)
     out_dir = os.fspath(out_dir)
     check_out_dir(out_dir, overwrite)
-    edge_data = _homogeneous_edge_data(graph)
-    node_specs = {t: {name: _spec(f"node data {name!r} of type {t!r}", v)
-                      for name, v in data.items()}
-                  for t, data in graph.node_data.items() if data}
-    edge_specs = {name: _spec(f"edge data {name!r}", v) for name, v in edge_data.items()}
-    # Renames act on the directory itself, not on a link to it.
-    real = os.path.realpath(out_dir)
-    with atomic_dir(real, lambda: check_out_dir(real, overwrite)) as staging:
-        return _write(graph, num_parts, method, staging, seed=seed, tolerance=tolerance,
-                      rebalance=rebalance, backend=backend, progress=progress,
-                      edge_data=edge_data, node_specs=node_specs, edge_specs=edge_specs,
-                      start=start, edge_splits=edge_splits, assignment=assignment,
-                      preparation=preparation or Preparation())
+    real = os.path.realpath(out_dir)        # renames act on the directory, not a link
+    with scratch_beside(real, "source") as scratch:
+        with progress.phase("constraints and adjacency"):
+            constraints = constraints_for(graph)
+            adjacency = (undirected_adjacency(graph)
+                         if (method in (Method.METIS, Method.MULTILEVEL) or rebalance)
+                         and num_parts > 1 else None)
+        with progress.phase(f"assigning nodes ({method.value})"):
+            parts = assign(graph, num_parts, method, seed=seed, tolerance=tolerance,
+                           rebalance=rebalance, constraints=constraints, adjacency=adjacency,
+                           backend=backend, spill_dir=scratch, given=assignment)
+        del adjacency
+        with progress.phase("writing the graph for the partition phases"):
+            source = os.path.join(scratch, "graph")
+            save_chunked(graph, source, edge_splits=edge_splits,
+                         preparation=(preparation or Preparation()).to_json())
+            given = os.path.join(scratch, ASSIGNMENT)
+            np.save(given, parts.astype(assignment_dtype(num_parts)))
+        try:
+            return partition_chunked(source, real, ChunkedOptions(num_parts, seed=seed,
+                                                                  tolerance=tolerance,
+                                                                  assignment=given),
+                                     overwrite=overwrite, progress=progress,
+                                     check_out=check_out_dir, method=method, started=start)
+        except BaseException:
+            discard(real + WORK)        # no run resumes it: its source goes with `scratch`
+            raise
 
 
-def _write(graph: Graph, num_parts: int, method: Method, out_dir: str, *, seed: int,
-           tolerance: float, rebalance: bool, backend: Backend | None, progress: Progress,
-           edge_data: dict, node_specs: dict, edge_specs: dict, start: float,
-           edge_splits: dict, assignment: np.ndarray | None,
-           preparation: Preparation) -> PartitionMeta:
-    """Assign, relabel and write every file into the new directory `out_dir`, one
-    partition at a time (only one partition's arrays are held at once)."""
-    with progress.phase("constraints and adjacency"):
-        constraints = constraints_for(graph)
-        adjacency = (undirected_adjacency(graph)
-                     if (method in (Method.METIS, Method.MULTILEVEL) or rebalance)
-                     and num_parts > 1 else None)
-    with progress.phase(f"assigning nodes ({method.value})"):
-        parts = assign(graph, num_parts, method, seed=seed, tolerance=tolerance,
-                       rebalance=rebalance, constraints=constraints, adjacency=adjacency,
-                       backend=backend, spill_dir=out_dir, given=assignment)
-    del adjacency
-
-    with progress.phase("relabelling"):
-        relabelling = relabel(graph, parts, num_parts)
-        save_array(os.path.join(out_dir, "node_map.npy"), relabelling.node_map)
-        save_array(os.path.join(out_dir, "node_map_inv.npy"), relabelling.inverse)
-        save_array(os.path.join(out_dir, ASSIGNMENT), parts.astype(assignment_dtype(num_parts)))
-        for t, ids in graph.ids.items():
-            save_array(os.path.join(out_dir, "ids", f"{t}.npy"), ids)
-    with progress.phase("sorting edges by destination"):
-        edges = relabel_edges(graph, parts, relabelling)
-
-    part_info = []
-    splits = split_parts(graph, relabelling)
-    for k in progress.iterate(range(num_parts), "writing partitions", num_parts):
-        one = part(graph, relabelling, edges, edge_data, k, edge_splits, splits)
-        _save_part(part_dir(out_dir, k), one)
-        part_info.append(one.info)
-
-    meta = partition_meta(
-        graph, relabelling.counts, part_info, method=method.value,
-        num_edges_per_relation=[int(e.shape[1]) for e in graph.edges.values()],
-        node_data=node_specs,
-        edge_data=edge_specs,
-        edge_cut_fraction=edges.cut,
-        balance=balance(parts, constraints, num_parts),
-        balance_tolerance=tolerance,
-        seed=seed,
-        seconds=time.perf_counter() - start,
-        edge_splits={name: {"negatives": 0 if s.negatives is None else int(s.negatives.shape[1])}
-                     for name, s in edge_splits.items()},
-        preparation=preparation.to_json(),
-        ids={t: ids.dtype.str for t, ids in graph.ids.items()},
-    )
-    write_meta(out_dir, meta)
-    return meta
-
-
-def _save_part(d: str, one: Part) -> None:
-    """Write partition `one`'s files into its directory `d`."""
-    for name in ("indptr", "indices", "etype", "edge_ids", "halo"):
-        save_array(os.path.join(d, f"{name}.npy"), getattr(one, name))
-    for name, values in one.edge_data.items():
-        save_array(os.path.join(d, "edge", f"{name}.npy"), values)
-    for (ntype, name), values in one.node_data.items():
-        path = os.path.join(d, "node", ntype, name)
-        if isinstance(values, SparseRows):
-            save_array(os.path.join(path, "indices.npy"), values.indices)
-            save_array(os.path.join(path, "values.npy"), values.values)
-        else:
-            save_array(path + ".npy", values)
-    for ntype, named in one.splits.items():
-        for name, ids in named.items():
-            save_array(os.path.join(d, "split", ntype, f"{name}.npy"), ids)
-    for split, arrays in one.edge_splits.items():
-        for name, values in arrays.items():
-            save_array(os.path.join(d, "edges", split, f"{name}.npy"), values)
+def _check_data(graph: Graph) -> None:
+    """Refuse node or edge data a partition cannot hold: not numbers or booleans, or
+    edge data on some relations only."""
+    for t, data in graph.node_data.items():
+        for name, values in data.items():
+            _check_dtype(f"node data {name!r} of type {t!r}", values)
+    names = sorted({k for data in graph.edge_data.values() for k in data})
+    for name in names:
+        for rel in graph.relations:
+            data = graph.edge_data.get(rel, {})
+            if name not in data:
+                raise PartitionError(f"edge data {name!r} is on some relations but not on "
+                                     f"{tuple(rel)}; partitioned edge data must cover every "
+                                     f"relation")
+            _check_dtype(f"edge data {name!r}", data[name])
 
 
 def _check_edge_splits(graph: Graph, edge_splits: dict) -> None:
@@ -202,35 +155,10 @@ def _check_edge_splits(graph: Graph, edge_splits: dict) -> None:
                                  f"{s.negatives.shape[0]} rows for {s.src.size} positives")
 
 
-def _spec(what: str, values: np.ndarray) -> ArraySpec:
-    """meta.json's entry for a node or edge array: dtype, row shape, and for integers
-    the value range (which checks of the written directory hold each part to)."""
+def _check_dtype(what: str, values) -> None:
     if values.dtype.kind not in READABLE_KINDS:
         raise PartitionError(f"{what} has dtype {values.dtype}; partitioned node and edge "
                              f"data must be numbers or booleans")
-    shape = tuple(int(d) for d in values.shape[1:])
-    if isinstance(values, SparseRows):
-        return ArraySpec(values.dtype.name, shape, sparse=values.nnz_per_row)
-    if values.dtype.kind in "iu" and values.size:
-        return ArraySpec(values.dtype.name, shape, int(values.min()), int(values.max()))
-    return ArraySpec(values.dtype.name, shape)
-
-
-def _homogeneous_edge_data(graph: Graph) -> dict[str, np.ndarray]:
-    """Edge data laid end to end over the relations (the homogeneous edge order)."""
-    names = sorted({k for data in graph.edge_data.values() for k in data})
-    out = {}
-    for name in names:
-        pieces = []
-        for rel in graph.relations:
-            data = graph.edge_data.get(rel, {})
-            if name not in data:
-                raise PartitionError(f"edge data {name!r} is on some relations but not on "
-                                     f"{tuple(rel)}; partitioned edge data must cover every "
-                                     f"relation")
-            pieces.append(data[name])
-        out[name] = np.concatenate(pieces)
-    return out
 
 
 def check_out_dir(out: str, overwrite: bool) -> None:

@@ -1,7 +1,8 @@
 """Partition a chunked graph directory in memory bounded by its nodes, not its edges.
 
 `partition_chunked` reads a graph in the chunked format (`jgraph.data.chunked`) in
-passes and writes the same partition directory as `partition_graph`, holding at most
+passes and writes a partition directory (`partition_graph` writes by it too: its
+assignment made in memory, its graph saved chunked), holding at most
 per-node arrays (degrees, the assignment, the new ids) and one chunk or one range at a
 time. Phases, each recorded in the work directory `<out>.work` when it finishes, so a
 killed job run again with the same command resumes after its last finished phase:
@@ -12,7 +13,7 @@ killed job run again with the same command resumes after its last finished phase
 3. assignment: multilevel label propagation with METIS on the coarse graph, refined
    under the balance constraints (`jgraph.partition.multilevel`); the adjacency is
    deleted afterwards.
-4. relabel: node_map and node_map_inv, as `jgraph.partition.relabel` numbers them.
+4. relabel: node_map and node_map_inv: nodes by (partition, original id).
 5. bucketing: every edge, in new ids, to a temporary file of its destination's
    partition and id range (each range a bounded number of in-edges).
 6. partitions: each partition's CSC built one range at a time, in (destination,
@@ -73,6 +74,7 @@ from jgraph.partition.files import (
     NpyAppender,
     NpyRows,
     PhasePeak,
+    gather,
     peak_rss_bytes,
     preallocate,
     release_memory,
@@ -101,7 +103,6 @@ from jgraph.partition.work import Work
 from jgraph.progress import Progress
 
 WORK = ".work"
-METHOD = "multilevel"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +204,7 @@ def bounded_route(path, method) -> bool:
     """Whether a dataset goes through `partition_chunked`: a chunked graph directory,
     with the multilevel method or none named (`Method` or its value)."""
     method = getattr(method, "value", method)
-    return is_chunked_dir(path) and method in (None, METHOD)
+    return is_chunked_dir(path) and method in (None, Method.MULTILEVEL.value)
 
 
 def train_nodes(graph: ChunkedGraph) -> int:
@@ -216,14 +217,18 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
                       options: ChunkedOptions, *, overwrite: bool = False,
                       progress: Progress | None = None,
                       check_out: Callable[[str, bool], None] | None = None,
-                      group: Group | None = None) -> PartitionMeta:
+                      group: Group | None = None, method: Method | None = None,
+                      started: float | None = None) -> PartitionMeta:
     """Partition the chunked graph at `input_dir` into `options.num_parts` and write the
     partition directory `out_dir` (see the module docstring). `check_out(out,
     overwrite)` raises unless `out` may receive a partition (checked before and at the
     end). `group`: the processes of the job (every one calls this with the same
-    arguments). Returns the metadata written to meta.json, whose `build` field holds
-    each phase's seconds and peak RSS."""
-    start = time.perf_counter()
+    arguments). method: what made `options.assignment` where the caller made it
+    (`partition_graph`: METIS in memory), meta.json's method; None: "given". started:
+    `time.perf_counter()` when the caller's work began (meta.json's seconds). Returns
+    the metadata written to meta.json, whose `build` field holds each phase's seconds
+    and peak RSS."""
+    start = time.perf_counter() if started is None else started
     group = group or Group.single()
     options = options.resolved(group.size)
     progress = progress if progress is not None and group.leader else Progress(enabled=False)
@@ -253,7 +258,7 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
         os.makedirs(staging, exist_ok=True)
         os.makedirs(work.path("sync"), exist_ok=True)
     group.barrier("checked")
-    job = _Job(graph, options, work, staging, progress, group)
+    job = _Job(graph, options, work, staging, progress, group, method)
     for name, run, leftovers in ((p.name, getattr(job, p.run), p.leftovers) for p in JOB):
         if not work.done(name):
             with progress.phase(name), PhasePeak() as peak:
@@ -378,19 +383,20 @@ def _check_request(graph: ChunkedGraph, options: ChunkedOptions, group: Group) -
 def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
                   edge_data_bytes: int, num_parts: int,
                   coarse_entries: int = COARSE_ENTRIES, edge_split_bytes: int = 0,
-                  split_ids: int | None = None) -> dict[str, int]:
+                  split_ids: int | None = None, given: bool = False) -> dict[str, int]:
     """Bytes of disk a job needs: the parts (the temporary adjacency: its bucket
     records, then one CSR per range; the coarse graphs; the edge buckets; the partition
     directory itself: CSC, edge ids, edge data, node data, node maps), each phase's
     peak in the work directory (`phases`: a list in `PHASES` order, every file then on
     disk counted) and the job's `peak`. split_ids: the node ids of every split together
-    (None: at most one a node)."""
+    (None: at most one a node); given: the assignment is given (no adjacency, no coarse
+    graphs)."""
     n, e = num_nodes, num_edges
     ids = 4 if n < 2**31 else 8
-    adjacency = 2 * e * (4 + ids)
+    adjacency = 0 if given else 2 * e * (4 + ids)
     # Two coarse levels at once, each at most SAMPLE_MARGIN x coarse_entries entries
     # (sampled beyond), as bucket records (16 bytes) while a level is written.
-    coarse = 2 * 16 * min(2 * e, SAMPLE_MARGIN * coarse_entries)
+    coarse = 0 if given else 2 * 16 * min(2 * e, SAMPLE_MARGIN * coarse_entries)
     buckets = e * (ids + 4 + 4 + 8 + edge_data_bytes)
     # The CSC (indices, etype, edge ids, edge data; indptr), the node maps, the splits,
     # the halos (a node at most once a part, an in-edge at most once), node data, link
@@ -445,7 +451,7 @@ def check_disk(graph: ChunkedGraph, options: ChunkedOptions, where: str,
     node, edge = data_bytes(graph)
     need = estimate_disk(graph.total_nodes, graph.num_edges, node, edge, options.num_parts,
                          options.coarse_entries, edge_split_bytes(graph),
-                         count_split_ids(graph))
+                         count_split_ids(graph), given=options.assignment is not None)
     where = where or "."
     while not os.path.isdir(where) and os.path.dirname(where) not in ("", where):
         where = os.path.dirname(where)          # the disk of the nearest folder that exists
@@ -464,9 +470,12 @@ class _Job:
     the first of a resumed job."""
 
     def __init__(self, graph: ChunkedGraph, options: ChunkedOptions, work: Work,
-                 staging: str, progress: Progress, group: Group):
+                 staging: str, progress: Progress, group: Group,
+                 method: Method | None = None):
         self.graph, self.options, self.work, self.staging = graph, options, work, staging
         self.progress, self.group = progress, group
+        self.method = ((method or Method.GIVEN) if options.assignment
+                       else Method.MULTILEVEL).value
         self.n = graph.total_nodes
         self.num_types = len(graph.node_types)
         self.ids = np.int32 if self.n < 2**31 else np.int64
@@ -609,7 +618,9 @@ class _Job:
             if self.group.leader:
                 np.save(self.work.path("parts.npy"),
                         self.given().astype(assignment_dtype(self.options.num_parts)))
-            return {"given": self.options.assignment}
+            # A caller's own (`partition_graph`) is in a scratch folder that goes.
+            return ({"given": self.options.assignment} if self.method == Method.GIVEN.value
+                    else {"made": self.method})
         _, firsts = self._adjacency_bounds()
         adjacency = DiskAdjacency.open(self.work.path("adjacency"), firsts[self.group.rank])
         if adjacency is None:
@@ -651,7 +662,7 @@ class _Job:
 
     def relabel(self) -> dict:
         """New ids: partition by partition, each partition's nodes in original order
-        (`jgraph.partition.relabel`'s numbering). Each process numbers its own nodes,
+        (`jgraph.partition.numbering`). Each process numbers its own nodes,
         which come after the earlier processes' in every partition."""
         group, p, t = self.group, self.options.num_parts, self.num_types
         lo, hi = self.lo, self.hi
@@ -702,16 +713,20 @@ class _Job:
         return np.dtype([("src", self.ids), ("dst", np.int32), ("etype", np.int32),
                          ("eid", np.int64)])
 
+    def _in_degrees(self, nodes) -> np.ndarray:
+        """int64: the in-degrees of `nodes` (original ids, ascending: a partition's, in
+        new-id order), read block by block (`gather`), not mapped whole."""
+        return gather(self.work.path("in_degree.npy"), np.asarray(nodes)).astype(np.int64)
+
     def bucket_bounds(self) -> np.ndarray:
         """int64[B + 1]: ranges of new ids, none across a partition boundary, each with
         at most about `range_entries` in-edges."""
         _, offsets, _ = self.numbering()
         node_map = np.load(os.path.join(self.staging, "node_map.npy"), mmap_mode="r")
-        in_degree = np.load(self.work.path("in_degree.npy"), mmap_mode="r")
         bounds = [np.zeros(1, np.int64)]
         for k in range(self.options.num_parts):
             lo, hi = int(offsets[k]), int(offsets[k + 1])
-            degree = np.asarray(in_degree[np.asarray(node_map[lo:hi])], np.int64)
+            degree = self._in_degrees(node_map[lo:hi])
             bounds.append(lo + range_bounds(degree, self.options.range_entries)[1:])
         return np.concatenate(bounds)
 
@@ -774,7 +789,6 @@ class _Job:
         counts, offsets, ntype_offsets = self.numbering()
         bounds = np.load(self.work.path("buckets.npy"))
         node_map = np.load(os.path.join(self.staging, "node_map.npy"), mmap_mode="r")
-        in_degree = np.load(self.work.path("in_degree.npy"), mmap_mode="r")
         record = self._record()
         halo_mark = np.zeros(self.n, bool)
         infos = {}
@@ -784,7 +798,7 @@ class _Job:
             lo, hi = int(offsets[k]), int(offsets[k + 1])
             d = part_dir(self.staging, k)
             os.makedirs(d, exist_ok=True)
-            degree = np.asarray(in_degree[np.asarray(node_map[lo:hi])], np.int64)
+            degree = self._in_degrees(node_map[lo:hi])
             indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
             e = int(indptr[-1])
             np.save(os.path.join(d, "indptr.npy"), indptr)
@@ -943,7 +957,7 @@ class _Job:
             return ArraySpec(c.dtype, c.shape, lo, hi)
         return partition_meta(
             g, counts, [PartInfo(**info) for info in phases["partitions"]["parts"]],
-            method=Method.GIVEN.value if self.options.assignment else METHOD,
+            method=self.method,
             num_edges_per_relation=self._edges_per_relation(),
             node_data={t: {name: spec(c, node_ranges.get(f"{t}/{name}"))
                            for name, c in named.items()}
@@ -965,7 +979,9 @@ class _Job:
                    "processes": self.group.size,
                    "peak_rss_bytes": max([peak_rss_bytes()] + [facts["peak_rss_bytes"]
                                                                for facts in phases.values()]),
-                   "options": dataclasses.asdict(self.options)})
+                   "options": {**dataclasses.asdict(self.options),
+                               **({"assignment": None}
+                                  if self.method != Method.GIVEN.value else {})}})
 
     def _edges_per_relation(self) -> list[int]:
         r = len(self.graph.relations)

@@ -1,8 +1,8 @@
 """Link prediction's held-out positives of a chunked graph (`ChunkedGraph.edge_splits`,
 drawn by `jgraph.data.held_out`) written into the partitions: each positive goes to the
 partition that owns its destination, in new ids, with its place in its set as `eid`, in
-the order of the set; as `jgraph.partition.relabel.edge_split_part` does in memory. Two
-passes over each set's chunks: one counts each partition's positives, one writes them."""
+the order of the set. Two passes over each set's chunks: one counts each partition's
+positives, one writes them."""
 from __future__ import annotations
 
 import os

@@ -144,6 +144,26 @@ class NpyAppender:
             raise RuntimeError(f"{self.path}: {self.rows} rows written of {self.shape[0]}")
 
 
+def gather(path: str, ids: np.ndarray, rows_per_read: int = 1 << 20) -> np.ndarray:
+    """values[ids] of the 1-D .npy file at `path`, `ids` ascending, read a block of rows
+    at a time rather than memory-mapped: ids spread over the whole file would keep every
+    page of a mapping resident (8 bytes a node of the graph for int64), a block holds
+    `rows_per_read` rows."""
+    ids = np.asarray(ids, np.int64)
+    whole = np.load(path, mmap_mode="r")
+    dtype, offset, total = whole.dtype, whole.offset, whole.shape[0]
+    del whole
+    out = np.empty(ids.size, dtype)
+    cuts = np.searchsorted(ids, np.arange(0, total + rows_per_read, rows_per_read))
+    with open(path, "rb") as f:
+        for b in np.flatnonzero(np.diff(cuts)):
+            first = int(b) * rows_per_read
+            f.seek(offset + first * dtype.itemsize)
+            block = np.fromfile(f, dtype, min(rows_per_read, total - first))
+            out[cuts[b]:cuts[b + 1]] = block[ids[cuts[b]:cuts[b + 1]] - first]
+    return out
+
+
 def preallocate(path: str, dtype, shape: tuple[int, ...]) -> None:
     """A .npy file of `shape` whose rows are written later, in any order and by any
     process (`write_rows`): its header, then its full length unwritten (sparse)."""

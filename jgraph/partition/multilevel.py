@@ -116,6 +116,9 @@ RELIEVE_NODES, RELIEVE_ROUNDS = 1 << 21, 4
 # many rounds a turn (each moves or swaps as many nodes as a partition needs).
 RELIEVE_ROUNDS_PER_TURN = 64
 
+# Coarsening that stalls above `coarse_node_limit` is an error only beyond this many
+# coarsest nodes (some 80 MB in every process); below, the graph goes to METIS as it is.
+STALLED_NODES_ALLOWED = 1 << 20
 # The most METIS's edge weights may add up to (it sums them in 32-bit integers).
 METIS_WEIGHT_TOTAL = 1 << 30
 
@@ -1104,8 +1107,9 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
              max_levels: int, seed: int, workdir, log, parts=None, group: Group | None = None,
              entries_per_range: int = 1 << 24, finest=None):
     """Contract clusters level by level until the graph has at most `coarse_entries`
-    entries and `coarse_node_limit` nodes (or the clusters stop shrinking: an error
-    where too many nodes are left): ([(every node's cluster, finer adjacency,
+    entries (or `max_levels` were taken) and `coarse_node_limit` nodes (or the
+    clusters stop shrinking: an error where more than STALLED_NODES_ALLOWED nodes are
+    left): ([(every node's cluster, finer adjacency,
     its weights)] per level, the coarsest adjacency, its weights, `parts` (every node's)
     carried to it, and the finest level's `Clusters` (None without levels)). With
     `parts`, clusters stay inside them, so each coarse node has one partition; with
@@ -1118,8 +1122,10 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
     kept = None
     # METIS partitions the first cycle's coarsest graph (a V-cycle's is refined).
     most_nodes = coarse_node_limit(coarse_entries, num_parts) if parts is None else np.inf
+    # `max_levels` bounds the levels taken for the entries, not for the nodes: a graph
+    # of many isolated nodes halves them a level.
     while ((group.sum(current.num_entries, "entries") > coarse_entries
-            or current.num_nodes > most_nodes) and len(levels) < max_levels):
+            and len(levels) < max_levels) or current.num_nodes > most_nodes):
         lo, hi = current.start, current.stop
         if not levels and finest is not None and parts is not None:
             clusters = _split_by_parts(finest, parts, num_parts)
@@ -1163,7 +1169,7 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
                                                            owners, k, group)
         log(f"  level {len(levels)}: coarse graph "
             f"{int(group.sum(coarse.num_entries, 'entries')):,} entries")
-    if current.num_nodes > most_nodes:
+    if current.num_nodes > max(most_nodes, STALLED_NODES_ALLOWED):
         raise PartitionError(
             f"coarsening stopped at {current.num_nodes:,} nodes after {len(levels)} "
             f"levels, more than the {most_nodes:,} the coarsest graph may have (half "

@@ -1,11 +1,11 @@
-"""What a partition directory says of its numbering, written by one code path for both
-routes (in memory, `jgraph.partition.build`; in bounded memory,
-`jgraph.partition.chunked`): the partitions' id ranges, which partition owns an id,
-each split's ids cut by partition, each partition's facts, and meta.json.
+"""What a partition directory says of its numbering (`jgraph.partition.chunked` writes
+every partition directory, `partition_graph`'s included): the partitions' id ranges,
+which partition owns an id, each split's ids cut by partition, each partition's facts,
+and meta.json.
 
 New ids number the nodes partition by partition, and within a partition type by type,
-each type's nodes in original order (`jgraph.partition.relabel`). Both routes count the
-nodes of each type in each partition (`counts` int64[P, T]) and derive the rest here.
+each type's nodes in original order. The job counts the nodes of each type in each
+partition (`counts` int64[P, T]) and derives the rest here.
 """
 from __future__ import annotations
 

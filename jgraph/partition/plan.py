@@ -104,7 +104,8 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
     r, p = min(options.range_entries, 2 * e), options.num_parts
     own = -(-n // q)                                              # a process's nodes
     disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
-                         options.coarse_entries, sizes.edge_split_bytes, sizes.split_ids)
+                         options.coarse_entries, sizes.edge_split_bytes, sizes.split_ids,
+                         given=options.assignment is not None)
     on_disk = dict(zip(PHASES, disk["phases"]))
     # compact columns, and the in-degrees (int64, mapped from the scan's file)
     weights = (sizes.types + sizes.splits) * own + 8 * own
@@ -152,26 +153,29 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
                   on_disk["assignment"],
                   f"the adjacency up to {4 + 1 + 6 + 1} times per level "
                   f"({gib(adjacency_read)} each at the finest{share})"),
-        # a process's own nodes' partitions, their order, new ids and type ids.
-        PhasePlan("relabel", later + 36 * own, on_disk["relabel"], "nothing but the assignment"),
+        # a process's own nodes' partitions, their order, new ids and type ids, not
+        # all at once: some 28 bytes a node (25 measured on the 1B-edge R-MAT, 30 on
+        # the 100M-edge one).
+        PhasePlan("relabel", later + 28 * own, on_disk["relabel"], "nothing but the assignment"),
         # every node's partition (int16) and new id (int64, mapped as it is read); a
         # block (int64 ids, its files' pages), its destinations' new ids, buckets and
         # order (int64 each), its bucket records (20 bytes) and the temporaries that
         # fill them: some 80 bytes an edge (64-73 measured on the R-MAT graphs).
         PhasePlan("bucketing", later + (2 + 8) * n + 80 * chunk,
                   on_disk["bucketing"], f"the edge chunks once ({gib(edges_gb)}{share})"),
-        # the halo marks, one partition's degrees and CSC offsets, the pages of the
-        # in-degrees (every node's: read through the node map, so every page) and of a
-        # process's share of the node map; one range of edge records (at most a
-        # partition's in-edges, 1.05 of the mean) read into one array, its sort keys,
-        # order and sorted copy, and the columns as written: some 60 bytes an edge
-        # (53-57 measured on the 100M-edge R-MAT at 1 and 2 processes).
-        PhasePlan("partitions", later + n + 16 * n // p + 8 * n + 8 * own
+        # the halo marks, one partition's degrees (read a block at a time) and CSC
+        # offsets, the pages of a process's share of the node map (memory-mapped); one
+        # range of edge records (at most a partition's in-edges, 1.05 of the mean) read
+        # into one array, its sort keys, order and sorted copy, and the columns as
+        # written: some 60 bytes an edge (53-57 measured on the 100M-edge R-MAT at 1
+        # and 2 processes).
+        PhasePlan("partitions", later + n + 16 * n // p + 8 * own
                   + 60 * min(r, -(-e * 21 // (20 * p))),
                   on_disk["partitions"], "the edge buckets once"),
         # a process's share of the inverse map (memory-mapped: its pages as they are
         # read) and a block of rows, thrice.
-        PhasePlan("node data", later + 8 * n // q + 3 * max(sizes.node_data_bytes * ROWS_PER_BLOCK // max(n, 1), 1),
+        PhasePlan("node data", later + 8 * n // q
+                  + 3 * max(sizes.node_data_bytes * ROWS_PER_BLOCK // max(n, 1), 1),
                   on_disk["node data"],
                   f"the node data once ({gib(sizes.node_data_bytes)}{share})"),
     ]

@@ -84,6 +84,13 @@ class Work:
         return os.path.join(self.root, *names)
 
 
+def discard(root: str) -> None:
+    """Delete the work directory `root` if this process wrote it (a job that cannot be
+    resumed: its input was a scratch folder that is gone); another job's stays."""
+    if _read(os.path.join(root, "writer")) == writer():
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path) as f:

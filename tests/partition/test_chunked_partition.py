@@ -31,6 +31,7 @@ from jgraph.partition import chunked as chunked_route
 from jgraph.partition.adjacency import CSRAdjacency, Rows
 from jgraph.partition.assignment import assign, balance, constraints_for, edge_cut_fraction
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked
+from jgraph.partition.files import gather
 from jgraph.partition.plan import plan, plan_sizes
 from jgraph.partition.store import PartitionFormatError
 
@@ -195,6 +196,24 @@ def test_a_given_assignment_on_the_bounded_route_writes_the_in_memory_directory_
     open_partitions(tmp_path / "bounded").check()
 
 
+def test_the_in_memory_route_writes_by_the_bounded_phases_and_leaves_nothing_on_failure(
+        tmp_path, monkeypatch):
+    graph = hetero_graph()
+    meta = partition_graph(graph, 3, "metis", tmp_path / "out", seed=1)
+    assert meta.method == "metis" and meta.build["phases"]["assignment"] == {
+        **meta.build["phases"]["assignment"], "made": "metis"}
+    assert meta.build["options"]["assignment"] is None     # its scratch file is gone
+    assert sorted(os.listdir(tmp_path)) == ["out"]         # no work or scratch folder left
+    open_partitions(tmp_path / "out").check()
+
+    def no_room(*args, **kwargs):
+        raise PartitionError("no room")
+    monkeypatch.setattr(chunked_route, "check_disk", no_room)
+    with pytest.raises(PartitionError, match="no room"):
+        partition_graph(graph, 3, "metis", tmp_path / "again")
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
 def test_assignment_npy_names_each_nodes_partition_and_a_wrong_one_fails_the_check(
         tmp_path):
     save_chunked(hetero_graph(), tmp_path / "in", edges_per_chunk=700)
@@ -288,6 +307,18 @@ def test_multilevel_coarsens_when_the_graph_is_larger_than_its_coarse_limit(shar
     assert edge_cut_fraction(graph, parts) <= 1.15 * edge_cut_fraction(graph, metis)
 
 
+@pytest.mark.parametrize("n", [0, 1, 1000, 5000])
+@pytest.mark.parametrize("rows_per_read", [1, 7, 4096])
+def test_gather_reads_the_rows_asked_block_by_block(tmp_path, n, rows_per_read):
+    rng = np.random.default_rng(n)
+    values = rng.integers(-9, 9, n).astype(np.int64)
+    np.save(tmp_path / "a.npy", values)
+    for size in {0, min(1, n), n // 3, n}:
+        ids = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
+        np.testing.assert_array_equal(gather(str(tmp_path / "a.npy"), ids, rows_per_read),
+                                      values[ids])
+
+
 def few_edges_many_nodes(n: int = 30_000, ring: int = 300):
     """A ring of `ring` nodes and n - ring isolated ones: 2 * ring adjacency entries."""
     src = np.arange(ring)
@@ -309,11 +340,18 @@ def test_a_graph_of_few_entries_and_many_nodes_coarsens_to_the_node_limit():
     assert loads.sum() == 30_000 and loads.max() <= 1.05 * 30_000 / 4
 
 
-def test_coarsening_that_stops_above_the_node_limit_says_which_flag_to_raise():
-    adjacency, weights = few_edges_many_nodes()
-    with pytest.raises(PartitionError, match=r"stopped at [\d,]+ nodes after 1 levels.*"
-                                             r"--coarse-entries of at least"):
-        multilevel.partition(adjacency, weights, 4, coarse_entries=4000, max_levels=1)
+def test_coarsening_that_stalls_above_the_node_limit_says_which_flag_to_raise(monkeypatch):
+    # Isolated nodes that are not paired: no cluster grows, the first level stalls.
+    adjacency, weights = few_edges_many_nodes(ring=0)
+    monkeypatch.setattr(multilevel, "_gather_singletons", lambda *args: 0)
+    monkeypatch.setattr(multilevel, "STALLED_NODES_ALLOWED", 10_000)
+    with pytest.raises(PartitionError, match=r"stopped at 30,000 nodes after 0 levels.*"
+                                             r"--coarse-entries of at least 60,000"):
+        multilevel.partition(adjacency, weights, 4, coarse_entries=4000)
+    # Up to STALLED_NODES_ALLOWED nodes go to METIS as they are.
+    monkeypatch.setattr(multilevel, "STALLED_NODES_ALLOWED", 30_000)
+    parts, stats = multilevel.partition(adjacency, weights, 4, coarse_entries=4000)
+    assert stats.level_nodes == (30_000,) and np.bincount(parts).max() <= 1.05 * 30_000 / 4
 
 
 @pytest.mark.parametrize("seed", [1, 3, 23])

@@ -244,36 +244,36 @@ def test_directory_without_recorded_ranges_still_opens_and_checks(parts):
 
 # -- writing: atomic, refusals in library terms -------------------------------------------
 
-# Partitions a graph into argv[1] and SIGKILLs itself right after the argv[2]-th file.
+# Partitions a graph into argv[1] and SIGKILLs itself right after the argv[2]-th phase
+# of the partition job is recorded.
 KILLED_WRITER = """
 import os, signal, sys
-import jgraph.partition.build as build
 from jgraph.data import load_dataset
+from jgraph.partition import build, work
 
-written = 0
-save = build.save_array
+finish = work.Work.finish
 
-def save_then_die(path, array):
-    global written
-    save(path, array)
-    written += 1
-    if written == int(sys.argv[2]):
+def finish_then_die(self, *args, **kwargs):
+    finish(self, *args, **kwargs)
+    if len(self.state["phases"]) == int(sys.argv[2]):
         os.kill(os.getpid(), signal.SIGKILL)
 
-build.save_array = save_then_die
+work.Work.finish = finish_then_die
 build.partition_graph(load_dataset("synthetic:nodes=3000,edges=20000,feat=8"), 3, "random",
                       sys.argv[1], overwrite=True)
 """
 
 
-def kill_mid_write(out, after_files=9):
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(out), str(after_files)],
+def kill_mid_write(out, after_phases=5):
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(out), str(after_phases)],
                           check=False, capture_output=True, text=True, cwd=os.getcwd())
     assert proc.returncode == -signal.SIGKILL, proc.stderr
 
 
 def leftovers(out):
-    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(out.name + "."))
+    """What a write to `out` left beside it: its work directory, its scratch folders."""
+    return sorted(p.name for p in out.parent.iterdir()
+                  if p.name.startswith((out.name + ".", f".{out.name}.")))
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +286,8 @@ def test_killed_write_leaves_nothing_at_out_and_the_next_write_succeeds(tmp_path
     out = tmp_path / "p"
     kill_mid_write(out)
     assert not out.exists()                     # a reader finds nothing, not half a directory
-    assert leftovers(out) and leftovers(out)[0].startswith("p.partial-")
+    assert "p.work" in leftovers(out)
+    assert any(name.startswith(".p.source-") for name in leftovers(out))
     partition_graph(synthetic, 3, "random", out)
     assert leftovers(out) == []
     open_partitions(out).check()
@@ -303,15 +304,15 @@ def test_killed_overwrite_keeps_the_old_partition(tmp_path, synthetic):
 
 
 def test_failed_write_removes_its_staging_directory(tmp_path, synthetic, monkeypatch):
-    from jgraph.partition import build
+    from jgraph.partition import chunked
     written = []
 
     def save_then_fail(path, array):
         written.append(path)
-        if len(written) == 5:
+        if len(written) == 2:
             raise OSError(28, "No space left on device", path)
         np.save(path, array)
-    monkeypatch.setattr(build, "save_array", save_then_fail)
+    monkeypatch.setattr(chunked, "save_array", save_then_fail)
     with pytest.raises(OSError):
         partition_graph(synthetic, 3, "random", tmp_path / "p")
     assert not (tmp_path / "p").exists() and leftovers(tmp_path / "p") == []

@@ -1,14 +1,14 @@
-"""Relabelling in memory (`jgraph.partition.relabel`), apart from writing: the numbering
-against a sort written out plainly, each part's edges against the input graph, and the
-written directory holding exactly the arrays it computes."""
+"""The in-memory reference of the numbering (`relabel_reference`) against a sort written
+out plainly and each part's edges against the input graph; the written directory
+holding exactly the arrays it computes."""
 from collections import Counter
 
 import numpy as np
 
 from jgraph.data import add_reverse_relations, load_npz
 from jgraph.partition import open_partitions, partition_graph
-from jgraph.partition.build import _homogeneous_edge_data
-from jgraph.partition.relabel import part, relabel, relabel_edges
+
+from .relabel_reference import homogeneous_edge_data, part, relabel, relabel_edges
 
 
 def test_new_ids_sort_nodes_by_partition_then_original_id(shared_data):
@@ -67,7 +67,7 @@ def test_the_written_directory_holds_exactly_what_relabelling_computes(tmp_path,
     assert np.array_equal(r.node_map, node_map)
     edges = relabel_edges(graph, parts, r)
     for k in range(4):
-        want, got = part(graph, r, edges, _homogeneous_edge_data(graph), k), pg.part(k)
+        want, got = part(graph, r, edges, homogeneous_edge_data(graph), k), pg.part(k)
         for name in ("indptr", "indices", "etype", "edge_ids", "halo"):
             assert np.array_equal(getattr(want, name), np.asarray(getattr(got, name))), name
         for (ntype, name), rows in want.node_data.items():

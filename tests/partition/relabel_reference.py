@@ -1,10 +1,12 @@
-"""Relabelling: the partitioned graph's numbering and each partition's arrays, in memory.
+"""The partitioned graph's numbering and each partition's arrays computed in memory,
+whole: the reference the written directories (`jgraph.partition.chunked`, which both
+`partition_graph` and `jgraph partition` write by) are compared with in the tests.
 
 Nodes are sorted by (partition, original homogeneous id). Since the original ids number
 the node types one after another, each partition's range holds its nodes type by type,
 and within a type in original order. Edges are sorted by (destination, relation,
 source) in the new ids, so each partition's in-edges are one slice and its CSC is that
-slice's destinations. `jgraph.partition.build` writes what these functions return.
+slice's destinations.
 """
 from __future__ import annotations
 
@@ -159,3 +161,10 @@ def part(graph: Graph, relabelling: Relabelling, edges: Edges,
     return Part(indptr, sources, edges.etype[e0:e1], edge_ids, halo,
                 {name: values[edge_ids] for name, values in edge_data.items()},
                 node_data, splits, positives, info)
+
+
+def homogeneous_edge_data(graph: Graph) -> dict[str, np.ndarray]:
+    """Edge data laid end to end over the relations (the homogeneous edge order)."""
+    names = sorted({k for data in graph.edge_data.values() for k in data})
+    return {name: np.concatenate([graph.edge_data[rel][name] for rel in graph.relations])
+            for name in names}
