@@ -1,4 +1,5 @@
-"""Directories written whole or not at all: partition directories, chunked graphs.
+"""Directories written whole or not at all: chunked graphs, and what writes a
+partition directory (`jgraph.partition.chunked`, whose work directory stages it).
 
 A directory is written as a sibling `<out>.partial-<host>-<pid>` and renamed to `out`
 once complete, so a killed write never leaves a half directory at `out`; the next write
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -125,8 +127,12 @@ def scratch_beside(path: str, what: str):
     parent = os.path.dirname(where)
     os.makedirs(parent, exist_ok=True)                      # as the output's will be
     prefix = f".{os.path.basename(where)}.{what}-"
+    ours = re.compile(re.escape(prefix) + r"(.+-\d+)\.[A-Za-z0-9_]+")
     for entry in os.listdir(parent):
-        if entry.startswith(prefix) and not writer_alive(entry[len(prefix):].rpartition(".")[0]):
+        left = ours.fullmatch(entry)
+        # Another host's counts as alive: only this host's dead processes are known.
+        if left and left[1].rpartition("-")[0] == socket.gethostname() \
+                and not writer_alive(left[1]):
             shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
     folder = tempfile.mkdtemp(prefix=f"{prefix}{writer()}.", dir=parent)
     try:

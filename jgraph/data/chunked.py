@@ -952,6 +952,12 @@ def save_chunked(graph: Graph, out: str | os.PathLike, *, edges_per_chunk: int =
     edge ids are the graph's homogeneous edge ids). edge_splits: link prediction's
     positives by split (`jgraph.data.links.EdgeSet`s); preparation: what was done to
     `graph` before (`Preparation.to_json()`), recorded in metadata.json."""
+    # An edge array of one name is one column over the relations: its dtype the one
+    # that holds every relation's values.
+    dtypes = {}
+    for data in graph.edge_data.values():
+        for name, values in data.items():
+            dtypes[name] = np.result_type(dtypes.get(name, values.dtype), values.dtype)
     with ChunkedWriter(out, graph.num_nodes, name=graph.name, relations=graph.relations,
                        overwrite=overwrite, preparation=preparation) as w:
         for rel, index in graph.edges.items():
@@ -959,7 +965,8 @@ def save_chunked(graph: Graph, out: str | os.PathLike, *, edges_per_chunk: int =
             for a in range(0, index.shape[1], edges_per_chunk):
                 sl = slice(a, a + edges_per_chunk)
                 w.add_edges(index[0, sl], index[1, sl], relation=rel,
-                            data={k: v[sl] for k, v in data.items()})
+                            data={k: v[sl].astype(dtypes[k], copy=False)
+                                  for k, v in data.items()})
         for t, named in graph.node_data.items():
             for name, values in named.items():
                 for a in range(0, max(len(values), 1), rows_per_chunk):

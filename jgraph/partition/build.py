@@ -20,7 +20,6 @@ from jgraph.data.links import EdgeSet
 from jgraph.data.prepare import Preparation
 from jgraph.partition.assignment import (
     Method,
-    PartitionError,
     assign,
     assignment_dtype,
     check_given,
@@ -30,6 +29,7 @@ from jgraph.partition.assignment import (
     undirected_adjacency,
 )
 from jgraph.partition.chunked import WORK, ChunkedOptions, partition_chunked
+from jgraph.partition.errors import PartitionError
 from jgraph.partition.metis import Backend
 from jgraph.partition.store import ASSIGNMENT, READABLE_KINDS, PartitionMeta
 from jgraph.partition.work import discard

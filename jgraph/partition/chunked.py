@@ -47,7 +47,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from jgraph.atomic import publish
+from jgraph.atomic import clear_leftovers, publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.data.prepare import recorded_preparation
 from jgraph.partition import compiled
@@ -61,7 +61,6 @@ from jgraph.partition.adjacency import (
 from jgraph.partition.assignment import (
     BALANCED_SPLITS,
     Method,
-    PartitionError,
     assignment_dtype,
     check_given,
     fill_empty,
@@ -69,6 +68,7 @@ from jgraph.partition.assignment import (
     warn_over_limits,
 )
 from jgraph.partition.edge_splits import write_edge_splits
+from jgraph.partition.errors import PartitionError
 from jgraph.partition.excess import within
 from jgraph.partition.files import (
     NpyAppender,
@@ -235,8 +235,10 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
     graph = open_chunked(input_dir)
     _check_request(graph, options, group)
     out = os.path.realpath(os.fspath(out_dir))
-    if check_out is not None and group.leader:
-        check_out(out, overwrite)
+    if group.leader:
+        clear_leftovers(out)            # what killed writes of `out` left beside it
+        if check_out is not None:
+            check_out(out, overwrite)
     identity = {"input": os.path.realpath(graph.root),
                 "files": _stamp(graph) + _file_stamps([options.assignment]
                                                       if options.assignment else []),
@@ -474,8 +476,11 @@ class _Job:
                  method: Method | None = None):
         self.graph, self.options, self.work, self.staging = graph, options, work, staging
         self.progress, self.group = progress, group
-        self.method = ((method or Method.GIVEN) if options.assignment
-                       else Method.MULTILEVEL).value
+        if method is not None and not options.assignment:
+            raise ValueError(f"method {method.value!r} names who made an assignment; "
+                             f"give the assignment (options.assignment)")
+        self.method = (method or (Method.GIVEN if options.assignment
+                                  else Method.MULTILEVEL)).value
         self.n = graph.total_nodes
         self.num_types = len(graph.node_types)
         self.ids = np.int32 if self.n < 2**31 else np.int64
@@ -944,7 +949,9 @@ class _Job:
         balance = {name: float(loads[:, c].max() / mean[c]) if mean[c] > 0 else 1.0
                    for c, name in enumerate(weights.names)}
         limits = weights.limits(p, self.options.tolerance)
-        if not within(loads, limits):
+        # A caller's own assignment (`partition_graph`) was judged where it was made.
+        if self.method in (Method.GIVEN.value, Method.MULTILEVEL.value) and not within(
+                loads, limits):
             warn_over_limits(self.graph.name, weights.names, loads, limits,
                              self.options.tolerance)
         node_ranges = phases["node data"]["node_data_ranges"]

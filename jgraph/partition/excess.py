@@ -41,8 +41,11 @@ _BATCH = 256        # candidates scored at once against the current loads
 
 
 def _excess(loads: np.ndarray, limits: np.ndarray) -> np.ndarray:
-    """How far each load is over its limit, relative to the limit (0 when within)."""
-    return np.maximum(loads - limits, 0.0) / limits
+    """How far each load is over its limit, relative to the limit (0 when within; a
+    load over a limit of 0, a constraint no node carries, cannot be)."""
+    over = np.maximum(loads - limits, 0.0)
+    return np.divide(over, limits, out=np.zeros_like(over, dtype=np.float64),
+                     where=limits > 0)
 
 
 def relieve(parts: np.ndarray, w: np.ndarray, loads: np.ndarray, limits: np.ndarray,

@@ -970,7 +970,8 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     """int32[n]: the partition of each node of `adjacency` (symmetric, no self-loops).
 
     coarse_entries: the largest coarse graph (adjacency entries) METIS partitions;
-    coarsening stops there. workdir: where coarse graphs go on disk (None: in memory).
+    coarsening stops there, with at most half as many nodes (`coarse_node_limit`).
+    workdir: where coarse graphs go on disk (None: in memory).
     cluster_fraction: a cluster holds at most this fraction of a partition's nodes
     and in-edges. v_cycles: further rounds (ParHIP's V-cycles) that coarsen again
     with clusters inside the partitions found, so that refining a coarse level moves
@@ -1172,10 +1173,10 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
     if current.num_nodes > max(most_nodes, STALLED_NODES_ALLOWED):
         raise PartitionError(
             f"coarsening stopped at {current.num_nodes:,} nodes after {len(levels)} "
-            f"levels, more than the {most_nodes:,} the coarsest graph may have (half "
-            f"--coarse-entries {coarse_entries:,}: every process holds each coarsest "
-            f"node's weights and partition); give --coarse-entries of at least "
-            f"{2 * current.num_nodes:,}")
+            f"levels, more than the {most_nodes:,} the coarsest graph may have "
+            f"(coarse_node_limit of {coarse_entries:,} entries: every process holds "
+            f"each coarsest node's weights and partition); give --coarse-entries "
+            f"(coarse_entries in Python) of at least {2 * current.num_nodes:,}")
     return levels, current, current_weights, parts, (kept if levels else None)
 
 

@@ -42,7 +42,8 @@ METIS_CHILD_BYTES, METIS_CHILD_ENTRY_BYTES = 45 << 20, 16
 BASELINE_BYTES = 300 << 20
 # From the assignment phase on, label propagation's compiled kernels (numba's LLVM, some
 # 50 MB with the first kernel) and what the allocator keeps of that phase: the node data
-# phase held 0.10 GiB over its arrays on the 100M-edge R-MAT, 0.08 on a 2^21-node one.
+# phase held 0.10 GiB over its arrays on the 100M-edge R-MAT, 0.08 on a 2^21-node one
+# (with numba; without it, not measured, and not counted).
 KERNEL_BYTES = 80 << 20
 # A contraction sorts two ranges of half `--range-entries` coarse entries at once
 # (`sort_ranges`), each its records and scipy's sum of repeated entries: some 48 bytes

@@ -31,7 +31,7 @@ Opening a directory checks meta.json against itself, and each array's shape and
 dtype; `PartitionedGraph.check_part(k)` checks what a training step relies on in
 partition k (`DistGraph` runs it on its partitions), `PartitionedGraph.check()` checks
 everything (`jgraph info --check`). A directory is written whole or not at all
-(`jgraph.partition.build`).
+(`jgraph.partition.chunked`, which every route writes by).
 """
 from __future__ import annotations
 
@@ -145,8 +145,8 @@ class PartitionMeta:
       seed, seconds, format_version.
       edge_splits: {split: {"negatives": K}} link prediction's positive edges (K = 0:
         none stored; see `jgraph.data.links`); empty for a graph without them.
-      build: how the directory was made, where the partitioner records it (the
-        chunked route: each phase's seconds and peak RSS, `jgraph.partition.chunked`).
+      build: how the directory was made: each phase's seconds and peak RSS
+        (`jgraph.partition.chunked`).
       preparation: what was done to the graph before it was partitioned
         (`jgraph.data.prepare.Preparation.to_json()`); empty in a directory written
         before jgraph recorded it.

@@ -214,6 +214,24 @@ def test_the_in_memory_route_writes_by_the_bounded_phases_and_leaves_nothing_on_
     assert sorted(os.listdir(tmp_path)) == ["out"]
 
 
+def test_edge_data_of_one_name_in_several_dtypes_is_stored_in_the_one_that_holds_them(
+        tmp_path):
+    graph = hetero_graph()
+    writes = ("author", "writes", "paper")
+    weight = graph.edge_data[writes]["weight"].astype(np.float64) + 1e-12
+    graph.edge_data[writes]["weight"] = weight
+    partition_graph(graph, 3, "random", tmp_path / "out")
+    pg = open_partitions(tmp_path / "out")
+    assert pg.meta.edge_data["weight"].dtype == "float64"
+    first = int(graph.edges[("paper", "cites", "paper")].shape[1])
+    for k in range(3):
+        part = pg.part(k)
+        ids = np.asarray(part.edge_ids)
+        stored = np.asarray(part.edge_data["weight"])
+        mine = ids >= first
+        np.testing.assert_array_equal(stored[mine], weight[ids[mine] - first])
+
+
 def test_assignment_npy_names_each_nodes_partition_and_a_wrong_one_fails_the_check(
         tmp_path):
     save_chunked(hetero_graph(), tmp_path / "in", edges_per_chunk=700)

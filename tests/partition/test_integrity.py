@@ -276,6 +276,23 @@ def leftovers(out):
                   if p.name.startswith((out.name + ".", f".{out.name}.")))
 
 
+def test_a_scratch_folder_is_cleared_only_where_its_writer_is_gone(tmp_path):
+    from jgraph.atomic import scratch_beside, writer
+    host = writer().rpartition("-")[0]
+    dead = tmp_path / f".a.source-{host}-{2**22 + 1}.x1"         # no such process
+    alive = tmp_path / f".a.source-{writer()}.x2"                  # this process
+    other_host = tmp_path / ".a.source-elsewhere-1.x3"
+    other_output = tmp_path / f".a.source-b.source-{host}-{2**22 + 1}.x4"   # of `a.source-b`
+    for folder in (dead, alive, other_host, other_output):
+        folder.mkdir()
+    with scratch_beside(str(tmp_path / "a"), "source") as scratch:
+        assert os.path.basename(scratch).startswith(f".a.source-{writer()}.")
+        kept = sorted(p.name for p in tmp_path.iterdir())
+    assert dead.name not in kept
+    assert {alive.name, other_host.name, other_output.name} <= set(kept)
+    assert not os.path.exists(scratch)
+
+
 @pytest.fixture(scope="module")
 def synthetic():
     from jgraph.data import load_dataset
