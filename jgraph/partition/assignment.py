@@ -19,6 +19,7 @@ import os
 import numpy as np
 import scipy.sparse
 
+from jgraph.data.chunked import ChunkedGraph
 from jgraph.data.graph import Graph
 from jgraph.partition.adjacency import CSRAdjacency
 from jgraph.partition.errors import PartitionError
@@ -28,6 +29,9 @@ from jgraph.partition.multilevel import NodeWeights, balance_limits
 from jgraph.partition.multilevel import partition as multilevel
 
 BALANCED_SPLITS = ("train", "val", "test")
+# The most partitions: the phases that write a partition directory (`jgraph.partition.
+# chunked`) keep an edge bucket file open for each partition at least.
+MAX_PARTS = 2**15
 
 
 class Method(enum.Enum):
@@ -220,11 +224,16 @@ def check_given(method: Method, given, num_nodes: int, num_parts: int,
     return given.astype(np.int32)
 
 
-def check_request(graph: Graph, num_parts, tolerance: float) -> None:
-    """Raise a PartitionError unless `num_parts` and `tolerance` make sense for `graph`."""
+def check_request(graph: Graph | ChunkedGraph, num_parts, tolerance: float) -> None:
+    """Raise a PartitionError unless `num_parts` and `tolerance` make sense for `graph`
+    (in memory or chunked)."""
     if (isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer))
             or num_parts < 1):
         raise PartitionError(f"num_parts must be a positive integer, got {_shown(num_parts)}")
+    if num_parts > MAX_PARTS:
+        raise PartitionError(f"num_parts={num_parts}: at most {MAX_PARTS} parts (the "
+                             f"phases that write a partition directory keep a file open "
+                             f"for each)")
     if num_parts > graph.total_nodes:
         raise PartitionError(f"num_parts={num_parts} is more than the graph's "
                              f"{graph.total_nodes} nodes")

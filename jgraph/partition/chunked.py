@@ -63,6 +63,7 @@ from jgraph.partition.assignment import (
     Method,
     assignment_dtype,
     check_given,
+    check_request,
     fill_empty,
     read_assignment,
     warn_over_limits,
@@ -368,15 +369,7 @@ def _check_request(graph: ChunkedGraph, options: ChunkedOptions, group: Group) -
     if group.size > graph.total_nodes:
         raise PartitionError(f"{group.size} processes for a graph of {graph.total_nodes} "
                              f"nodes: each process must own at least one node")
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise PartitionError(f"num_parts must be a positive integer, got {p!r}")
-    if p > graph.total_nodes:
-        raise PartitionError(f"num_parts={p} is more than the graph's {graph.total_nodes} nodes")
-    if not (np.isfinite(options.tolerance) and options.tolerance >= 0):
-        raise PartitionError(f"balance tolerance must be a finite number >= 0, got "
-                             f"{options.tolerance!r}")
-    if p > 2**15:
-        raise PartitionError(f"num_parts={p}: the chunked route takes at most 32768 parts")
+    check_request(graph, p, options.tolerance)
     if options.assignment is not None:      # refused before any phase, naming the file
         check_given(Method.GIVEN, read_assignment(options.assignment), graph.total_nodes, p,
                     what=f"--assignment {options.assignment}")
