@@ -121,6 +121,7 @@ def test_metis_runs_in_a_temporary_directory_it_removes(tmp_path, monkeypatch):
     assert os.getcwd() == str(elsewhere) and not list(spill.iterdir())
 
 
+@pytest.mark.slow       # some 3 s
 def test_an_isolated_metis_keeps_its_partition_while_another_thread_calls_rand(tmp_path):
     """METIS's random numbers come from the C library's rand(), one state a process: a
     thread calling rand() meanwhile (as jax.distributed's client does under several

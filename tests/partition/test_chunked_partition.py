@@ -99,7 +99,7 @@ def assert_same_partitions(a: str, b: str) -> None:
         assert ma[key] == mb[key], key
 
 
-@pytest.mark.parametrize("source", ["hetero", "aifb",
+@pytest.mark.parametrize("source", ["hetero", pytest.param("aifb", marks=pytest.mark.slow),
                                     pytest.param("facebook", marks=pytest.mark.slow)])
 def test_chunked_route_writes_what_partition_graph_writes(tmp_path, shared_data, source):
     if source == "hetero":

@@ -299,6 +299,7 @@ def synthetic():
     return load_dataset("synthetic:nodes=3000,edges=20000,feat=8")
 
 
+@pytest.mark.slow       # a killed writer in a process of its own, each
 def test_killed_write_leaves_nothing_at_out_and_the_next_write_succeeds(tmp_path, synthetic):
     out = tmp_path / "p"
     kill_mid_write(out)
@@ -310,6 +311,7 @@ def test_killed_write_leaves_nothing_at_out_and_the_next_write_succeeds(tmp_path
     open_partitions(out).check()
 
 
+@pytest.mark.slow
 def test_killed_overwrite_keeps_the_old_partition(tmp_path, synthetic):
     out = tmp_path / "p"
     partition_graph(synthetic, 2, "random", out)
