@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import jax
+import pytest
 
 
 def test_conftest_gives_eight_cpu_devices():
@@ -32,6 +33,7 @@ def test_builtin_cora_ships_with_the_package():
     assert g.total_nodes == 2708 and g.num_edges == 10556
 
 
+@pytest.mark.slow       # some 7 s: the fast tier stays under 4 minutes
 def test_the_wheel_ships_every_package_and_its_data(tmp_path):
     """What `pip install .` gives a user, built from the tree as it is: every package
     folder under jgraph/ (found, not listed), kernels/ as jgraph.kernels, the built-in

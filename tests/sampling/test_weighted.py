@@ -479,6 +479,7 @@ def weighted_relational(mesh8, tmp_path_factory, reference_of):
     return dg, reference_of(graph, dg, weight="weight"), edge_weight_cumsum(dg, "weight")
 
 
+@pytest.mark.slow       # some 7 s: the fast tier stays under 4 minutes
 def test_weighted_per_relation_draws_follow_the_weights_within_each_relation(
         weighted_relational, runner_cls):
     """With replacement, 2 draws per relation: each relation's draws are its own

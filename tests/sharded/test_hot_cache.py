@@ -111,6 +111,7 @@ def test_lookup_with_hot_cache_returns_the_same_rows_and_counts_cached_ids(setup
         assert want == int(plain_stats.non_local)
 
 
+@pytest.mark.slow       # some 7 s: the fast tier stays under 4 minutes
 def test_cache_of_every_node_moves_fewer_wire_bytes_than_no_cache(setup, batch):
     """The relay's buffers hold the bound (n rows per pair and hop) with or without a
     cache, but its chunks move only what the batch's busiest hop pair needs: with every

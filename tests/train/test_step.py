@@ -80,6 +80,7 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_blocks(task):
         np.testing.assert_allclose(np.asarray(g8), np.asarray(g1), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow       # some 7 s: the fast tier stays under 4 minutes
 def test_train_step_compiles_once_and_lowers_the_loss_on_a_fixed_batch(task):
     dg, job, params = task
     traces = []
