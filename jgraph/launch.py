@@ -34,8 +34,9 @@ import sys
 import threading
 import time
 
-import jgraph.progress as logs
 from jgraph.cli.devices import NUM_PROCESSES_ENV, PROCESS_ID_ENV
+from jgraph.progress import get as get_logger
+from jgraph.progress import setup as setup_logging
 
 POLL_S = 0.05
 # Exit statuses of a jgraph command that stopped on SIGINT / SIGTERM after saving.
@@ -142,7 +143,7 @@ class Launcher:
 
     def say(self, message: str, level: int = logging.INFO) -> None:
         with self.lock:
-            logs.get("launch").log(level, "jgraph.launch: %s", message)
+            get_logger("launch").log(level, "jgraph.launch: %s", message)
 
     def on_signal(self, signum, frame) -> None:
         if self.stopping is not None:
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.port is not None and not 1 <= args.port <= 65535:
         parser.error(f"--port must be in 1..65535, got {args.port} (leave it out for a "
                      f"free one)")
-    logs.setup(command=True)
+    setup_logging(command=True)
     launcher = Launcher(command, args.num_processes, args.devices_per_process, args.grace,
                         args.stop_timeout, args.port)
     problem = args.port is not None and port_problem(args.port)

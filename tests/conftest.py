@@ -77,6 +77,21 @@ def shared_data():
     return path
 
 
+@pytest.fixture(scope="session")
+def chance_ranking():
+    """A function: (metric, k) -> what a model that learned nothing scores when it ranks
+    each positive among k negatives: its scores are as good as random, so the positive's
+    rank is uniform on 1..k+1. "mrr": (1 / (k + 1)) * sum of 1 / r for r = 1..k+1;
+    "hits@h": h / (k + 1). Ties count half (OGB's rule, as `jgraph.jobs.link.ogb_ranks`),
+    so a model that scores every edge alike does worse still: rank 1 + k / 2, an MRR of
+    2 / (k + 2)."""
+    def chance(metric: str, k: int) -> float:
+        if metric == "mrr":
+            return sum(1 / r for r in range(1, k + 2)) / (k + 1)
+        return min(int(metric.removeprefix("hits@")), k + 1) / (k + 1)
+    return chance
+
+
 # -- the GPU program: say which gpu_compile tests ran and how they ended ------------------
 
 _GPU_COMPILE: dict[str, str] = {}

@@ -89,8 +89,11 @@ def test_missing_and_malformed_files_are_reported(tmp_path):
     (["model.attn_dropout=0.2"], "no attention to drop"),
     (["model.num_layers=1", "train.fanouts=[2]", "train.eval_fanouts=[-1]"],
      "model.num_layers >= 2"),
-    (["train.mode=full"], "task: node, train.mode: sampled"),
-    (["task=link"], "task: node, train.mode: sampled"),
+    # No kind of job trains these: the table's refusal lists the kinds that exist.
+    (["train.mode=full"], "no kind of job trains task node with train.mode full and "
+                          "train.sampler control_variate"),
+    (["task=link"], "no kind of job trains task link with train.mode sampled and "
+                    "train.sampler control_variate"),
 ])
 def test_control_variates_refuse_what_their_estimator_cannot_do_naming_the_key(settings,
                                                                                  message):
@@ -98,8 +101,8 @@ def test_control_variates_refuse_what_their_estimator_cannot_do_naming_the_key(s
     base = ["train.sampler=control_variate", "model.dropout=0"]
     with pytest.raises(ConfigError) as err:
         override(Run(), base + settings)
-    assert "train.sampler: control_variate" in str(err.value)
     assert message in str(err.value)
+    assert "control_variate" in str(err.value)
     override(Run(), base)          # mean GraphSAGE without dropout is accepted
     override(Run(), base + ["model.dropout=0.5", "model.input_dropout=0.2",
                             "train.history_refresh=3"])          # and with it (CVD)

@@ -3,8 +3,11 @@ README and of every guide in docs/ (each bash block in a folder of its own, its 
 one after another), each page's Python blocks in order in one fresh process (they
 build on each other), and every script in `examples/` with the small settings its
 docstring names, from a folder laid out like a checkout (`experiments/`, `examples/`,
-and `../shared` beside it). docs/settings.md is what its generator writes now."""
+and `../shared` beside it); each block prints what the page shows it printing (see
+"What the blocks print"). docs/settings.md is what its generator writes now."""
+import doctest
 import importlib.util
+import itertools
 import os
 import re
 import shlex
@@ -56,6 +59,59 @@ def run_python(code_or_path, cwd: Path, args=(), timeout: int = 600):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+# -- What the blocks print ------------------------------------------------------------------
+#
+# A block whose commands or code print (to stdout: progress goes to stderr) is followed,
+# with nothing but blank lines between, by a ```text block of what it prints: what a
+# reader will see. The test compares the two, lines' trailing spaces aside:
+# - with doctest's ELLIPSIS: `...` in the shown output stands for any text, within a line
+#   or across lines. The pages write it for what differs between runs or machines:
+#   timings, memory, absolute paths, other libraries' chatter.
+# - with the numbers masked on both sides (`shape`, as for the examples) where the test
+#   runs other settings than the block shows (`jgraph train` on SMALL_TRAINING) or the
+#   figures are learned in floating point, whose last digits can differ between CPUs
+#   (LEARNED): the page shows the figures of the block as written, run on one machine,
+#   and the comparison checks all else; PRINTS checks what those figures must meet.
+# Every other figure is compared exactly. A block that prints and shows nothing fails.
+
+
+def shown_outputs(path: Path) -> dict[int, str]:
+    """{first line of a bash or Python block: the text block right after it}."""
+    text = path.read_text()
+    fences = list(FENCE.finditer(text))
+    return {text.count("\n", 0, block.start()) + 1: after[2]
+            for block, after in itertools.pairwise(fences)
+            if block[1] in ("bash", "python") and after[1] == "text"
+            and not text[block.end():after.start()].strip()}
+
+
+def tidy(text: str) -> str:
+    """Lines without trailing spaces, no blank lines at either end, a final newline."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[0]:
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    return "".join(line + "\n" for line in lines)
+
+
+def assert_prints_as_shown(where: str, shown: str | None, printed: str, masked: bool):
+    """`printed` is what the page shows (`shown`: None where it shows nothing)."""
+    if shown is None:
+        assert not printed.strip(), (f"{where} prints, and the page shows nothing: add what "
+                                     f"it prints as a ```text block right after it",
+                                     printed[-3000:])
+        return
+    want, got = tidy(shown), tidy(printed)
+    if masked:
+        want, got = shape(want), shape(got)
+    checker = doctest.OutputChecker()
+    assert checker.check_output(want, got, doctest.ELLIPSIS), (
+        f"{where} prints other than the page shows"
+        f"{' (numbers masked)' if masked else ''}:\n"
+        + checker.output_difference(doctest.Example("", want), got, doctest.ELLIPSIS))
 
 
 def test_there_are_guides_and_every_block_is_python_bash_or_a_text_listing():
@@ -124,6 +180,7 @@ def test_the_shell_blocks_run(tmp_path, page, line, commands, epoch_bound_flags)
     skip_without_shared_data(f"{page} line {line}", " ".join(commands))
     main = checkout_like(tmp_path)
     jgraph = shutil.which("jgraph") or str(Path(sys.executable).parent / "jgraph")
+    printed, shortened = [], False          # shortened: run on SMALL_TRAINING
     for command in commands:
         argv = small(shlex.split(command))
         if argv[0] == "jgraph":
@@ -136,14 +193,10 @@ def test_the_shell_blocks_run(tmp_path, page, line, commands, epoch_bound_flags)
         out = subprocess.run(argv, cwd=main, capture_output=True, text=True, timeout=600,
                              env=env)
         assert out.returncode == 0, (f"{page} line {line}: {command}", out.stderr[-3000:])
-
-
-def printed_true_first(printed: list[str]) -> None:
-    assert any(p.startswith("True ") for p in printed)      # the fetched rows are the features
-
-
-def printed_two_blocks(printed: list[str]) -> None:
-    assert printed[-1].startswith("2 ")                    # two blocks, then sampled edges
+        printed.append(out.stdout)
+        shortened |= argv[1:] != shlex.split(command)[1:]
+    assert_prints_as_shown(f"{page} line {line}", shown_outputs(ROOT / page).get(line),
+                           "".join(printed), masked=shortened)
 
 
 def printed_two_accuracies(printed: list[str]) -> None:
@@ -151,12 +204,24 @@ def printed_two_accuracies(printed: list[str]) -> None:
     assert accuracies[0] > 0.5 and accuracies[1] == pytest.approx(accuracies[0], abs=0.002)
 
 
-# What a page's Python blocks print, checked beyond their running without an error.
+def printed_four_classes(printed: list[str]) -> None:
+    classes = [int(x) for x in printed[-1].strip("[]").split()]   # run.predict: cora's 7
+    assert len(classes) == 4 and all(0 <= c < 7 for c in classes) and classes[1] == classes[2]
+
+
+# What a page's learned figures must meet (the comparison with the page masks them).
 PRINTS = {
-    "docs/exchange.md": printed_true_first,
-    "docs/sampling.md": printed_two_blocks,
     "docs/training.md": printed_two_accuracies,
+    "docs/outputs.md": printed_four_classes,
 }
+# The Python blocks whose printed figures are learned (their numbers masked when compared
+# with the page), by a piece of their code: {page: piece}.
+LEARNED = {
+    "docs/training.md": "jgraph.evaluate(",
+    "docs/outputs.md": "run.predict(",
+}
+# Printed after each Python block of a page, to tell the blocks' output apart.
+END_OF_BLOCK = "<<<end of a docs block>>>"
 
 
 def python_pages() -> list[str]:
@@ -166,6 +231,19 @@ def python_pages() -> list[str]:
 
 def test_the_pages_whose_output_is_checked_have_python_blocks():
     assert set(PRINTS) <= set(python_pages())
+    for page, piece in LEARNED.items():
+        assert any(lang == "python" and piece in code
+                   for lang, _, code in code_blocks(ROOT / page)), (page, piece)
+
+
+def test_every_shown_output_follows_a_block_the_suite_runs():
+    """A text block right after a code block is its output: the block must run (a bash
+    block of no command to run, `pip install` alone, would leave it unchecked)."""
+    for page in PAGES:
+        blocks = {line: (lang, code) for lang, line, code in code_blocks(page)}
+        for line in shown_outputs(page):
+            lang, code = blocks[line]
+            assert lang == "python" or shell_commands(code), (page_name(page), line)
 
 
 @pytest.mark.slow      # partitions facebook_musae, compiles 8-device programs, trains
@@ -173,11 +251,18 @@ def test_the_pages_whose_output_is_checked_have_python_blocks():
 def test_a_pages_python_blocks_run_in_order_in_one_process(tmp_path, page):
     blocks = [(line, code) for lang, line, code in code_blocks(ROOT / page)
               if lang == "python"]
-    script = "\n".join(f"# {page} line {line}\n{code}" for line, code in blocks)
+    script = "\n".join(f"# {page} line {line}\n{code}\nprint({END_OF_BLOCK!r}, flush=True)"
+                       for line, code in blocks)
     skip_without_shared_data(page, script)
     out = run_python(script, checkout_like(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
-    PRINTS.get(page, lambda printed: None)(out.stdout.splitlines())
+    printed = out.stdout.split(END_OF_BLOCK + "\n")
+    assert len(printed) == len(blocks) + 1 and not printed[-1], out.stdout[-3000:]
+    shown, learned = shown_outputs(ROOT / page), LEARNED.get(page)
+    for (line, code), text in zip(blocks, printed):
+        assert_prints_as_shown(f"{page} line {line}", shown.get(line), text,
+                               masked=learned is not None and learned in code)
+    PRINTS.get(page, lambda printed: None)("".join(printed).splitlines())
 
 
 # Each example with the small settings the test runs it with (its docstring's figures

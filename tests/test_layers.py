@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # independent of each other.
 LAYERS = [
     {"jgraph.progress", "jgraph.config", "jgraph.hashing", "jgraph.mesh", "jgraph.cost",
-     "jgraph.atomic"},
+     "jgraph.atomic", "jgraph.segments"},
     {"jgraph.data"},
     {"jgraph.partition"},
     {"jgraph.exchange", "jgraph.target", "jgraph.kernels"},

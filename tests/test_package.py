@@ -1,6 +1,7 @@
 """The package's own promises: devices for tests, kernels mapping, no import side effects."""
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import pytest
@@ -60,3 +61,15 @@ def test_the_wheel_ships_every_package_and_its_data(tmp_path):
     assert "jgraph/kernels/sample.py" in names
     assert "jgraph/data/builtin/cora.npz" in names
     assert any(n.startswith("jgraph/targets/") and n.endswith(".txtpb") for n in names)
+
+
+def test_tests_mirror_the_package():
+    """Every package of jgraph (and `kernels`, shipped as jgraph.kernels) has its folder
+    of tests, and every folder of tests is a package's or a module's (`jgraph.launch`)."""
+    root = Path(__file__).resolve().parents[1]
+    packages = {p.parent.name for p in (root / "jgraph").glob("*/__init__.py")} | {"kernels"}
+    modules = {p.stem for p in (root / "jgraph").glob("*.py")}
+    folders = {p.name for p in (root / "tests").iterdir()
+               if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert packages <= folders, sorted(packages - folders)
+    assert folders <= packages | modules, sorted(folders - packages - modules)

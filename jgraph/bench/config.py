@@ -14,14 +14,12 @@ import dataclasses
 
 from jgraph.config import ConfigError
 from jgraph.exchange import ExchangeConfig, Strategy
+from jgraph.jobs import kind_of
 from jgraph.jobs.experiment import (
     DataConfig,
     Experiment,
-    LinkConfig,
     ModelConfig,
-    Task,
     TrainConfig,
-    check_layers,
 )
 from jgraph.kernels.sample import IMPLS
 
@@ -63,43 +61,41 @@ class SampleBench:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainBench:
-    """`jgraph bench train`: the whole GraphSAGE training step over whole epochs.
+class TrainBench(Experiment):
+    """`jgraph bench train`: the whole training step over whole epochs.
 
-    data, train, exchange: as for `jgraph train` (train.profile: a directory for a JAX
-    profiler trace, "" = none). model: hidden, aggregator; num_layers = one per fanout.
-    task: node (classification over train_idx) or link (prediction over the graph's
-    edges, split as `link` says; batch_size counts positive edges). breakdown: also
-    time each phase of the step (`jgraph.bench.profile`; node classification). steps:
-    time this many steps (after one warm-up step) instead of whole epochs (0), for
-    graphs whose epoch is long: each is a step of the same epoch order.
+    The experiment's own sections and task (`Experiment`: the run it times is the one
+    `jgraph train` would build from them), with the benchmark workload's data, model
+    and train defaults (train.profile: a directory for a JAX profiler trace, "" =
+    none). breakdown: also time each phase of the step (`jgraph.bench.profile`; node
+    classification). steps: time this many steps (after one warm-up step) instead of
+    whole epochs (0), for graphs whose epoch is long: each is a step of the same epoch
+    order.
     """
 
+    name: str = "bench_train"
     data: DataConfig = WORKLOAD_DATA
     model: ModelConfig = WORKLOAD_MODEL
     train: TrainConfig = WORKLOAD_TRAIN
-    exchange: ExchangeConfig = ExchangeConfig()
-    task: Task = Task.NODE
-    link: LinkConfig = LinkConfig()
     breakdown: bool = False
     steps: int = 0
 
     def __post_init__(self):
         _check_devices(self.data)
-        check_layers(self.model, self.train)
+        super().__post_init__()                     # its kind's rules
         if self.steps < 0:
             raise ConfigError(f"steps is {self.steps}: the steps to time (0 = whole "
                               f"epochs), not negative")
-        if self.task is Task.LINK and (self.breakdown or self.train.profile):
-            raise ConfigError("breakdown (and profile, which implies it) times the phases "
-                              "of node classification's step; run task=link without it")
+        kind = kind_of(self)
+        if not kind.timed_by_phase and (self.breakdown or self.train.profile):
+            raise ConfigError(f"breakdown (and profile, which implies it) times the phases "
+                              f"of node classification's step; run {kind.title} without it")
 
     def experiment(self, partition_dir: str) -> Experiment:
         """The experiment the bench trains, on the partitions in `partition_dir`."""
-        return Experiment(name="bench_train", task=self.task,
-                          data=dataclasses.replace(self.data, path=partition_dir),
-                          model=self.model, train=self.train, exchange=self.exchange,
-                          link=self.link)
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(Experiment)}
+        return Experiment(**{**own, "data": dataclasses.replace(self.data,
+                                                                path=partition_dir)})
 
 
 @dataclasses.dataclass(frozen=True)

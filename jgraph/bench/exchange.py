@@ -33,7 +33,7 @@ import numpy as np
 from jgraph.bench.common import memory_shortage, partition_on_mesh
 from jgraph.bench.config import ExchangeBench
 from jgraph.data import SparseRows
-from jgraph.exchange import Sizing
+from jgraph.exchange import CacheBy, Sizing
 from jgraph.exchange import row_bytes as stored_row_bytes
 from jgraph.mesh import first_devices, rows_sharding
 from jgraph.partition import PartitionBook
@@ -182,7 +182,7 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
             batches = request_batches(dg, cfg, rng)
         cache = HotCache.empty()
         if cfg.exchange.cache > 0:
-            if cfg.exchange.cache_by == "degree":
+            if cfg.exchange.cache_by is CacheBy.DEGREE:
                 scores = dg.degrees()[1]
             else:   # counted over warm-up batches distinct from the measured ones
                 warm = request_batches(dg, cfg, np.random.default_rng(cfg.train.seed + 1))
@@ -242,7 +242,7 @@ def bench_exchange(cfg: ExchangeBench, progress: Progress) -> Iterator[dict]:
                 "remote_ids": float(np.mean([int(s.non_local) for s in stats])),
                 "cache_hits": float(np.mean([int(s.cached) for s in stats])),
                 "cache_fraction": cfg.exchange.cache, "cache_rows": len(cache),
-                "cache_by": cfg.exchange.cache_by,
+                "cache_by": cfg.exchange.cache_by.value,
                 "row_bytes": row_bytes, "batch_size": cfg.train.batch_size,
                 "fanouts": list(cfg.train.fanouts), "edge_cut_fraction": meta.edge_cut_fraction,
                 "growth": cfg.exchange.growth,

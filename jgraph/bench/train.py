@@ -27,10 +27,8 @@ from jgraph.bench.common import partition_on_mesh
 from jgraph.bench.config import TrainBench
 from jgraph.bench.profile import phase_breakdown
 from jgraph.exchange import ExchangeStats
-from jgraph.jobs import build_run
-from jgraph.jobs.dataset import preparation
-from jgraph.jobs.experiment import Task
-from jgraph.jobs.run import calibrated_exchange, calibrated_sampler, check_stats
+from jgraph.jobs import build_run, kind_of
+from jgraph.jobs.run import check_stats
 from jgraph.partition.files import peak_rss_bytes
 from jgraph.progress import Progress
 
@@ -42,18 +40,13 @@ def is_exchange_stats(x) -> bool:
 
 
 def bench_train(cfg: TrainBench, progress: Progress) -> dict:
-    link = cfg.task is Task.LINK
-    held_out = preparation(cfg.experiment("")).held_out
+    kind = kind_of(cfg)
+    splits, node_data = (("train",), ("feat", "label")) if kind.node_splits else ((), ("feat",))
     with partition_on_mesh(cfg.data, seed=cfg.train.seed, bench="train", progress=progress,
-                           splits=() if link else ("train",),
-                           node_data=("feat",) if link else ("feat", "label"),
-                           held_out=held_out) as (meta, dg):
+                           splits=splits, node_data=node_data,
+                           held_out=kind.preparation(cfg).held_out) as (meta, dg):
         run = build_run(cfg.experiment(dg.parts.root), dg)
-        job = run.job
-        if job.samples:          # full-batch training samples nothing
-            if cfg.train.calibrate_capacities:
-                job = calibrated_sampler(run, progress)
-            job = calibrated_exchange(job, dg.graph, progress=progress)
+        job = kind.sized(run, run.job, {}, progress=progress)
     loader = job.loader
     step = job.compile_train(dg.graph)
     data = job.data(dg.graph)
@@ -100,7 +93,7 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
     applied = [m for m in outs if bool(m["applied"])]
     for m in applied:
         check_stats(m["stats"])
-    seeds = sum(int(m["count"]) for m in applied)       # positive edges for link
+    seeds = sum(int(m["count"]) for m in applied)       # what the loader deals
     exchanges = [[s for s in jax.tree.leaves(m["stats"], is_leaf=is_exchange_stats)
                   if is_exchange_stats(s)] for m in applied]
     extra = {}
@@ -122,15 +115,13 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         extra["phase_seconds"] = phases
     return {
         "bench": "train", "graph": meta.graph_name, "devices": dg.mesh.size,
-        "method": meta.method, "task": cfg.task.value, "mode": cfg.train.mode.value,
-        "model": "graphsage", "layers": cfg.model.num_layers,
+        "method": meta.method, "task": cfg.task, "mode": cfg.train.mode,
+        "model": cfg.model.kind, "layers": cfg.model.num_layers,
         "hidden": cfg.model.hidden, "aggregator": cfg.model.aggregator.value,
-        "fanouts": list(cfg.train.fanouts) if job.samples else None,
-        "batch_size": cfg.train.batch_size if job.samples else None, "optimizer": "adam",
+        "optimizer": cfg.train.optimizer.value,
         "epochs": 0 if cfg.steps else cfg.train.epochs,
         "steps": len(outs),
-        "edges_per_epoch" if link else "seeds_per_epoch": loader.num_seeds,
-        "seconds": seconds, run.kind.rate: seeds / seconds,
+        "seconds": seconds, kind.rate: seeds / seconds,
         "step_seconds": seconds / len(outs),
         "compile_seconds": compile_s, "lower_seconds": lower_s,
         # The process's peak memory: the host's copy of the partitions and, on CPU,
@@ -138,19 +129,10 @@ def bench_train(cfg: TrainBench, progress: Progress) -> dict:
         "peak_rss_bytes": peak_rss_bytes(),
         "final_loss": float(outs[-1]["loss"]),
         "strategy": job.exchange.config.strategy.value, "precision": cfg.train.precision.value,
-        "sampler": cfg.train.sampler.value,
-        # Control variates' history tables: one per layer above the first, every node's
-        # row (bytes on each device).
-        "history_bytes_per_device": sum(h.nbytes for h in state.histories) // dg.mesh.size,
-        "capacities": list(job.sampler.capacities or job.sampler.worst_case(
-            dg.graph, job.seeds_per_step)) if job.samples else None,
-        "worst_case_capacities": (job.sampler.worst_case(dg.graph, job.seeds_per_step)
-                                  if job.samples else None),
-        **({"negatives": cfg.link.negatives,
-            "negative_sampler": cfg.link.negative_sampler.value,
-            "exclude": cfg.link.exclude} if link else {}),
+        "sampler": cfg.train.sampler,
+        **kind.bench_fields(run, job, state),
         "refused_steps": len(outs) - len(applied),
-        "cache": cfg.exchange.cache, "cache_by": cfg.exchange.cache_by,
+        "cache": cfg.exchange.cache, "cache_by": cfg.exchange.cache_by.value,
         "cache_rows": sum(len(c) for c in job.inputs.caches.values()),
         "wire_bytes_per_step": float(np.mean([sum(float(s.wire_bytes) for s in e)
                                               for e in exchanges])) if exchanges else 0.0,

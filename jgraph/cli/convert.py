@@ -8,7 +8,6 @@ import json
 import os
 import time
 
-import jgraph.progress as logs
 from jgraph.atomic import scratch_beside
 from jgraph.cli import preparation
 from jgraph.cli.partition import DefaultsShown, peak_rss_bytes
@@ -18,7 +17,7 @@ from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, convert, is_str
 from jgraph.data.dgl import is_dgl_chunked_dir
 from jgraph.data.prepare_chunked import prepare_chunked
 from jgraph.data.tables import convert_tables, is_schema_file
-from jgraph.progress import Progress
+from jgraph.progress import LOGGER, Progress
 
 
 def add_commands(sub) -> None:
@@ -67,7 +66,7 @@ def run_convert(args) -> int:
     streamed = (is_streamed(args.input) or is_dgl_chunked_dir(args.input)
                 or is_chunked_dir(args.input))
     how = "from tables" if tables else "streamed" if streamed else "read whole"
-    logs.LOGGER.info("jgraph convert %s -> %s (%s)", args.input, args.out, how)
+    LOGGER.info("jgraph convert %s -> %s (%s)", args.input, args.out, how)
     write = convert_tables if tables else convert
     progress = Progress(enabled=True)
     if not asked.steps:

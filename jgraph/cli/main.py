@@ -5,7 +5,6 @@ import argparse
 import os
 import sys
 
-import jgraph.progress as logs
 from jgraph.cli import bench as bench_cmd
 from jgraph.cli import compile as compile_cmd
 from jgraph.cli import convert as convert_cmd
@@ -16,6 +15,8 @@ from jgraph.cli.devices import UsageError
 from jgraph.config import ConfigError
 from jgraph.data import DatasetError, GraphError
 from jgraph.partition import IdRangeError, PartitionError, PartitionFormatError
+from jgraph.progress import level_of
+from jgraph.progress import setup as setup_logging
 
 # Set to see the Python traceback of an operating-system error (reported in one line).
 TRACEBACK_ENV = "JGRAPH_TRACEBACK"
@@ -86,7 +87,7 @@ def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logs.setup(logs.level_of(args.quiet, args.verbose), command=True)
+    setup_logging(level_of(args.quiet, args.verbose), command=True)
     try:
         return args.run(args) or 0
     except OSError as e:

@@ -12,7 +12,6 @@ import traceback
 
 import numpy as np
 
-import jgraph.progress as logs
 from jgraph.cli import preparation
 from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.data import GraphError, is_chunked_dir, load_dataset, open_chunked
@@ -25,7 +24,7 @@ from jgraph.partition.chunked import ChunkedOptions, partition_chunked, peak_rss
 from jgraph.partition.files import limit_arenas
 from jgraph.partition.group import Group
 from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
-from jgraph.progress import Progress
+from jgraph.progress import LOGGER, Progress
 
 
 class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
@@ -185,7 +184,7 @@ def run_partition(args) -> int:
                              f"directory (jgraph convert writes one) with the bounded-memory "
                              f"method; run other inputs as one process")
     args.method = args.method or ("given" if args.assignment else "metis")
-    logs.LOGGER.info("jgraph partition %s -> %s (%d parts, %s)", args.dataset, args.out,
+    LOGGER.info("jgraph partition %s -> %s (%d parts, %s)", args.dataset, args.out,
                      args.num_parts, args.method)
     try:
         asked = preparation.from_args(args)
@@ -223,7 +222,7 @@ def run_partition(args) -> int:
 def run_chunked(args, start: float, progress: Progress) -> int:
     """`jgraph partition CHUNKED_DIR`: the bounded-memory route."""
     args.method = (Method.GIVEN if args.assignment else Method.MULTILEVEL).value
-    logs.LOGGER.info("jgraph partition %s -> %s (%d parts, %s, in bounded memory)",
+    LOGGER.info("jgraph partition %s -> %s (%d parts, %s, in bounded memory)",
                      args.dataset, args.out, args.num_parts, args.method)
     options = ChunkedOptions(args.num_parts, seed=args.seed, tolerance=args.balance_tolerance,
                              range_entries=args.range_entries,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-import jgraph.progress as logs
+from jgraph.progress import get as get_logger
 
 
 def add_commands(sub) -> None:
@@ -17,7 +17,8 @@ def add_commands(sub) -> None:
                        metavar="KEY=VALUE",
                        help="override config fields, e.g. --set model.hidden=128 "
                             "train.epochs=5 (repeatable)")
-    train.add_argument("--workdir", help="where the run writes (default runs/<config name>)")
+    train.add_argument("--workdir", help="where the run writes (default runs/<the config file's "
+                       "name>, e.g. runs/sage_cora)")
     train.add_argument("--devices", type=int,
                        help="simulate this many devices on CPU (on accelerators the mesh "
                             "uses the devices there); per process in a multi-process job")
@@ -53,17 +54,17 @@ def run_train(args) -> int:
     from jgraph.progress import Progress
     from jgraph.train.loop import Resume, RunStopped, train_and_evaluate
     from jgraph.train.report import strict_json
+    from jgraph.train.workdir import default_workdir
 
     config = load(Experiment, args.config, args.assignments)
-    workdir = args.workdir or os.path.join(
-        "runs", os.path.splitext(os.path.basename(args.config))[0])
+    workdir = args.workdir or default_workdir(args.config, config.name)
     resume = Resume.REQUIRE if args.resume else Resume.FRESH if args.fresh else Resume.AUTO
     first = jax.process_index() == 0          # one process speaks for a multi-process job
     try:
         result = train_and_evaluate(config, workdir,
                                     Progress(enabled=first and not args.quiet), resume)
     except RunStopped as stopped:
-        logs.get("train").warning("jgraph train: %s", stopped)
+        get_logger("train").warning("jgraph train: %s", stopped)
         return 128 + stopped.signum
     # The scores (val_acc ... or val_mrr, test_hits@k ...), then how the run went.
     scores = [k for k in result if k.startswith(("val_", "test_"))]

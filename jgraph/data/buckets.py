@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 
+import jgraph.segments as segments
+
 
 @dataclasses.dataclass
 class EdgeBlock:
@@ -58,8 +60,7 @@ class BucketFiles:
 
     def scatter(self, which: np.ndarray, count: int, b: EdgeBlock) -> None:
         """Each edge of `b` appended to its bucket `which` (int[e] in [0, count))."""
-        order = np.argsort(which, kind="stable")
-        cuts = np.searchsorted(which[order], np.arange(count + 1))
+        order, cuts = segments.group_by(which, count)
         for k in np.flatnonzero(np.diff(cuts)):
             self.append(int(k), b.take(order[cuts[k]:cuts[k + 1]]))
 

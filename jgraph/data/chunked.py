@@ -68,6 +68,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.atomic import atomic_dir, occupied
 from jgraph.data.graph import (
     DEFAULT_NTYPE,
@@ -128,7 +129,7 @@ class Chunks:
     @property
     def starts(self) -> np.ndarray:
         """int64[chunks + 1]: chunk i holds rows [starts[i], starts[i + 1])."""
-        return np.concatenate([[0], np.cumsum(self.rows, dtype=np.int64)])
+        return segments.offsets(self.rows)
 
     @property
     def num_rows(self) -> int:
@@ -426,7 +427,7 @@ class ChunkedGraph:
 
     def type_offsets(self) -> np.ndarray:
         """int64[T+1]: node type t has homogeneous ids [offsets[t], offsets[t+1])."""
-        return np.concatenate([[0], np.cumsum(list(self.num_nodes.values()))]).astype(np.int64)
+        return segments.offsets(list(self.num_nodes.values()))
 
     def path(self, relative: str) -> str:
         return os.path.join(self.root, relative)
@@ -600,8 +601,7 @@ class ChunkedGraph:
         offsets = dict(zip(self.node_types, self.type_offsets()))
         # Relations are grouped in relation order (stable), so the in-memory edge ids
         # equal the stored ones wherever the chunks store relations one after another.
-        order = np.argsort(etype, kind="stable")
-        bounds = np.searchsorted(etype[order], np.arange(len(self.relations) + 1))
+        order, bounds = segments.group_by(etype, len(self.relations))
         edges, edge_data = {}, {}
         data = {name: cat([np.asarray(self.load(f)) for f in c.files],
                           c.dtype).reshape(-1, *c.shape)
@@ -683,8 +683,8 @@ class ChunkedWriter:
         self.overwrite = overwrite
         # What was done to the graph before it was written (`jgraph.data.prepare`).
         self.preparation = dict(preparation) if preparation else None
-        self._offsets = dict(zip(self.num_nodes, np.concatenate(
-            [[0], np.cumsum(list(self.num_nodes.values()))])))
+        self._offsets = dict(zip(self.num_nodes,
+                                 segments.offsets(list(self.num_nodes.values()))))
         self._total = sum(self.num_nodes.values())
         self._edges: dict[str, list] = {"rows": [], "src": [], "dst": [], "etype": []}
         self._edge_data: dict[str, dict] = {}

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.sparse import SparseRows
 
 DEFAULT_NTYPE = "_N"
@@ -222,12 +223,11 @@ class Graph:
 
     def type_offsets(self) -> np.ndarray:
         """int64[T+1]: node type t has homogeneous ids [offsets[t], offsets[t+1])."""
-        return np.concatenate([[0], np.cumsum(list(self.num_nodes.values()))]).astype(np.int64)
+        return segments.offsets(list(self.num_nodes.values()))
 
     def node_type_ids(self) -> np.ndarray:
         """int32[total_nodes]: the type id of each node in the homogeneous id space."""
-        counts = list(self.num_nodes.values())
-        return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        return segments.segment_ids(list(self.num_nodes.values()), np.int32)
 
     def homogeneous_edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(src, dst, etype): every edge in homogeneous ids, relations in order.

@@ -32,6 +32,7 @@ import dataclasses
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.buckets import BucketFiles, EdgeBlock
 from jgraph.data.chunked import ChunkedGraph, ChunkedWriter
 from jgraph.data.graph import GraphError
@@ -107,8 +108,8 @@ def draw(graph: ChunkedGraph, held_out: HeldOut, symmetrize: bool, w: ChunkedWri
     check_fractions(h.val_fraction, h.test_fraction, h.eval_negatives)
     relations = Relations.of(graph)
     per_relation = np.maximum(1, -(-_relation_edges(graph) // bucket_edges))
-    first = np.concatenate([[0], np.cumsum(per_relation)])
-    relation_of = np.repeat(np.arange(per_relation.size), per_relation)
+    first = segments.offsets(per_relation)
+    relation_of = segments.segment_ids(per_relation)
     files = BucketFiles(scratch)
     count = sum(-(-rows // block_edges) for rows in graph.edges["src"].rows)
     for _, _, chunk in progress.iterate(graph.edge_blocks(block_edges),
@@ -134,7 +135,7 @@ def draw(graph: ChunkedGraph, held_out: HeldOut, symmetrize: bool, w: ChunkedWri
     distinct = pairs if undirected else edges
     totals = np.add.reduceat(distinct, first[:-1])
     # Each bucket's first rank among its relation's keys.
-    before = np.cumsum(distinct) - distinct
+    before = segments.exclusive_sum(distinct)
     rank0 = before - before[first[:-1]][relation_of]
     counts = [held_out_counts(int(c), h.val_fraction, h.test_fraction) for c in totals]
     cut_hash = np.zeros(per_relation.size, np.uint64)

@@ -27,6 +27,7 @@ import zipfile
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.graph import DEFAULT_NTYPE, DEFAULT_REL, Graph, GraphError, Relation
 from jgraph.data.sparse import SparseRows
 
@@ -146,8 +147,7 @@ def _relational(arrays: dict, name: str) -> Graph:
     names = [str(n) for n in arrays.get("rel_names", [f"r{i}" for i in range(num_rel)])]
     if len(names) != num_rel:
         raise GraphError(f"rel_names has {len(names)} entries, num_relations is {num_rel}")
-    order = np.argsort(etype, kind="stable")
-    bounds = np.searchsorted(etype[order], np.arange(num_rel + 1))
+    order, bounds = segments.group_by(etype, num_rel)
     edata = _extra(arrays, "edata__")
     edges, edge_data = {}, {}
     for r in range(num_rel):

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.atomic import scratch_beside
 from jgraph.data.buckets import BucketFiles, EdgeBlock
 from jgraph.data.chunked import ChunkedGraph, ChunkedWriter, open_chunked
@@ -179,8 +180,7 @@ class _Edges:
             files = BucketFiles(scratch, {name: (c.dtype, c.shape)
                                           for name, c in self.graph.edge_data.items()})
             for b in self.blocks():
-                files.scatter(np.searchsorted(bounds, b.dst, side="right") - 1,
-                              len(bounds) - 1, b)
+                files.scatter(segments.segment_of(bounds, b.dst), len(bounds) - 1, b)
             for k in self.progress.iterate(range(len(bounds) - 1), "deduplicating",
                                            len(bounds) - 1):
                 b = files.read(k)
@@ -198,13 +198,7 @@ class _Edges:
         degree = np.zeros(self.graph.total_nodes, np.int64)
         for b in self.blocks():
             degree += np.bincount(b.dst, minlength=degree.size)
-        total = np.cumsum(degree)
-        bounds = [0]
-        while bounds[-1] < degree.size:
-            start = total[bounds[-1] - 1] if bounds[-1] else 0
-            end = int(np.searchsorted(total, start + bucket_edges, side="right"))
-            bounds.append(max(end, bounds[-1] + 1))
-        return np.asarray(bounds, np.int64)
+        return segments.range_bounds(degree, bucket_edges)
 
     def self_loops(self) -> None:
         """A self-loop for every node of a same-type relation that has none yet."""

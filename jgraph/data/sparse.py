@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+import jgraph.segments as segments
+
 
 @dataclasses.dataclass(frozen=True)
 class SparseRows:
@@ -67,8 +69,8 @@ class SparseRows:
             raise ValueError(f"{what}: column {int(indices[bad])} at position {bad} is out "
                              f"of range [0, {width})")
         k = max(int(counts.max(initial=0)), 1)
-        row = np.repeat(np.arange(n), counts)
-        slot = np.arange(indices.size) - indptr[row]
+        row = segments.segment_ids(counts)
+        slot = segments.segment_positions(counts)
         out_idx = np.zeros((n, k), np.int32)
         out_val = np.zeros((n, k), data.dtype)
         out_idx[row, slot] = indices
@@ -82,7 +84,7 @@ class SparseRows:
         if x.ndim != 2:
             raise ValueError(f"sparse rows come from a matrix, got shape {list(x.shape)}")
         row, col = np.nonzero(x)
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=x.shape[0]))])
+        indptr = segments.offsets(np.bincount(row, minlength=x.shape[0]))
         return cls.from_csr(indptr, col, x[row, col], x.shape)
 
     def pays(self) -> bool:
@@ -146,7 +148,7 @@ class SparseRows:
         """(indptr, indices, data) of the stored non-zeros, row by row."""
         idx, val = np.asarray(self.indices), np.asarray(self.values)
         keep = val != 0
-        indptr = np.concatenate([[0], np.cumsum(keep.sum(1))]).astype(np.int64)
+        indptr = segments.offsets(keep.sum(1))
         return indptr, idx[keep].astype(np.int64), val[keep]
 
     def todense(self):

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.chunked import ChunkedGraph, ChunkedWriter, check_chunked_out, open_chunked
 from jgraph.data.graph import Graph
 from jgraph.data.npz import DatasetError
@@ -166,7 +167,7 @@ def generate(spec: SyntheticSpec | str) -> Graph:
         noise = rng.standard_normal((n, spec.feat))
         node_data["feat"] = (centroids[label] + noise).astype(np.float32)
     order = rng.permutation(n)
-    sizes = np.cumsum([0] + [int(round(f * n)) for f in (spec.train, spec.val, spec.test)])
+    sizes = segments.offsets([int(round(f * n)) for f in (spec.train, spec.val, spec.test)])
     splits = {k: np.sort(order[sizes[i]:sizes[i + 1]])
               for i, k in enumerate(("train", "val", "test"))}
     return Graph.homogeneous(src, dst, n, name=spec.name, node_data=node_data, splits=splits)
@@ -222,7 +223,7 @@ def _block_edges(rng, m: int, weight, label, classes: int, homophily: float):
     by_class = np.argsort(label, kind="stable")
     in_class = _Sampler(weight[by_class])
     class_mass = np.bincount(label, weights=weight, minlength=classes)
-    class_start = np.cumsum(class_mass) - class_mass   # classes are in order in by_class
+    class_start = segments.exclusive_sum(class_mass)   # classes are in order in by_class
     dst = anyone(rng.random(m) * anyone.total)
     c = label[dst]
     same = by_class[in_class(class_start[c] + rng.random(m) * class_mass[c])]
@@ -236,7 +237,7 @@ def _same_class_sources(rng, src, dst, label, classes: int, homophily: float):
     of its destination's class (R-MAT itself carries no label signal)."""
     by_class = np.argsort(label, kind="stable")
     count = np.bincount(label, minlength=classes)
-    start = np.cumsum(count) - count
+    start = segments.exclusive_sum(count)
     c = label[dst]
     same = by_class[start[c] + (rng.random(dst.size) * count[c]).astype(np.int64)]
     return np.where(rng.random(dst.size) < homophily, same, src), dst
@@ -367,7 +368,7 @@ class _EdgeDraws:
         self.buckets = -(-self.n // (1 << shift))
         self.members = np.argsort(label, kind="stable").astype(np.int32)
         self.count = np.bincount(label, minlength=spec.classes)
-        self.start = np.cumsum(self.count) - self.count
+        self.start = segments.exclusive_sum(self.count)
 
     def block(self, index: int, m: int) -> tuple[np.ndarray, np.ndarray]:
         """Block `index` of m draws: (int64[k] keys dst << 32 | src of its non-loop edges,
@@ -406,7 +407,7 @@ class _Buckets:
             files = [stack.enter_context(open(self.path(b, "raw"), "ab"))
                      for b in range(self.count)]
             for keys, per_bucket in blocks:
-                bounds = np.concatenate([[0], np.cumsum(per_bucket)])
+                bounds = segments.offsets(per_bucket)
                 for b in np.flatnonzero(per_bucket):
                     keys[bounds[b]:bounds[b + 1]].tofile(files[b])
 
@@ -669,7 +670,7 @@ def _write_splits(writer: ChunkedWriter, spec: SyntheticSpec, rows_per_chunk: in
     n = spec.nodes
     order = np.arange(n, dtype=np.int32)
     _rng(spec.seed, _Stream.SPLITS).shuffle(order)
-    sizes = np.cumsum([0] + [int(round(f * n)) for f in (spec.train, spec.val, spec.test)])
+    sizes = segments.offsets([int(round(f * n)) for f in (spec.train, spec.val, spec.test)])
     for i, name in enumerate(("train", "val", "test")):
         members = np.sort(order[sizes[i]:sizes[i + 1]])
         for a in range(0, max(members.size, 1), rows_per_chunk):

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.chunked import ChunkedWriter, check_chunked_out
 from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK
 from jgraph.data.graph import GraphError, shown_id
@@ -149,7 +150,7 @@ def _listed_ids(pa, table: NodeTable, files: list[str], kind: str) -> np.ndarray
         first, again = earlier[0], later[0]
 
         def place(position):
-            f = int(np.searchsorted(starts, position, side="right")) - 1
+            f = int(segments.segment_of(starts, position))
             return f"{files[f]}: column {table.id!r} row {int(position - starts[f])}"
         raise DatasetError(f"{place(again)}: id {shown_id(ids[again])} is listed again (first at "
                            f"{place(first)}); a node type's ids are unique")

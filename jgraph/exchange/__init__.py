@@ -10,7 +10,7 @@ transport) with one module per transport (`all_to_all`, `all_gather`, `ring`,
 position, owned rows read and written), `sizing` (capacities by route and request
 length, their calibration and ladder), `stats` (what an exchange reports), `exchange`
 (gather, scatter_add and scatter_rows over them)."""
-from jgraph.exchange.config import ExchangeConfig, Sizing, Strategy
+from jgraph.exchange.config import CacheBy, ExchangeConfig, Sizing, Strategy
 from jgraph.exchange.exchange import Exchange
 from jgraph.exchange.rows import OwnerFn, answer_filled, row_bytes
 from jgraph.exchange.segments import (
@@ -25,7 +25,23 @@ from jgraph.exchange.segments import (
 )
 from jgraph.exchange.stats import ExchangeOverflowError, ExchangeStats
 
-__all__ = ["Exchange", "ExchangeConfig", "ExchangeOverflowError", "ExchangeStats", "OwnerFn",
-           "Routed", "Sizing", "Strategy", "answer_filled", "exclusive_sum", "owned_index",
-           "owned_rows", "route_rows", "row_bytes", "running_count", "segment_of",
-           "store_rows"]
+__all__ = [
+    "CacheBy",
+    "Exchange",
+    "ExchangeConfig",
+    "ExchangeOverflowError",
+    "ExchangeStats",
+    "OwnerFn",
+    "Routed",
+    "Sizing",
+    "Strategy",
+    "answer_filled",
+    "exclusive_sum",
+    "owned_index",
+    "owned_rows",
+    "route_rows",
+    "row_bytes",
+    "running_count",
+    "segment_of",
+    "store_rows",
+]

@@ -22,7 +22,7 @@ class AllGather(Transfer):
         self.need, self.top = jnp.sum(plan.counts), self.n
 
     @classmethod
-    def transfers(cls, plan: Plan, axis: str, offsets) -> list[Transfer]:
+    def transfers(cls, plan, axis, offsets, schedule) -> list[Transfer]:
         return [cls(plan, axis, offsets)]
 
     def _slots(self, cap, offset):

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jgraph.exchange.plan import Plan
+from jgraph.exchange.relay import ROUTE_MAX, Relay
 from jgraph.exchange.rows import take
 from jgraph.exchange.transport import Delivery, Transfer, put_back
 
@@ -19,8 +20,10 @@ class AllToAll(Transfer):
         self.need, self.top = jnp.max(plan.counts), self.n
 
     @classmethod
-    def transfers(cls, plan: Plan, axis: str, offsets) -> list[Transfer]:
-        return [cls(plan, axis)]
+    def gathering(cls, config, num_parts):
+        # Relayed (`ExchangeConfig.relay`) over 3 to ROUTE_MAX devices: with two, there
+        # is no third to route through; beyond, the routing every device holds grows as P^3.
+        return Relay if config.relay and 2 < num_parts <= ROUTE_MAX else cls
 
     def _all_to_all(self, x: jnp.ndarray) -> jnp.ndarray:
         """[P, cap, ...] rows for each device -> [P * cap, ...] rows from each device."""

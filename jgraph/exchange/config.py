@@ -26,6 +26,15 @@ class Strategy(str, enum.Enum):
         return Strategy.RAGGED if platform in ("gpu", "cuda", "rocm") else Strategy.ALL_TO_ALL
 
 
+class CacheBy(str, enum.Enum):
+    """Which nodes the hot-node cache holds: those of the highest out-degree (the number
+    of neighbourhoods a node is in), or those requested most often on sampled training
+    batches."""
+
+    DEGREE = "degree"
+    FREQUENCY = "frequency"
+
+
 class Sizing(str, enum.Enum):
     """How large a transfer's buffers are (its capacity per round)."""
 
@@ -100,7 +109,7 @@ class ExchangeConfig:
     max_rungs: int = 4
     relay: bool = True
     cache: float = 0.0
-    cache_by: str = "degree"
+    cache_by: CacheBy = CacheBy.DEGREE
 
     def __post_init__(self):
         object.__setattr__(self, "strategy", Strategy(self.strategy))
@@ -124,9 +133,11 @@ class ExchangeConfig:
         if not 0.0 <= self.cache <= 1.0:
             raise ConfigError(f"exchange.cache is a fraction of the nodes in [0, 1], got "
                              f"{self.cache}")
-        if self.cache_by not in ("degree", "frequency"):
-            raise ConfigError(f"exchange.cache_by must be 'degree' or 'frequency', got "
-                             f"{self.cache_by!r}")
+        try:
+            object.__setattr__(self, "cache_by", CacheBy(self.cache_by))
+        except ValueError:
+            raise ConfigError(f"exchange.cache_by must be one of "
+                              f"{[c.value for c in CacheBy]}, got {self.cache_by!r}") from None
 
     def ladder(self, top: int) -> tuple[int, ...]:
         """Capacities of a transfer's first round whose largest is `top`: at most

@@ -14,22 +14,29 @@ node ids; the exchange
 `scatter_add` is its transpose: values (row gradients) travel to the owners of their ids
 and are summed per id there.
 
-How ids travel is a `Strategy`, carried out by a transport module (`transport.py` names
-the interface; `all_to_all.py`, `all_gather.py`, `ring.py`, `ragged.py`, `scheduled.py`;
-`relay.py`, all_to_all's gathers in two routed hops). Every transfer has a static
-capacity (shapes are fixed at trace time), kept and sized in `sizing.py` (measured per
-request on the first batches, else estimated). The first round's capacity comes from a
-short ladder of rungs below it (all devices agree on the rung with `pmax`; `lax.switch`
-runs the branch compiled for it, so small requests move small buffers); a gather that
-needs more than the capacity moves the rest in further rounds of the same buffers, so
-nothing is ever dropped and nothing recompiles. `scatter_add` moves one round: what does
-not fit is counted in `ExchangeStats.overflow`, never silently (host-side callers raise
+How ids travel is a `Strategy`, carried out by its transport's `Transfer` class
+(`transport.py` names the interface; `all_to_all.py`, `all_gather.py`, `ring.py`,
+`ragged.py`, `scheduled.py`; `relay.py`, all_to_all's gathers in two routed hops): the
+exchange drives every strategy alike, asking the class what differs (which class its
+gathers move by, whether its scatters move straight, whether it loops in chunks or
+picks a rung). Every transfer has a static capacity (shapes are fixed at trace time),
+kept and sized in `sizing.py` (measured per request on the first batches, else
+estimated). The first round's capacity comes from a short ladder of rungs below it (all
+devices agree on the rung with `pmax`; `lax.switch` runs the branch compiled for it, so
+small requests move small buffers); a gather that needs more than the capacity moves
+the rest in further rounds of the same buffers, so nothing is ever dropped and nothing
+recompiles. One routine answers a gather whatever its rounds (`_answers`), one driver
+moves both scatters (`_scatter`): `scatter_add` moves one round, and what does not fit
+is counted in `ExchangeStats.overflow`, never silently (host-side callers raise
 `ExchangeOverflowError`; the training step is refused and run again after the capacity
-grows). `scatter_rows` moves every value, in rounds.
+grows); `scatter_rows` moves every value, in rounds. What they report is tallied and
+summed over devices in `stats.py`.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 from collections.abc import Callable
 
 import jax
@@ -37,13 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jgraph.exchange import ragged
 from jgraph.exchange.all_gather import AllGather
 from jgraph.exchange.all_to_all import AllToAll
 from jgraph.exchange.config import ExchangeConfig, Strategy
 from jgraph.exchange.plan import EMPTY, Plan, make_plan, owner_of
 from jgraph.exchange.ragged import Ragged
-from jgraph.exchange.relay import ROUTE_MAX, Relay
 from jgraph.exchange.ring import RingShift
 from jgraph.exchange.rows import (
     OwnerFn,
@@ -55,35 +60,21 @@ from jgraph.exchange.rows import (
     select,
     take,
 )
-from jgraph.exchange.scheduled import Scheduled, build_schedule
+from jgraph.exchange.scheduled import Scheduled
 from jgraph.exchange.sizing import Capacities, Key, Route
-from jgraph.exchange.stats import ExchangeStats
-from jgraph.exchange.transport import Transfer
+from jgraph.exchange.stats import ExchangeStats, Tally
+from jgraph.exchange.transport import Transfer, rounds_for
 from jgraph.mesh import AXIS
 
-TRANSPORTS: dict[Strategy, Callable[[Plan, str, np.ndarray], list[Transfer]]] = {
-    Strategy.ALL_TO_ALL: AllToAll.transfers,
-    Strategy.ALL_GATHER: AllGather.transfers,
-    Strategy.RING: RingShift.transfers,
-    Strategy.RAGGED: Ragged.transfers,
-    Strategy.SCHEDULED: Scheduled.transfers,
+TRANSPORTS: dict[Strategy, type[Transfer]] = {
+    Strategy.ALL_TO_ALL: AllToAll,
+    Strategy.ALL_GATHER: AllGather,
+    Strategy.RING: RingShift,
+    Strategy.RAGGED: Ragged,
+    Strategy.SCHEDULED: Scheduled,
 }
-"""Each concrete strategy's transfers of a plan: `(plan, axis, offsets) -> [Transfer]`
-(scheduled's also takes the exchange's `schedule=`)."""
-
-
-class Tally:
-    """What an operation's transfers used, for its `ExchangeStats`: each one's capacity,
-    need and rounds, and the bytes this device sent over all of them."""
-
-    def __init__(self):
-        self.caps, self.needs, self.rounds, self.wire = [], [], [], jnp.float32(0)
-
-    def add(self, transfer: Transfer, cap, rounds, wire) -> None:
-        self.caps.append(cap)
-        self.needs.append(transfer.need)
-        self.rounds.append(rounds)
-        self.wire = self.wire + wire
+"""Each concrete strategy's `Transfer` class: its transfers of a plan, how they move,
+and all the exchange asks of how to drive them (`jgraph.exchange.transport`)."""
 
 
 class Exchange:
@@ -96,12 +87,13 @@ class Exchange:
                  platform: str | None = None, capacities=None, pair_weights=None,
                  planned: bool = False, route: Route = Route.OWN):
         """platform: of the devices it runs on (a mesh's `devices.flat[0].platform`, or
-        the platform a program is built for); it resolves `Strategy.AUTO` and refuses
-        ragged_all_to_all on "cpu". None: unknown (AUTO is then all_to_all).
-        capacities: {`Key` or its text: capacity} measured for calibrated sizing (see
-        `jgraph.exchange.sizing`); keys not in it are estimated. pair_weights: float[P,
-        P], the ids partition k is expected to ask of partition j (`DistGraph.exchange`
-        counts its halos); the scheduled strategy groups its device pairs by them
+        the platform a program is built for); it resolves `Strategy.AUTO` and refuses a
+        transport that cannot run there (ragged_all_to_all on "cpu"). None: unknown
+        (AUTO is then all_to_all). capacities: {`Key` or its text: capacity} measured
+        for calibrated sizing (see `jgraph.exchange.sizing`); keys not in it are
+        estimated. pair_weights: float[P, P], the ids partition k is expected to ask of
+        partition j (`DistGraph.exchange` counts its halos where the transport is
+        `Transfer.weighted`); the scheduled strategy groups its device pairs by them
         (without: the P - 1 shifts). planned: `Capacities.planned` (a program built from
         counts, `jgraph compile --abstract`). route: the way this exchange's requests
         move, the key its capacities are looked up under (STRAIGHT: the plain
@@ -112,17 +104,22 @@ class Exchange:
             raise ValueError(f"{int(self.offsets[-1])} nodes do not fit int32 node ids")
         self.num_parts = self.offsets.size - 1
         strategy = config.strategy.on(platform)
-        if (strategy is Strategy.RAGGED and platform == "cpu"
-                and ragged._ragged_all_to_all is lax.ragged_all_to_all):
-            raise NotImplementedError(
-                "exchange strategy ragged_all_to_all needs a backend that implements "
-                "it (GPU); XLA:CPU does not. Use all_to_all, all_gather or ppermute")
+        TRANSPORTS[strategy].check(platform)
         self.config = dataclasses.replace(config, strategy=strategy)
+        # The `Transfer` class its gathers move by (and its scatters, unless
+        # `scatters_straight`): what it asks of how to drive them, never the strategy.
+        self.transport = TRANSPORTS[strategy].gathering(self.config, self.num_parts)
         self.axis = axis
         self.sizes = Capacities(self.config, self.num_parts, capacities or {}, planned)
         self.pair_weights = None if pair_weights is None else np.asarray(pair_weights)
         self.route = route
         self._schedule = None
+
+    @staticmethod
+    def pair_weighted(config: ExchangeConfig, platform: str | None) -> bool:
+        """Whether an exchange of `config` on `platform` uses `pair_weights` (its
+        strategy's `Transfer.weighted`: the scheduled strategy)."""
+        return TRANSPORTS[config.strategy.on(platform)].weighted
 
     @property
     def capacities(self) -> dict[Key, int]:
@@ -135,11 +132,13 @@ class Exchange:
         return self.sizes.planned
 
     @property
-    def schedule(self) -> np.ndarray:
-        """int32[R, P] the scheduled strategy's rounds of device pairs
-        (`jgraph.exchange.scheduled.build_schedule`), built once and shared by copies."""
+    def schedule(self) -> np.ndarray | None:
+        """What the transport builds once on the host for its transfers
+        (`Transfer.schedule`: the scheduled strategy's int32[R, P] rounds of device
+        pairs, `jgraph.exchange.scheduled.build_schedule`; None for the others), built
+        once and shared by copies."""
         if self._schedule is None:
-            self._schedule = build_schedule(self.num_parts, self.pair_weights)
+            self._schedule = self.transport.schedule(self.num_parts, self.pair_weights)
         return self._schedule
 
     def _with(self, config: ExchangeConfig | None = None, sizes: Capacities | None = None,
@@ -159,22 +158,21 @@ class Exchange:
 
     @property
     def relays(self) -> bool:
-        """Whether gathers relay (`ExchangeConfig.relay`: all_to_all, over 3 to
+        """Whether gathers may move straight instead of their transport's way
+        (`Transfer.optional`: all_to_all's relay, `ExchangeConfig.relay`, over 3 to
         `ROUTE_MAX` devices)."""
-        return (self.config.strategy is Strategy.ALL_TO_ALL and self.config.relay
-                and 2 < self.num_parts <= ROUTE_MAX)
+        return self.transport.optional
 
     @property
     def scatters_straight(self) -> bool:
         """Whether scatters (`scatter_add`, `scatter_rows`) move otherwise than gathers:
-        under the scheduled strategy (a scatter's values cannot loop into a buffer of
-        static shape in chunks: they move as all_to_all's, whose capacity is a device
-        pair's load, while a gather's of the same length is a chunk) and where gathers
-        relay (a scatter goes straight: its capacity is the busiest pair's, a relayed
-        gather's the busiest hop pair's). Their capacities are then kept under
-        `Route.STRAIGHT`, and so are those of the gathers that go straight where
-        gathers relay (`once`, or calibrated straight: `Capacities.fitted`)."""
-        return self.config.strategy is Strategy.SCHEDULED or self.relays
+        where the gathers' transport moves gathers only (`Transfer.scatters`: the
+        scheduled strategy's chunks, whose capacity is a chunk where a scatter's is a
+        device pair's load; the relay's hops, sized by the busiest hop pair where a
+        scatter's is the busiest pair's). Their capacities are then kept under
+        `Route.STRAIGHT`, and so are those of the gathers that go straight where gathers
+        may (`relays`: `once`, or calibrated straight: `Capacities.fitted`)."""
+        return not self.transport.scatters
 
     def key(self, length: int) -> Key:
         """The key of this exchange's requests of `length` ids."""
@@ -205,9 +203,10 @@ class Exchange:
     def grown(self, stats) -> Exchange:
         """This exchange with the capacity of every key that needed more (`ExchangeStats`
         leaves of `stats`, on the host) set to that need plus headroom; itself if none
-        did. Under the scheduled strategy only its scatters' capacities grow: its
-        gathers' chunks loop as often as a request needs (`Capacities.grown`)."""
-        sizes = self.sizes.grown(stats, self.config.strategy is Strategy.SCHEDULED)
+        did. Where the gathers' transfers are chunked (the scheduled strategy) only the
+        scatters' capacities grow: the chunks loop as often as a request needs
+        (`Capacities.grown`)."""
+        sizes = self.sizes.grown(stats, self.transport.chunked)
         return self if sizes is self.sizes else self._with(sizes=sizes)
 
     def capacity(self, transfer: Transfer, one_round: bool = False) -> int:
@@ -218,17 +217,14 @@ class Exchange:
         """The rungs `transfer`'s first round picks from (`Capacities.ladder`)."""
         return self.sizes.ladder(transfer, self.key(transfer.n), top)
 
-    def _transfers(self, plan: Plan, gather: bool = False) -> list[Transfer]:
-        """The plan's transfers, none on a one-device mesh (where every id is local);
-        a gather's relayed where the exchange `relays`."""
+    def _transfers(self, plan: Plan) -> list[Transfer]:
+        """The plan's transfers by this exchange's transport, none on a one-device mesh
+        (where every id is local)."""
         if self.num_parts == 1:
             return []
-        strategy = self.config.strategy
-        if gather and self.relays:
-            return Relay.transfers(plan, self.axis, self.offsets)
-        if strategy is Strategy.SCHEDULED:       # its rounds of device pairs
-            return TRANSPORTS[strategy](plan, self.axis, self.offsets, schedule=self.schedule)
-        return TRANSPORTS[strategy](plan, self.axis, self.offsets)
+        return self.transport.transfers(plan, self.axis, self.offsets, self.schedule)
+
+    # -- rounds --------------------------------------------------------------------------
 
     def rung(self, need, ladder: tuple[int, ...]) -> jnp.ndarray:
         """Index of the smallest rung of `ladder` >= the devices' largest need (the top
@@ -248,44 +244,29 @@ class Exchange:
         cap = jnp.asarray(ladder, jnp.int32)[rung]
         return lax.switch(rung, [lambda c=c: branch(c) for c in ladder]), cap
 
-    def _later_rounds(self, transfer: Transfer, cap: int, one_round, carry):
-        """(carry, rounds): `one_round(offset, carry) -> carry` run for every round after
-        the first that the devices' largest need asks for at `cap` (none where `cap`
-        holds every request: then `rounds` is 1 without looking). A chunked transfer
-        always loops, and counts as one round."""
-        if cap >= transfer.top and not transfer.chunked:
-            return carry, jnp.int32(1)
-        rounds = transfer.rounds(cap)
-        carry = lax.fori_loop(1, rounds, lambda r, c: one_round(r * cap, c), carry)
-        return carry, jnp.int32(1) if transfer.chunked else rounds
+    def _rounds(self, transfers: list[Transfer], caps: list[int], one_round, carry,
+                start: int = 0):
+        """(carry, rounds): `one_round(r, carry) -> carry` for the rounds from `start` on
+        that the devices' largest need asks of `transfers` at `caps` (round r moves each
+        from r x its capacity on), in one loop; run once without a loop where every
+        capacity holds every request (`rounds` is then 1 without looking). A chunked
+        transfer always loops."""
+        if all(cap >= t.top and not t.chunked for t, cap in zip(transfers, caps)):
+            return (one_round(0, carry) if start == 0 else carry), 1
+        rounds = functools.reduce(jnp.maximum, [t.rounds(c) for t, c in zip(transfers, caps)])
+        return lax.fori_loop(start, rounds, one_round, carry), rounds
 
-    def _round_wire(self, transfer: Transfer, first, cap: int, rounds, fwd: int, ans: int):
-        """Bytes this device sends over all rounds: the first at its rung, the rest at
-        `cap` (exact-size transports count every round in one figure)."""
-        if transfer.exact_wire:
-            return transfer.wire(cap, fwd, ans)
-        return first + transfer.wire(cap, fwd, ans) * (rounds - 1).astype(jnp.float32)
-
-    def _stats(self, plan, tally: Tally, overflow=0, relayed=()) -> ExchangeStats:
-        """Sum this device's counters over devices: the plan's tally, the overflow and
-        the relayed rows in one all-reduce, the wire bytes in another, the maxima in a
-        third (every stack and slice around them is a kernel to compile)."""
-        axis = self.axis
-        requested, non_local, cached, out_of_range, overflow, relayed = lax.psum(
-            jnp.concatenate([plan.tally, jnp.stack([jnp.asarray(overflow, jnp.int32),
-                                                    sum(relayed, jnp.int32(0))])]), axis)
-        wire = lax.psum(tally.wire, axis)
-        largest = lambda xs: jnp.max(jnp.stack([jnp.asarray(x, jnp.int32) for x in xs])
-                                     ) if xs else jnp.int32(0)
-        capacity, needed, rounds = lax.pmax(
-            jnp.stack([largest(tally.caps), largest(tally.needs), largest(tally.rounds)]),
-            axis)
-        return ExchangeStats(
-            requested=requested, non_local=non_local, cached=cached, capacity=capacity,
-            wire_bytes=wire, overflow=overflow, out_of_range=out_of_range,
-            length=jnp.zeros_like(requested) + plan.size,
-            route=jnp.zeros_like(requested) + self.route.code, needed=needed,
-            rounds=rounds, relayed=relayed)
+    def in_windows(self, total, window: int, body, carry):
+        """`body(k, ok, carry) -> carry` over this device's positions [0, `total`)
+        (int32), `window` of them a round (k: int32[window] the round's, ok: bool[window]
+        those below `total`), in as many rounds as the devices' largest `total` needs,
+        by the rule a transfer's rounds follow (`rounds_for`): every device runs every
+        round, so the exchanges `body` makes meet. For requests longer than any static
+        buffer, moved `window` ids a round (the control variates' in-edge chunks)."""
+        def one_round(r, carry):
+            k = r * window + jnp.arange(window, dtype=jnp.int32)
+            return body(k, k < total, carry)
+        return lax.fori_loop(0, rounds_for(total, window, self.axis), one_round, carry)
 
     # -- a gather's answers ---------------------------------------------------------------
 
@@ -299,127 +280,113 @@ class Exchange:
     def _answers(self, plan: Plan, transfers: list[Transfer], owner_fn: OwnerFn,
                  once: bool) -> tuple[PyTree, PyTree, Tally]:
         """A gather's answers: (to this device's own ids [n], zero where not local; the
-        remote ones in compact order [n]; the `Tally` of its transfers). Every transfer
-        writes into one buffer of remote answers, so memory does not grow with the
-        number of transfers (the ring has P - 1).
+        remote ones in compact order [n]; the `Tally` of its transfers).
 
-        Each transfer's first round is one of three, by what compiles least:
-        - `owner_fn` inside each rung's branch of the ladder (`once` false); a transfer
-          of one capacity that may take rounds runs every round, the first included, in
-          one loop (one traced copy of the transfer and `owner_fn`, not two);
-        - `once`: through the ladder twice, its ids to the owners (the branch returns
-          them padded to the capacity's length), then the answers back (the branch
-          takes its rung's part of them); between the two, outside every branch, each
-          device answers its own ids and all those it received in one `answer_filled`,
-          a loop over only the chunks that hold ids, so the work follows what arrived;
-        - `once`, every transfer measured at one capacity: `_answers_looped`.
-        Later rounds, if any, run `_round` in a loop."""
-        tally = Tally()
-        if once and all(len(self.ladder(t, self.capacity(t))) == 1 for t in transfers):
-            return self._answers_looped(plan, transfers, owner_fn, tally)
-        n = plan.size
-        firsts = []                        # per transfer: (top, ladder, rung, received)
-        for transfer in transfers:
-            top = self.capacity(transfer)
-            ladder = self.ladder(transfer, top)
-            rung = self.rung(transfer.need, ladder) if once and len(ladder) > 1 else None
-            received = None
-            if once:
-                length = transfer.received_length(top)
-
-                def forward(cap, transfer=transfer, length=length):
-                    sent = transfer.send(cap)
-                    ids = jnp.where(sent.mask, sent.ids, -1)
-                    return jnp.pad(ids, (0, length - ids.shape[0]), constant_values=-1)
-                received, _ = self.switch(transfer.need, ladder, forward, rung=rung)
-            firsts.append((top, ladder, rung, received))
-        if once:
-            own = jnp.where(plan.local, plan.uniq, -1)
-            everything = answer_filled(owner_fn, jnp.concatenate(
-                [own] + [first[3] for first in firsts]))
-            local = jax.tree.map(lambda a: a[:n], everything)
-        else:
-            local = owner_fn(plan.uniq, plan.local)
-        # typed as varying, as a loop carry must be
-        into = (jax.tree.map(jnp.zeros_like, local), jnp.zeros_like(plan.valid))
-        ans_bytes, start = row_bytes(local), n
-        for transfer, (top, ladder, rung, received) in zip(transfers, firsts):
-            later = lambda offset, into, t=transfer, c=top: self._round(t, c, owner_fn,
-                                                                        offset, into)
-            if once:
-                k_all = received.shape[0]
-                mine = jax.tree.map(lambda a, s=start, k=k_all: a[s:s + k], everything)
-                start += k_all
-
-                def back(cap, transfer=transfer, received=received, mine=mine, into=into):
-                    k = transfer.received_length(cap)
-                    sent = transfer.send(cap, received=received[:k])
-                    got = transfer.back(sent, jax.tree.map(lambda a: a[:k], mine), into)
-                    return got, transfer.wire(cap, 4, ans_bytes)
-                (into, first), cap = self.switch(transfer.need, ladder, back, rung=rung)
-                into, rounds = self._later_rounds(transfer, top, later, into)
-            elif len(ladder) == 1 and (top < transfer.top or transfer.chunked):
-                rounds = transfer.rounds(top)
-                into = lax.fori_loop(0, rounds, lambda r, into, f=later, c=top: f(r * c, into),
-                                     into)
-                first, cap = transfer.wire(top, 4, ans_bytes), jnp.int32(top)
-                if transfer.chunked:
-                    rounds = jnp.int32(1)
-            else:
-                def branch(cap, transfer=transfer, into=into):
-                    return (self._round(transfer, cap, owner_fn, 0, into),
-                            transfer.wire(cap, 4, ans_bytes))
-                (into, first), cap = self.switch(transfer.need, ladder, branch)
-                into, rounds = self._later_rounds(transfer, top, later, into)
-            tally.add(transfer, cap, rounds,
-                      self._round_wire(transfer, first, top, rounds, 4, ans_bytes))
-        return local, into[0], tally
-
-    def _answers_looped(self, plan: Plan, transfers: list[Transfer], owner_fn: OwnerFn,
-                        tally: Tally) -> tuple[PyTree, PyTree, Tally]:
-        """`_answers` where `once` and every transfer has one measured capacity: every
-        round of every transfer, the first included, in one loop whose round r moves
-        each transfer's ids from r x its capacity on, and whose first round also
-        answers this device's own ids. `owner_fn` is traced once (in `answer_filled`),
-        where the ladder's paths trace it once for the first round and again for the
-        later ones; a round after a transfer's last sends nothing."""
-        n = plan.size
-        caps = [self.capacity(t) for t in transfers]
+        Every transfer moves at its capacity in as many rounds as the devices' largest
+        need asks for, all of them in one loop (`_rounds`) writing one buffer of remote
+        answers, so memory does not grow with the number of transfers (the ring has
+        P - 1). Two things vary, by what compiles least:
+        - where the first round runs: in the loop where every capacity is one (one
+          traced copy of the transfers and `owner_fn`, not two); else before it, at the
+          rung of each transfer's ladder the devices' largest need picks (`switch`);
+        - who answers: `owner_fn` per transfer and round, this device's own ids apart
+          (inside each rung's branch for a first round at a rung); or, `once` (owner
+          functions costly to compile: the sampler's draws), the first round's ids of
+          every transfer and this device's own in one `answer_filled`, `owner_fn`
+          traced once, its work following what arrived. In the loop, where every
+          round is answered so; or between two passes through the ladder, the ids to
+          the owners (each branch returns them padded to the top's length), then the
+          answers back (each branch takes its rung's part), the later rounds answered
+          per transfer."""
+        n, tally = plan.size, Tally()
+        tops = [self.capacity(t) for t in transfers]
+        ladders = [self.ladder(t, top) for t, top in zip(transfers, tops)]
+        laddered = any(len(ladder) > 1 for ladder in ladders)
         own = jnp.where(plan.local, plan.uniq, -1)
-        rounds = jnp.max(jnp.stack([t.rounds(c) for t, c in zip(transfers, caps)]))
-        length = n + sum(t.received_length(c) for t, c in zip(transfers, caps))
-        shapes = answer_shapes(owner_fn, length, own)    # the trace answer_filled reuses
-        zero = own[0] * 0        # typed like the ids (mesh-varying), as a loop carry must be
-        local = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype)
-                             + zero.astype(x.dtype), shapes)
-        remote, filled = jax.tree.map(jnp.zeros_like, local), jnp.zeros(n, bool) | (zero > 0)
+        in_loop = once and not laddered          # the loop answers every id, own included
+
+        def together(asked, received):
+            """`owner_fn`'s answers to `asked` ([n], this device's own ids or -1) and to
+            each transfer's `received` ids (-1: none), in one `answer_filled`."""
+            got = answer_filled(owner_fn, jnp.concatenate([asked] + received))
+            ends = itertools.accumulate([ids.shape[0] for ids in received], initial=n)
+            return (jax.tree.map(lambda a: a[:n], got),
+                    [jax.tree.map(lambda a, s=s, e=e: a[s:e], got)
+                     for s, e in itertools.pairwise(ends)])
+
+        rungs, received, answers = [None] * len(transfers), [], []
+        if in_loop:                    # zeros typed like the ids (mesh-varying), as a
+            zero = own[0] * 0          # loop carry must be, shaped as `answer_filled`'s
+            shapes = answer_shapes(owner_fn, n + sum(                   # trace, reused
+                t.received_length(top) for t, top in zip(transfers, tops)), own)
+            local = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[1:], x.dtype)
+                                 + zero.astype(x.dtype), shapes)
+            into = (jax.tree.map(jnp.zeros_like, local), jnp.zeros(n, bool) | (zero > 0))
+        else:
+            if once:                   # the first round's ids forward through the ladder
+                for i, (t, top, ladder) in enumerate(zip(transfers, tops, ladders)):
+                    rungs[i] = self.rung(t.need, ladder) if len(ladder) > 1 else None
+
+                    def forward(cap, t=t, length=t.received_length(top)):
+                        sent = t.send(cap)
+                        ids = jnp.where(sent.mask, sent.ids, -1)
+                        return jnp.pad(ids, (0, length - ids.shape[0]), constant_values=-1)
+                    received.append(self.switch(t.need, ladder, forward, rung=rungs[i])[0])
+                local, answers = together(own, received)
+            else:
+                local = owner_fn(plan.uniq, plan.local)
+            # typed as varying, as a loop carry must be
+            into = (jax.tree.map(jnp.zeros_like, local), jnp.zeros_like(plan.valid))
+        ans_bytes = row_bytes(local)
+
+        firsts = [None] * len(transfers)        # a first round at a rung: (wire, cap)
+        for i, (t, ladder) in enumerate(zip(transfers, ladders) if laddered else ()):
+            if once:
+                def branch(cap, t=t, ids=received[i], mine=answers[i], into=into):
+                    k = t.received_length(cap)
+                    sent = t.send(cap, received=ids[:k])
+                    return (t.back(sent, jax.tree.map(lambda a: a[:k], mine), into),
+                            t.wire(cap, 4, ans_bytes))
+            else:
+                def branch(cap, t=t, into=into):
+                    return (self._round(t, cap, owner_fn, 0, into),
+                            t.wire(cap, 4, ans_bytes))
+            (into, wire), cap = self.switch(t.need, ladder, branch, rung=rungs[i])
+            firsts[i] = (wire, cap)
 
         def one_round(r, carry):
-            local, remote, filled = carry
-            sent = [t.send(c, offset=r * c) for t, c in zip(transfers, caps)]
-            asked = [jnp.where(r == 0, own, -1)] + [jnp.where(d.mask, d.ids, -1) for d in sent]
-            got = answer_filled(owner_fn, jnp.concatenate(asked))
-            local = select(jnp.broadcast_to(r == 0, (n,)),
-                           jax.tree.map(lambda a: a[:n], got), local)
-            start = n
-            for t, d in zip(transfers, sent):
-                k = d.ids.shape[0]
-                mine = jax.tree.map(lambda a, s=start, k=k: a[s:s + k], got)
-                remote, filled = t.back(d, mine, (remote, filled), r * d.cap)
-                start += k
-            return local, remote, filled
-        local, remote, filled = lax.fori_loop(0, rounds, one_round, (local, remote, filled))
-        ans_bytes = row_bytes(local)
-        tally.wire = sum((t.wire(c, 4, ans_bytes) if t.exact_wire else
-                          t.wire(c, 4, ans_bytes) * rounds.astype(jnp.float32))
-                         for t, c in zip(transfers, caps))
-        tally.caps += [jnp.int32(c) for c in caps]
-        tally.needs += [t.need for t in transfers]
-        # A chunked transfer's loop is its schedule: one round as far as growing goes.
-        tally.rounds.append(jnp.int32(1) if all(t.chunked for t in transfers) else rounds)
-        return local, remote, tally
+            """Round r of every transfer at its capacity."""
+            if not in_loop:            # `owner_fn` per transfer, own ids answered apart
+                for t, top in zip(transfers, tops):
+                    carry = self._round(t, top, owner_fn, r * top, carry)
+                return carry
+            local, into = carry
+            sent = [t.send(top, offset=r * top) for t, top in zip(transfers, tops)]
+            mine, got = together(jnp.where(r == 0, own, -1),
+                                 [jnp.where(d.mask, d.ids, -1) for d in sent])
+            for t, d, a in zip(transfers, sent, got):
+                into = t.back(d, a, into, r * d.cap)
+            return jax.tree.map(lambda m, a: jnp.where(r == 0, m, a), mine, local), into
+        carry, rounds = self._rounds(transfers, tops, one_round,
+                                     (local, into) if in_loop else into,
+                                     start=1 if laddered else 0)
+        local, into = carry if in_loop else (local, carry)
 
-    # -- the two operations ----------------------------------------------------------
+        for t, top, first in zip(transfers, tops, firsts):
+            wire = t.wire(top, 4, ans_bytes)    # one round at the top, or all (exact)
+            if first is None:
+                cap = jnp.int32(top)
+                if not t.exact_wire:
+                    wire = wire * rounds
+            else:
+                cap = first[1]
+                if not t.exact_wire:            # the first at its rung, the rest at top
+                    wire = first[0] + wire * (rounds - 1)
+            # A chunked transfer's loop is its schedule: one round as far as growing goes.
+            tally.add(cap, t.need, jnp.int32(1) if t.chunked else rounds, wire)
+        return local, into[0], tally
+
+    # -- the operations ------------------------------------------------------------------
 
     def gather(self, ids, valid, owner_fn: OwnerFn, *, cache=None, contains=None,
                distinct: bool = False, once: bool = False) -> tuple[PyTree, ExchangeStats]:
@@ -431,8 +398,8 @@ class Exchange:
         it rejects are counted in `out_of_range` and answered with zeros. distinct: the
         valid ids are known to be distinct (a sampler's frontier), so the deduplicating
         sort is skipped; repeated ids would then be routed, and answered, more than once.
-        once: run `owner_fn` once, outside the capacity ladder, instead of once per rung
-        inside it (see `_answer_once`): for owner functions that are costly to compile
+        once: trace `owner_fn` once, outside the capacity ladder, instead of once per
+        rung inside it (see `_answers`): for owner functions that are costly to compile
         and answer narrow rows, as the sampler's draws. Such a gather never relays.
 
         Every answer arrives whatever the capacities: a transfer that needs more than
@@ -451,7 +418,7 @@ class Exchange:
                                            contains=contains, distinct=distinct, once=once)
         plan = make_plan(ids, valid, self.offsets, self.axis, cache_ids, distinct,
                          out_of_range)
-        transfers = self._transfers(plan, gather=True)
+        transfers = self._transfers(plan)
         answers, remote_answers, tally = self._answers(plan, transfers, owner_fn,
                                                        once and bool(transfers))
         if cache_values is not None:
@@ -462,8 +429,8 @@ class Exchange:
             answers = select(plan.valid, answers, jax.tree.map(jnp.zeros_like, answers))
         else:
             answers = take(answers, plan.inverse, plan.valid[plan.inverse] & valid)
-        relayed = [t.relayed for t in transfers if isinstance(t, Relay)]
-        return answers, self._stats(plan, tally, relayed=relayed)
+        return answers, tally.stats(plan.tally, plan.size, self.route.code, self.axis,
+                                    relayed=sum(t.relayed for t in transfers))
 
     def scatter_add(self, ids, valid, values, *, contains=None
                     ) -> tuple[tuple[jnp.ndarray, PyTree, jnp.ndarray], ExchangeStats]:
@@ -477,47 +444,19 @@ class Exchange:
         Under the scheduled strategy, and where gathers relay, it moves as the plain
         all_to_all does, sized as its own (`scatters_straight`).
         """
-        if self.scatters_straight:
-            return self._straight().scatter_add(ids, valid, values, contains=contains)
-        ids = ids.astype(jnp.int32)
-        valid, out_of_range = self._screen(ids, valid, contains)
-        plan = make_plan(ids, valid, self.offsets, self.axis, out_of_range=out_of_range)
-        n = ids.shape[0]
-        values = jax.tree.map(lambda x: jnp.where(
-            valid.reshape((n,) + (1,) * (x.ndim - 1)), x, jnp.zeros((), x.dtype)), values)
-        summed = jax.tree.map(lambda x: jax.ops.segment_sum(x, plan.inverse, num_segments=n),
-                              values)
-        payload = put(n, summed, plan.slot, plan.remote)            # compact order
-        pay_bytes = row_bytes(summed)
-        parts_ids, parts_vals = [jnp.where(plan.local, plan.uniq, -1)], [summed]
-        tally, overflow = Tally(), jnp.int32(0)
-        for transfer in self._transfers(plan):
-            top = self.capacity(transfer, one_round=True)
-            length = transfer.received_length(top)   # every branch's, as lax.switch needs
-
-            def branch(cap, transfer=transfer, length=length):
-                sent = transfer.send(cap, payload)
-                pad = length - sent.ids.shape[0]
-                got_ids = jnp.pad(jnp.where(sent.mask, sent.ids, -1), (0, pad),
-                                  constant_values=-1)
-                got = jax.tree.map(lambda x: jnp.pad(
-                    x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), sent.payload)
-                return got_ids, got, sent.overflow, transfer.wire(cap, 4 + pay_bytes, 0)
-            (got_ids, got, lost, w), cap = self.switch(transfer.need,
-                                                       self.ladder(transfer, top), branch)
-            parts_ids.append(got_ids)
-            parts_vals.append(got)
-            tally.add(transfer, cap, jnp.int32(1), w)
-            overflow = overflow + lost
-        all_ids = jnp.concatenate(parts_ids)
-        all_vals = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts_vals)
+        def add(parts, owned, ok, sums):
+            return parts + [(jnp.where(ok, owned, -1), sums)]
+        parts, stats = self._scatter(ids, valid, values, contains, lambda summed: [], add,
+                                     one_round=True)
+        all_ids = jnp.concatenate([part[0] for part in parts])
+        all_vals = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[part[1] for part in parts])
         m = all_ids.shape[0]
         owned, inverse = jnp.unique(jnp.where(all_ids >= 0, all_ids, EMPTY), size=m,
                                     fill_value=EMPTY, return_inverse=True)
         sums = jax.tree.map(lambda x: jax.ops.segment_sum(x, inverse.reshape(-1), num_segments=m),
                             all_vals)
         mask = owned != EMPTY
-        return (jnp.where(mask, owned, -1), sums, mask), self._stats(plan, tally, overflow)
+        return (jnp.where(mask, owned, -1), sums, mask), stats
 
     def scatter_rows(self, ids, valid, values, rows: int, *, contains=None
                      ) -> tuple[PyTree, ExchangeStats]:
@@ -530,39 +469,68 @@ class Exchange:
         to the owners of the rows a window fetched). The scheduled strategy, and
         all_to_all where gathers relay, move them as the plain all_to_all does, sized as
         their own (`scatters_straight`)."""
-        if self.scatters_straight:
-            return self._straight().scatter_rows(ids, valid, values, rows, contains=contains)
-        ids = ids.astype(jnp.int32)
-        valid, out_of_range = self._screen(ids, valid, contains)
-        plan = make_plan(ids, valid, self.offsets, self.axis, out_of_range=out_of_range)
-        n = ids.shape[0]
         base = jnp.asarray(self.offsets, jnp.int32)[lax.axis_index(self.axis)]
-        values = jax.tree.map(lambda x: jnp.where(
-            valid.reshape((n,) + (1,) * (x.ndim - 1)), x, jnp.zeros((), x.dtype)), values)
-        summed = jax.tree.map(lambda x: jax.ops.segment_sum(x, plan.inverse, num_segments=n),
-                              values)
 
         def add(tables, owned, ok, sums):
             at = jnp.where(ok, owned - base, rows)                  # rows: dropped
             return jax.tree.map(lambda t, x: t.at[at].add(x, mode="drop"), tables, sums)
+        return self._scatter(ids, valid, values, contains, lambda summed: jax.tree.map(
+            lambda x: jnp.zeros((rows,) + x.shape[1:], x.dtype), summed), add,
+            one_round=False)
 
-        tables = jax.tree.map(lambda x: jnp.zeros((rows,) + x.shape[1:], x.dtype), summed)
-        tables = add(tables, plan.uniq, plan.local, summed)
+    def _scatter(self, ids, valid, values, contains, start: Callable[[PyTree], PyTree],
+                 add: Callable, one_round: bool):
+        """(acc, stats): the one driver of `scatter_add` and `scatter_rows`. The values
+        (pytree of [n, ...]) of each distinct valid id are summed on this device, and
+        the sums move with their ids to the owners; `add(acc, ids, mask, sums) -> acc`
+        takes every part that arrives (this device's own first) into `acc =
+        start(sums)`. one_round: each transfer moves once, at the rung of its ladder
+        the devices' largest need picks, and what does not fit is counted in `overflow`;
+        else in as many rounds of its capacity as it needs. Where the gathers'
+        transport moves gathers only, it moves straight (`scatters_straight`)."""
+        if self.scatters_straight:
+            return self._straight()._scatter(ids, valid, values, contains, start, add,
+                                             one_round)
+        ids = ids.astype(jnp.int32)
+        valid, out_of_range = self._screen(ids, valid, contains)
+        plan = make_plan(ids, valid, self.offsets, self.axis, out_of_range=out_of_range)
+        n = ids.shape[0]
+        values = jax.tree.map(lambda x: jnp.where(
+            valid.reshape((n,) + (1,) * (x.ndim - 1)), x, jnp.zeros((), x.dtype)), values)
+        summed = jax.tree.map(lambda x: jax.ops.segment_sum(x, plan.inverse, num_segments=n),
+                              values)
+        acc = add(start(summed), plan.uniq, plan.local, summed)
         payload = put(n, summed, plan.slot, plan.remote)            # compact order
-        pay_bytes = row_bytes(summed)
-        tally = Tally()
+        fwd = 4 + row_bytes(summed)
+        tally, overflow = Tally(), jnp.int32(0)
         for transfer in self._transfers(plan):
-            cap = self.capacity(transfer)
+            if one_round:
+                top = self.capacity(transfer, one_round=True)
+                length = transfer.received_length(top)   # every branch's, as lax.switch needs
 
-            def one_round(r, tables, transfer=transfer, cap=cap):
-                sent = transfer.send(cap, payload, offset=r * cap)
-                return add(tables, sent.ids, sent.mask, sent.payload)
-            n_rounds = transfer.rounds(cap)
-            tables = lax.fori_loop(0, n_rounds, one_round, tables)
-            tally.add(transfer, jnp.int32(cap), n_rounds, self._round_wire(
-                transfer, transfer.wire(cap, 4 + pay_bytes, 0), cap, n_rounds,
-                4 + pay_bytes, 0))
-        return tables, self._stats(plan, tally)
+                def branch(cap, transfer=transfer, length=length):
+                    sent = transfer.send(cap, payload)
+                    pad = lambda x, fill: jnp.pad(x, [(0, length - x.shape[0])] + [(0, 0)] * (
+                        x.ndim - 1), constant_values=fill)
+                    return (pad(jnp.where(sent.mask, sent.ids, -1), -1),
+                            jax.tree.map(lambda x: pad(x, 0), sent.payload), sent.overflow,
+                            transfer.wire(cap, fwd, 0))
+                (got_ids, got, lost, wire), cap = self.switch(
+                    transfer.need, self.ladder(transfer, top), branch)
+                acc = add(acc, got_ids, got_ids >= 0, got)
+                tally.add(cap, transfer.need, jnp.int32(1), wire)
+                overflow = overflow + lost
+            else:
+                cap = self.capacity(transfer)
+
+                def one(r, acc, transfer=transfer, cap=cap):
+                    sent = transfer.send(cap, payload, offset=r * cap)
+                    return add(acc, sent.ids, sent.mask, sent.payload)
+                acc, rounds = self._rounds([transfer], [cap], one, acc)
+                wire = transfer.wire(cap, fwd, 0)
+                tally.add(jnp.int32(cap), transfer.need, rounds,
+                          wire if transfer.exact_wire else wire * rounds)
+        return acc, tally.stats(plan.tally, n, self.route.code, self.axis, overflow)
 
     def gather_local(self, ids, valid, owner_fn: OwnerFn, *, contains=None
                      ) -> tuple[PyTree, ExchangeStats]:
@@ -579,14 +547,8 @@ class Exchange:
         """Every valid id is local: nothing to plan or route."""
         answers = owner_fn(ids, valid)
         answers = select(valid, answers, jax.tree.map(jnp.zeros_like, answers))
-        # Counts are psum-ed so they are typed as replicated, like gather's.
-        count = lambda m: lax.psum(jnp.sum(m, dtype=jnp.int32), self.axis)
-        zero = count(jnp.zeros((), bool))
-        return answers, ExchangeStats(
-            requested=count(valid), non_local=zero, cached=zero, capacity=zero,
-            wire_bytes=zero.astype(jnp.float32), overflow=zero, out_of_range=count(out_of_range),
-            length=zero + ids.shape[0], route=zero + self.route.code, needed=zero,
-            rounds=zero, relayed=zero)
+        return answers, ExchangeStats.local(valid, out_of_range, ids.shape[0],
+                                            self.route.code, self.axis)
 
     def _screen(self, ids, valid, contains):
         """Drop ids outside the graph (or outside `contains`), counting them."""
@@ -595,4 +557,3 @@ class Exchange:
         if contains is not None:
             ok = ok & contains(ids)
         return valid & ok, valid & ~ok
-

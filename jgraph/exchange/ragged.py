@@ -46,8 +46,11 @@ class Ragged(Transfer):
         self.need, self.top = jnp.sum(self.recv_sizes), (self.num_parts - 1) * self.n
 
     @classmethod
-    def transfers(cls, plan: Plan, axis: str, offsets) -> list[Transfer]:
-        return [cls(plan, axis)]
+    def check(cls, platform):
+        if platform == "cpu" and _ragged_all_to_all is lax.ragged_all_to_all:
+            raise NotImplementedError(
+                "exchange strategy ragged_all_to_all needs a backend that implements "
+                "it (GPU); XLA:CPU does not. Use all_to_all, all_gather or ppermute")
 
     @staticmethod
     def _window(begin, size, offset, cap):

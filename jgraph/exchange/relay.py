@@ -114,6 +114,8 @@ class Relay(Transfer):
 
     laddered = False
     exact_wire = True
+    scatters = False
+    optional = True
 
     def __init__(self, plan: Plan, axis: str):
         super().__init__(plan, axis)
@@ -145,10 +147,6 @@ class Relay(Transfer):
         self.relayed = jnp.where(self.routable, jnp.sum(
             jnp.where(third, self.route[:, self.me, :], 0)), 0)
         self.top = self.n
-
-    @classmethod
-    def transfers(cls, plan: Plan, axis: str, offsets) -> list[Transfer]:
-        return [cls(plan, axis)]
 
     # -- sizes ---------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ class RingShift(Transfer):
         self.need, self.top = plan.counts[self.peer], self.n
 
     @classmethod
-    def transfers(cls, plan: Plan, axis: str, offsets) -> list[Transfer]:
+    def transfers(cls, plan, axis, offsets, schedule) -> list[Transfer]:
         return [cls(plan, axis, shift) for shift in range(1, plan.num_parts)]
 
     def send(self, cap, payload=None, received=None, offset=0) -> Delivery:

@@ -88,6 +88,8 @@ class Scheduled(Transfer):
 
     chunked = True
     exact_wire = True
+    scatters = False
+    weighted = True
 
     def __init__(self, plan: Plan, axis: str, dest: np.ndarray):
         super().__init__(plan, axis)
@@ -107,10 +109,12 @@ class Scheduled(Transfer):
         self.top = self.n
 
     @classmethod
-    def transfers(cls, plan: Plan, axis: str, offsets, schedule=None) -> list[Transfer]:
-        if schedule is None:
-            schedule = build_schedule(plan.num_parts)
+    def transfers(cls, plan, axis, offsets, schedule) -> list[Transfer]:
         return [cls(plan, axis, schedule)]
+
+    @classmethod
+    def schedule(cls, num_parts, pair_weights):
+        return build_schedule(num_parts, pair_weights)
 
     def _iterations(self, cap: int) -> jnp.ndarray:
         """int32[R] chunk iterations of each round at `cap` (lax.div truncates, as a

@@ -11,20 +11,29 @@ A transfer may instead always move in a loop of one capacity (`chunked`: the sch
 transport's rounds of device pairs, in chunks): `rounds(cap)` says how many iterations,
 and round r's `offset` is still `r * cap`.
 
-To add a strategy: a module with a `Transfer` subclass and its `transfers(plan, axis,
-offsets)`, one entry in `Strategy`, and one in `jgraph.exchange.exchange.TRANSPORTS`;
+Everything a strategy does otherwise than the others is said here, by its `Transfer`
+subclass: how it moves (`send`, `back`, `wire`, `estimate`, `rounds`, `limit`), what a
+plan's transfers are (`transfers`), and how the exchange drives them (the class
+attributes `chunked`, `laddered`, `exact_wire`, `scatters`, `optional`, `weighted`; the
+class methods `gathering`, `schedule`, `check`). The exchange (`exchange.py`) asks these
+and never which strategy it runs. To add a strategy: a module with a `Transfer`
+subclass, one entry in `Strategy`, and one in `jgraph.exchange.exchange.TRANSPORTS`;
 the exchange tests run every strategy against the same numpy reference.
 """
 from __future__ import annotations
 
 import abc
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jgraph.exchange.plan import Plan
 from jgraph.exchange.rows import PyTree, put
+
+if TYPE_CHECKING:
+    from jgraph.exchange.config import ExchangeConfig
 
 
 class Delivery(NamedTuple):
@@ -57,6 +66,31 @@ class Transfer(abc.ABC):
         self.plan, self.axis = plan, axis
         self.n, self.num_parts = plan.size, plan.num_parts
 
+    @classmethod
+    def transfers(cls, plan: Plan, axis: str, offsets: np.ndarray,
+                  schedule: np.ndarray | None) -> list[Transfer]:
+        """The plan's transfers (one, unless the transport moves in several: the ring's
+        shifts). offsets: the partitions' first ids; schedule: what `schedule` built."""
+        return [cls(plan, axis)]
+
+    @classmethod
+    def gathering(cls, config: ExchangeConfig, num_parts: int) -> type[Transfer]:
+        """The class an exchange of this strategy moves its gathers by: itself, unless
+        the strategy gathers another way (all_to_all's relay)."""
+        return cls
+
+    @classmethod
+    def schedule(cls, num_parts: int, pair_weights: np.ndarray | None) -> np.ndarray | None:
+        """What the transport builds once per exchange on the host and every
+        `transfers` call takes: none, but the scheduled strategy's rounds of device
+        pairs (from `pair_weights`, the ids partition k is expected to ask of j)."""
+        return None
+
+    @classmethod
+    def check(cls, platform: str | None) -> None:
+        """Raise where the transport cannot run on `platform` (None: unknown)."""
+        return None
+
     @abc.abstractmethod
     def send(self, cap: int, payload: PyTree = None,
              received: jnp.ndarray | None = None, offset=0) -> Delivery:
@@ -85,9 +119,7 @@ class Transfer(abc.ABC):
 
     def rounds(self, cap: int) -> jnp.ndarray:
         """int32 rounds of `cap` that the devices' largest need asks for (at least 1)."""
-        need = jnp.maximum(lax.pmax(self.need, self.axis).astype(jnp.int32), 1)
-        # lax.div truncates: a ceiling for need >= 1, in one op (`//` floors, in three).
-        return lax.div(need + (cap - 1), jnp.int32(cap))
+        return rounds_for(self.need, cap, self.axis, at_least_one=True)
 
     laddered = True
     """False: the transfer's first round has one capacity, never a ladder of rungs (it
@@ -96,6 +128,26 @@ class Transfer(abc.ABC):
     exact_wire = False
     """True: `wire` counts the bytes of every round together (exact sizes), whatever
     `cap`; False: it counts one round's padded buffers."""
+
+    scatters = True
+    """False: the transfer moves gathers only (no payload: a scatter's values can
+    neither loop through a schedule's chunks nor relay). An exchange whose gathers move
+    by it moves its scatters straight: plain all_to_all, their capacities kept under
+    `Route.STRAIGHT` (a device pair's load, not a chunk or a hop pair's)."""
+
+    optional = False
+    """True: a gather may move straight instead (plain all_to_all, `Route.STRAIGHT`), as
+    a gather costly to compile (`once`) always does, and a request length whose
+    calibration batches never used the transfer's way (`relayed` zero) does
+    (`Capacities.fitted`): the relay."""
+
+    relayed: jnp.ndarray | int = 0
+    """int32 rows this device's request sends through a third device
+    (`ExchangeStats.relayed`, what calibration reads to choose an `optional` way)."""
+
+    weighted = False
+    """True: `schedule` groups device pairs by their expected loads, which the
+    exchange's `pair_weights` hold (`DistGraph.exchange` counts them only then)."""
 
     def received_length(self, cap: int) -> int:
         """Length of `Delivery.ids` at `cap`."""
@@ -110,6 +162,17 @@ class Transfer(abc.ABC):
         """The largest capacity worth a round: `top` (one round holds everything), less
         for a transport whose buffers would otherwise grow with the device count."""
         return self.top
+
+
+def rounds_for(need, cap: int, axis: str, at_least_one: bool = False) -> jnp.ndarray:
+    """int32 rounds of `cap` that the devices' largest `need` (int32 >= 0, on each
+    device) asks for: the same on every device; zero where no device needs any, unless
+    `at_least_one`."""
+    need = lax.pmax(need, axis).astype(jnp.int32)
+    if at_least_one:
+        need = jnp.maximum(need, 1)
+    # lax.div truncates: a ceiling for need >= 0, in one op (`//` floors, in three).
+    return lax.div(need + (cap - 1), jnp.int32(cap))
 
 
 def put_back(n: int, answers: PyTree, idx: jnp.ndarray, ok: jnp.ndarray,

@@ -1,6 +1,9 @@
 """The jobs: what one compiled training step is, for each kind of job (task x mode x
-sampler), and how a run of it is built, evaluated and planned (`jgraph.jobs.table`)."""
+sampler), and how a run of it is built, evaluated and planned. Each kind's module
+registers it in the job table (`jgraph.jobs.table`); importing this package imports
+the modules of the kinds jgraph ships."""
+from jgraph.jobs import control_variate, full, link, sampled  # noqa: F401 (they register)
 from jgraph.jobs.kind import JobKind
-from jgraph.jobs.table import KINDS, build_run, kind_of
+from jgraph.jobs.table import KINDS, build_run, kind_of, register, unregister
 
-__all__ = ["KINDS", "JobKind", "build_run", "kind_of"]
+__all__ = ["KINDS", "JobKind", "build_run", "kind_of", "register", "unregister"]

@@ -23,22 +23,24 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import jgraph.segments as segments
 from jgraph.config import ConfigError
 from jgraph.data.synthetic import parse_spec
 from jgraph.exchange import Exchange
-from jgraph.jobs.experiment import Experiment, Task
+from jgraph.jobs.experiment import Experiment
 from jgraph.jobs.inputs import NodeInputs
 from jgraph.jobs.programs import Programs, struct_on
 from jgraph.jobs.run import (
     build_model,
     check_one_hot,
-    dense_optimizer,
     input_width,
+    job_fields,
     sparse_optimizer,
 )
+from jgraph.jobs.table import kind_of
 from jgraph.mesh import REPLICATED, ROWS
 from jgraph.partition import PartitionBook
-from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sampling import NodeLoader
 from jgraph.sharded.embedding import DistEmbedding
 from jgraph.sharded.graph import ShardedGraph, check_int32
 from jgraph.sharded.layout import RowLayout
@@ -92,10 +94,10 @@ def counts_of(config: Experiment, parts: int) -> Counts:
     spec = parse_spec(path)
     if spec.feat < 1:
         raise ConfigError("jgraph compile --abstract needs node features (feat >= 1)")
-    kept, train = 1.0, spec.train * spec.nodes
-    if config.task is Task.LINK:
-        kept = 1.0 - config.link.val_fraction - config.link.test_fraction
-        train = kept * spec.edges
+    kind = kind_of(config)
+    held = kind.preparation(config).held_out
+    kept = 1.0 if held is None else 1.0 - held.val_fraction - held.test_fraction
+    train = spec.train * spec.nodes if kind.node_splits else kept * spec.edges
     edges = spec.edges * (2 if config.data.symmetrize else 1) * kept
     return Counts(spec.nodes, int(round(edges)), spec.feat, spec.classes, int(round(train)),
                   int(round(spec.val * spec.nodes)), parts)
@@ -122,7 +124,7 @@ def abstract_graph(config: Experiment, counts: Counts, mesh) -> tuple[ShardedGra
     run builds it), shape structs placed on `mesh`."""
     P = counts.parts
     sizes = counts.split(counts.nodes)
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    offsets = segments.offsets(sizes)
     book = PartitionBook(offsets, np.stack([offsets[:-1], offsets[1:]], axis=1), ("_N",))
     n, e = int(sizes.max()), counts.largest(counts.edges)
     try:
@@ -143,7 +145,7 @@ def abstract_graph(config: Experiment, counts: Counts, mesh) -> tuple[ShardedGra
     if config.model.learnable_inputs:
         # The width a run gives it: one-hot rows sized for the output (the classes, or
         # link prediction's node embedding), else model.embedding_dim.
-        out = config.model.hidden if config.task is Task.LINK else counts.classes
+        out = kind_of(config).output_width(config, counts.classes)
         table = DistEmbedding(layout, input_width(config, out, 1), sparse_optimizer(config),
                               name="embedding of '_N'")
         return graph, NodeInputs({}, {"_N": table}, {"_N": layout})
@@ -176,11 +178,8 @@ def abstract_parts(config: Experiment, counts: Counts, mesh, platform: str,
     train = counts.split(counts.train)
     seeds = abstract_loader(mesh, train, max(int(train.max()), 1) if full else t.batch_size,
                             t.drop_last and not full, t.seed)
-    common = dict(tx=dense_optimizer(config), sampler=NeighborSampler(t.fanouts),
-                  exchange=Exchange(layout.offsets, config.exchange, platform=platform,
-                                    planned=True),
-                  inputs=inputs, seed=t.seed, compute_dtype=t.precision.dtype)
-    return AbstractParts(graph, inputs, seeds, common)
+    exchange = Exchange(layout.offsets, config.exchange, platform=platform, planned=True)
+    return AbstractParts(graph, inputs, seeds, job_fields(config, exchange, inputs))
 
 
 def abstract_node_programs(config: Experiment, counts: Counts, parts: AbstractParts,

@@ -2,8 +2,8 @@
 Song, ICML 2018), where two sampled neighbours per node train as well as all of them.
 
 Every node keeps a *history* of its input to each layer above the first, h̄ (one
-row-sharded table per layer, `TrainState.histories`). Layer l aggregates, for a dst node
-v with in-neighbours N(v) of which the batch sampled S(v),
+row-sharded table per layer: the kind's own state, `TrainState.extra`). Layer l
+aggregates, for a dst node v with in-neighbours N(v) of which the batch sampled S(v),
 
     Σ_{u ∈ N(v)} h̄_u  +  |N(v)| / |S(v)| · Σ_{u ∈ S(v)} (h_u - h̄_u)
 
@@ -46,6 +46,7 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
+import jgraph.segments as segments
 from jgraph.config import ConfigError
 from jgraph.data.sparse import SparseRows, dense
 from jgraph.exchange import (
@@ -64,14 +65,14 @@ from jgraph.jobs.experiment import Experiment, HistoryInit, Sampler
 from jgraph.jobs.kind import NodeKind
 from jgraph.jobs.metrics import masked_cross_entropy
 from jgraph.jobs.programs import Programs, struct_on
-from jgraph.jobs.run import Run, dense_optimizer, node_parts, seed_loader, with_caches
+from jgraph.jobs.run import Run, job_fields, node_parts, seed_loader, with_caches
 from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
+from jgraph.jobs.table import register
 from jgraph.jobs.windows import edge_window, full_graph_layers, local_inputs, window_aggregate
 from jgraph.mesh import REPLICATED, ROWS, rows_sharding, vary_like
 from jgraph.models.gat import GATConv
 from jgraph.models.sage import Aggregator, SAGEConv
 from jgraph.models.stack import MessagePassing, layer_input
-from jgraph.sampling import NeighborSampler
 from jgraph.sampling.blocks import Block
 from jgraph.sharded import DistGraph
 
@@ -147,19 +148,6 @@ def input_block(dst: jax.Array) -> Block:
                  mask=jnp.zeros((n, 0), bool))
 
 
-def combine_stats(a: ExchangeStats, b: ExchangeStats) -> ExchangeStats:
-    """Two exchanges' counters as one: amounts added, sizes the larger."""
-    most = ("capacity", "length", "route", "needed", "rounds")
-    return ExchangeStats(*(jnp.maximum(x, y) if name in most else x + y
-                           for name, x, y in zip(ExchangeStats._fields, a, b)))
-
-
-def no_stats() -> ExchangeStats:
-    """Counters of no exchange (what `combine_stats` starts from)."""
-    return ExchangeStats(*(jnp.zeros((), jnp.float32 if name == "wire_bytes" else jnp.int32)
-                           for name in ExchangeStats._fields))
-
-
 def chunk_counts(degree: jax.Array, chunk: int) -> jax.Array:
     return (degree + chunk - 1) // chunk
 
@@ -183,29 +171,29 @@ def neighbour_history_sums(exchange: Exchange, chunks: Exchange, graph, chunk_st
                            degree, first, read, window: int, chunk: int = CHUNK):
     """(float32[n, F] Σ of `read` over every in-neighbour of each id, stats): ids
     int32[n] (-1 = none), degree int32[n] their in-degrees, first int32[n] their first
-    chunk ids; read: an owner_fn of node rows (a history table's). `window` chunks a
-    round, as many rounds as the busiest device needs."""
+    chunk ids; read: an owner_fn of node rows (a history table's). The ids' chunks are
+    one request of this device's, moved `window` chunks a round for as many rounds as
+    the busiest device needs (`Exchange.in_windows`); stats: the chunks' gathers and
+    the rows' gathers, each over every round."""
     n = ids.shape[0]
     count = jnp.where(ids >= 0, chunk_counts(degree, chunk), 0)
     # No node has more in-edges than a partition holds.
     starts = exclusive_sum(count, n * chunk_counts(graph.edges_per_part, chunk))
-    total = starts[-1] + count[-1]
-    rounds = lax.pmax((total + window - 1) // window, exchange.axis)
     neighbours = chunk_neighbours(graph, chunk_start, chunks.offsets, chunk, exchange.axis)
     width = jax.eval_shape(read, ids[:1], ids[:1] >= 0).shape[1:]
     acc = jnp.zeros((n,) + width, jnp.float32) + (ids[0] * 0).astype(jnp.float32)
 
-    def one_round(r, carry):
+    def window_sums(k, ok, carry):
         acc, got_stats, row_stats = carry
-        k = r * window + jnp.arange(window, dtype=jnp.int32)
-        ok = k < total
         i = segment_of(starts, k)
         nbr, st_nbr = chunks.gather(first[i] + k - starts[i], ok, neighbours, distinct=True)
         rows, st_rows = exchange.gather(nbr.reshape(-1) - 1, nbr.reshape(-1) > 0, read)
         per_chunk = jnp.sum(rows.reshape((window, chunk) + width).astype(jnp.float32), axis=1)
         acc = acc.at[jnp.where(ok, i, n)].add(per_chunk, mode="drop")
-        return (acc, combine_stats(got_stats, st_nbr), combine_stats(row_stats, st_rows))
-    acc, st_nbr, st_rows = lax.fori_loop(0, rounds, one_round, (acc, no_stats(), no_stats()))
+        return acc, got_stats.combined(st_nbr), row_stats.combined(st_rows)
+    acc, st_nbr, st_rows = exchange.in_windows(
+        starts[-1] + count[-1], window, window_sums,
+        (acc, ExchangeStats.none(), ExchangeStats.none()))
     return acc, (st_nbr, st_rows)
 
 
@@ -371,11 +359,11 @@ class ControlVariateClassification(NodeClassification):
 
     def state_specs(self) -> TrainState:
         return dataclasses.replace(super().state_specs(),
-                                   histories=tuple(ROWS for _ in self.widths))
+                                   extra=tuple(ROWS for _ in self.widths))
 
     def init(self, params) -> TrainState:
         state = super().init(params)
-        return dataclasses.replace(state, histories=self.initial_histories(state))
+        return dataclasses.replace(state, extra=self.initial_histories(state))
 
     def initial_histories(self, state: TrainState) -> tuple:
         """One [P * nodes_per_part, width] row-sharded table per layer above the first:
@@ -388,7 +376,7 @@ class ControlVariateClassification(NodeClassification):
             out_shardings=tuple(rows_sharding(self.mesh) for _ in self.widths))()
         if self.history_init is HistoryInit.ZEROS:
             return zeros
-        return self.inferred_histories(dataclasses.replace(state, histories=zeros))
+        return self.inferred_histories(dataclasses.replace(state, extra=zeros))
 
     def inferred_histories(self, state: TrainState) -> tuple:
         """Every node's input to each layer above the first, by full-graph inference
@@ -399,7 +387,7 @@ class ControlVariateClassification(NodeClassification):
         if "inference" not in self.history_programs:
             self.history_programs["inference"] = self._history_program()
         return self.history_programs["inference"](state.params, state.embeddings,
-                                                  self.data(self.graph), state.histories)
+                                                  self.data(self.graph), state.extra)
 
     def _history_program(self):
         inputs, exchange = self.inputs, here(self.exchange, self.mesh)
@@ -425,7 +413,7 @@ class ControlVariateClassification(NodeClassification):
     # -- inside the step (per device, under shard_map) --------------------------------
 
     def batch_of(self, data, embeddings, order, index, step, histories=None) -> Batch:
-        """`NodeClassification.batch_of` and the estimator's rows: the P X sums and
+        """`Job.batch_of` and the estimator's rows: the P X sums and
         in-degrees of the input block's nodes, and per layer above it the histories of
         its src and the sums of its dst's neighbours' histories. histories: the state's
         tables (None: zeros, for measuring what the batch sends)."""
@@ -481,14 +469,14 @@ class ControlVariateClassification(NodeClassification):
         loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
         return loss, Outcome(count, correct, count, (logits, tuple(fresh)))
 
-    # The step is `NodeClassification.train_step` with the estimator, and every fresh
+    # The step is `Job.train_step` with the estimator, and every fresh
     # row the batch computed written to its node's history (a node computed on several
     # devices gets their mean). Refused, as a sampled step is, where the sample or a
     # history write did not fit its capacity.
 
     def training_batch(self, state: TrainState, data, order, index) -> Batch:
         return self.batch_of(data, state.embeddings, order, index, state.step,
-                             state.histories)
+                             state.extra)
 
     def learned_rows(self, state: TrainState, batch: Batch) -> dict:
         return {}                          # no learnable embeddings (checked)
@@ -512,8 +500,8 @@ class ControlVariateClassification(NodeClassification):
         a whole table would cost its size)."""
         kept = tuple(store_rows(table, got, data.graph.offsets, self.exchange.axis,
                                 where=applied)
-                     for table, got in zip(state.histories, writes.rest))
-        return dataclasses.replace(state, histories=kept)
+                     for table, got in zip(state.extra, writes.rest))
+        return dataclasses.replace(state, extra=kept)
 
 
 def here(exchange: Exchange, mesh) -> Exchange:
@@ -557,7 +545,7 @@ def prepare(job: ControlVariateClassification, graph, chunk: int = CHUNK
     if int(lost):
         raise RuntimeError(f"control variates: {int(lost)} in-edge source id(s) are not "
                            f"nodes of the graph")
-    offsets = np.concatenate([[0], np.cumsum(np.asarray(jax.device_get(totals), np.int64))])
+    offsets = segments.offsets(np.asarray(jax.device_get(totals)))
     if offsets[-1] >= np.iinfo(np.int32).max:
         raise ValueError(f"control variates number the graph's in-edges in chunks of "
                          f"{chunk}: {int(offsets[-1])} chunks do not fit int32 ids")
@@ -582,6 +570,33 @@ class ControlVariateNodes(NodeKind):
     control_variate`): the layers above the input one draw fanouts[:-1]."""
 
     sampler = Sampler.CONTROL_VARIATE
+    title = "node classification with control variates"
+    histories = True
+
+    def check(self, config: Experiment) -> None:
+        """What the estimator needs: mean or gcn GraphSAGE layers above an input layer;
+        dropout between layers and on the inputs (CVD), no other."""
+        m = config.model
+        if m.num_layers < 2:
+            raise ConfigError("train.sampler: control_variate needs model.num_layers >= 2 "
+                              "(the input layer's aggregate is exact; the layers above it "
+                              "sample)")
+        aggregator = Aggregator(m.aggregator)
+        if m.kind != "sage" or aggregator not in (Aggregator.MEAN, Aggregator.GCN):
+            raise ConfigError(f"train.sampler: control_variate needs model.kind: sage with "
+                              f"model.aggregator mean or gcn (an aggregate linear in the "
+                              f"neighbours' rows); got {m.kind} / {aggregator.value}")
+        if m.attn_dropout:
+            raise ConfigError(f"model.attn_dropout={m.attn_dropout}: train.sampler: "
+                              f"control_variate trains GraphSAGE layers, which have no "
+                              f"attention to drop; its dropout (CVD) is model.dropout and "
+                              f"model.input_dropout")
+        super().check(config)
+
+    def bench_fields(self, run: Run, job, state) -> dict:
+        """Its history tables too: one per layer above the first, every node's row."""
+        return {**super().bench_fields(run, job, state), "history_bytes_per_device":
+                sum(h.nbytes for h in state.extra) // run.dg.mesh.size}
 
     def build(self, config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
         t, m = config.train, config.model
@@ -590,12 +605,13 @@ class ControlVariateNodes(NodeKind):
         try:
             check_model(model.gnn)
             job = prepare(ControlVariateClassification(
-                p.graphdef, dense_optimizer(config), NeighborSampler(cv_fanouts(config)),
-                seed_loader(config, dg, p.target, t.batch_size, t.drop_last),
-                dg.exchange(config.exchange, platform), p.inputs, p.labels, seed=t.seed,
-                compute_dtype=t.precision.dtype, widths=layer_widths(model.gnn)[1:],
+                p.graphdef, loader=seed_loader(config, dg, p.target, t.batch_size,
+                                               t.drop_last),
+                labels=p.labels, widths=layer_widths(model.gnn)[1:],
                 history_init=t.history_init, history_dtype=t.history_precision.dtype,
-                input_hop=bool(m.input_dropout)), dg.graph)
+                input_hop=bool(m.input_dropout),
+                **job_fields(config, dg.exchange(config.exchange, platform), p.inputs,
+                             cv_fanouts(config))), dg.graph)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
@@ -612,7 +628,7 @@ class ControlVariateNodes(NodeKind):
             return state, {"history_refresh_seconds": None}
         begin = time.perf_counter()
         histories = jax.block_until_ready(job.inferred_histories(state))
-        return (dataclasses.replace(state, histories=histories),
+        return (dataclasses.replace(state, extra=histories),
                 {"history_refresh_seconds": time.perf_counter() - begin})
 
     def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
@@ -627,7 +643,8 @@ class ControlVariateNodes(NodeKind):
 
         def make_job(graphdef, params, labels):
             widths = layer_widths(nnx.merge(graphdef, params).gnn)
-            common = {**parts.common, "sampler": NeighborSampler(cv_fanouts(config))}
+            common = job_fields(config, parts.common["exchange"], parts.inputs,
+                                cv_fanouts(config))
             return ControlVariateClassification(
                 graphdef, loader=parts.seeds, labels=labels, **common, graph=graph,
                 input_sums=struct_on(mesh, ROWS, (devices * n, widths[0]), jnp.float32),
@@ -637,3 +654,6 @@ class ControlVariateNodes(NodeKind):
                 history_dtype=t.history_precision.dtype,
                 input_hop=bool(config.model.input_dropout))
         return abstract_node_programs(config, counts, parts, make_job)
+
+
+register(ControlVariateNodes())

@@ -5,7 +5,6 @@ memory), opened on the run's mesh. Shared by training, evaluation, the planner a
 benchmarks."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
@@ -16,14 +15,14 @@ from jgraph.config import ConfigError
 from jgraph.data import GraphError, load_dataset
 from jgraph.data.chunked import open_chunked
 from jgraph.data.prepare import (
-    HeldOut,
     Preparation,
     differences,
     prepare,
     recorded_preparation,
 )
 from jgraph.data.prepare_chunked import prepared
-from jgraph.jobs.experiment import DataConfig, Experiment, Task
+from jgraph.jobs.experiment import DataConfig, Experiment
+from jgraph.jobs.table import kind_of
 from jgraph.mesh import first_devices, host_sync
 from jgraph.partition import Method, partition_graph
 from jgraph.partition.chunked import ChunkedOptions, bounded_route, partition_chunked, train_nodes
@@ -49,13 +48,9 @@ def is_partition_dir(path: str) -> bool:
 
 
 def preparation(config: Experiment) -> Preparation:
-    """The preparation `config` asks of its graph (`jgraph.data.prepare`): data's
-    steps, and link prediction's held-out edges."""
-    link = config.link
-    return dataclasses.replace(data_preparation(config.data), held_out=None
-                               if config.task is not Task.LINK else HeldOut(
-                                   link.val_fraction, link.test_fraction,
-                                   link.eval_negatives, link.split_seed))
+    """The preparation `config` asks of its graph (`jgraph.data.prepare`): its kind's
+    (`JobKind.preparation`: data's steps, and link prediction's held-out edges)."""
+    return kind_of(config).preparation(config)
 
 
 def data_preparation(data: DataConfig) -> Preparation:
@@ -98,9 +93,9 @@ def check_prepared(path: str, asked: Preparation) -> None:
 def open_graph(config: Experiment, mesh, workdir: str, progress: Progress,
                reuse: bool = False) -> DistGraph:
     """The graph of `config` on the mesh (`open_data`)."""
-    return open_data(config.data, preparation(config), mesh, workdir, progress,
-                     seed=config.train.seed, reuse=reuse,
-                     check_seeds=config.task is not Task.LINK)
+    kind = kind_of(config)
+    return open_data(config.data, kind.preparation(config), mesh, workdir, progress,
+                     seed=config.train.seed, reuse=reuse, check_seeds=kind.node_splits)
 
 
 def open_data(data: DataConfig, asked: Preparation, mesh, workdir: str, progress: Progress,

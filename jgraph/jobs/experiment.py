@@ -3,8 +3,9 @@
 Every experiment in `experiments/*.yaml` is an `Experiment`; a YAML file sets some of
 its fields, `--set section.key=value` any other, and an unknown key fails with the
 valid keys (see `jgraph.config`). Each section checks its own values when it is
-built, and `Experiment` checks the sections against each other, so a config that
-exists is one a run can use; errors are `ConfigError`s that name the key.
+built, and `Experiment` hands itself to the rules of the kind of job it asks for
+(`jgraph.jobs.kind.JobKind.check`), so a config that exists is one a run can use;
+errors are `ConfigError`s that name the key.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import os
 from jgraph.config import ConfigError
 from jgraph.data import BUILTIN
 from jgraph.exchange import ExchangeConfig
+from jgraph.jobs.table import kind_of
 from jgraph.models import is_import_path, registered_models
 from jgraph.models.link import Decoder
 from jgraph.models.rgcn import Decomposition, Norm
@@ -23,8 +25,10 @@ from jgraph.partition import Method
 from jgraph.sampling.edges import Negatives
 
 
-class Task(enum.Enum):
-    """What a run trains: `node` classification, or `link` prediction."""
+class Task(enum.StrEnum):
+    """What a run trains: `node` classification, or `link` prediction (the tasks of the
+    kinds jgraph ships; `task` is a string so a kind registered elsewhere can name its
+    own: `jgraph.jobs.table`)."""
 
     NODE = "node"
     LINK = "link"
@@ -64,20 +68,22 @@ class Precision(enum.Enum):
         return jnp.bfloat16 if self is Precision.BF16 else jnp.float32
 
 
-class Mode(enum.Enum):
+class Mode(enum.StrEnum):
     """How a training step sees the graph: `sampled` blocks around a batch of seeds, or
     `full`: every layer for every node over its whole in-neighbourhood, the loss over
-    every training node (one step an epoch; SAR's full-batch training)."""
+    every training node (one step an epoch; SAR's full-batch training). A string in the
+    settings, as `Task`."""
 
     SAMPLED = "sampled"
     FULL = "full"
 
 
-class Sampler(enum.Enum):
+class Sampler(enum.StrEnum):
     """How a sampled step aggregates: `neighbor` (each layer over its sampled
     neighbours), or `control_variate` (VR-GCN: each layer above the first adds the exact
     sum of every neighbour's history to a correction from the sampled ones, so fanouts
-    as small as 1 train as all neighbours do; `jgraph.jobs.control_variate`)."""
+    as small as 1 train as all neighbours do; `jgraph.jobs.control_variate`). A string
+    in the settings, as `Task`."""
 
     NEIGHBOR = "neighbor"
     CONTROL_VARIATE = "control_variate"
@@ -238,7 +244,8 @@ class TrainConfig:
     mode: sampled (minibatches of seeds with sampled neighbourhoods) or full
       (full-batch: one step an epoch over the whole graph, each layer walking every
       in-edge in windows; `jgraph.jobs.full`). batch_size, fanouts and the sampler's
-      capacities do not apply to it.
+      capacities do not apply to it. A kind of job registered elsewhere may name
+      another mode, or another sampler.
     rematerialize: full-batch training's backward pass fetches each window's rows
       again instead of keeping them (per-device memory: the partition's own rows plus
       one window); false keeps them (the one-shot variant: no second fetch, more
@@ -270,7 +277,7 @@ class TrainConfig:
     fanouts: tuple[int, ...] = (10, 10)
     eval_fanouts: tuple[int, ...] = (-1, -1)
     inference: Inference = Inference.SAMPLED
-    mode: Mode = Mode.SAMPLED
+    mode: str = Mode.SAMPLED.value
     rematerialize: bool = True
     optimizer: Optimizer = Optimizer.ADAM
     lr: float = 0.01
@@ -287,7 +294,7 @@ class TrainConfig:
     capacity_headroom: float = 0.1
     profile: str = ""
     profile_steps: int = 5
-    sampler: Sampler = Sampler.NEIGHBOR
+    sampler: str = Sampler.NEIGHBOR.value
     history_init: HistoryInit = HistoryInit.INFERENCE
     history_precision: Precision = Precision.F32
     history_refresh: int | None = None
@@ -372,26 +379,16 @@ class CheckpointConfig:
                               f"{self.every_steps}")
 
 
-def check_layers(model: ModelConfig, train: TrainConfig) -> None:
-    """One fanout per layer, for sampled training and for sampled evaluation."""
-    for key, fanouts in (("train.fanouts", train.fanouts),
-                         ("train.eval_fanouts", train.eval_fanouts)):
-        if key == "train.fanouts" and train.mode is Mode.FULL:
-            continue                      # full-batch training samples nothing
-        if len(fanouts) != model.num_layers:
-            raise ConfigError(f"{key} has {len(fanouts)} hops but model.num_layers is "
-                              f"{model.num_layers}: give one fanout per layer")
-
-
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """name: for logs. task: node (classification) or link (prediction). data, model,
+    """name: for logs. task: node (classification) or link (prediction), or the task of
+    a kind of job registered elsewhere (`jgraph.jobs.register`). data, model,
     train: as above; link: link prediction's settings. exchange: how rows travel
     between devices (its defaults compile fastest). checkpoint: when the run saves
     itself (WORKDIR/checkpoints)."""
 
     name: str = "experiment"
-    task: Task = Task.NODE
+    task: str = Task.NODE.value
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
@@ -400,45 +397,8 @@ class Experiment:
     link: LinkConfig = LinkConfig()
 
     def __post_init__(self):
-        check_layers(self.model, self.train)
-        self._check_control_variates()
-        if self.train.mode is Mode.FULL:
-            if self.task is Task.LINK:
-                raise ConfigError("train.mode: full trains node classification; link "
-                                  "prediction (task: link) trains on sampled batches of "
-                                  "edges")
-            if self.exchange.cache > 0:
-                raise ConfigError(f"exchange.cache ({self.exchange.cache}) keeps feature "
-                                  f"rows; train.mode: full fetches each layer's rows, which "
-                                  f"no cache holds: set exchange.cache=0")
-
-    def _check_control_variates(self) -> None:
-        """What the estimator needs: sampled node classification with mean or gcn
-        GraphSAGE layers above an input layer; dropout between layers and on the inputs
-        (CVD), no other."""
-        m, t = self.model, self.train
-        if t.sampler is not Sampler.CONTROL_VARIATE:
-            if t.history_refresh is not None:
-                raise ConfigError(f"train.history_refresh={t.history_refresh}: only "
-                                  f"train.sampler: control_variate keeps histories")
-            return
-        if self.task is Task.LINK or t.mode is Mode.FULL:
-            raise ConfigError("train.sampler: control_variate trains node classification on "
-                              "sampled batches (task: node, train.mode: sampled)")
-        if m.num_layers < 2:
-            raise ConfigError("train.sampler: control_variate needs model.num_layers >= 2 "
-                              "(the input layer's aggregate is exact; the layers above it "
-                              "sample)")
-        aggregator = Aggregator(m.aggregator)
-        if m.kind != "sage" or aggregator not in (Aggregator.MEAN, Aggregator.GCN):
-            raise ConfigError(f"train.sampler: control_variate needs model.kind: sage with "
-                              f"model.aggregator mean or gcn (an aggregate linear in the "
-                              f"neighbours' rows); got {m.kind} / {aggregator.value}")
-        if m.attn_dropout:
-            raise ConfigError(f"model.attn_dropout={m.attn_dropout}: train.sampler: "
-                              f"control_variate trains GraphSAGE layers, which have no "
-                              f"attention to drop; its dropout (CVD) is model.dropout and "
-                              f"model.input_dropout")
+        # The rules of the kind of job it asks for (none: an error naming the kinds).
+        kind_of(self).check(self)
 
     def relative_to(self, folder: str) -> Experiment:
         """This config with a relative `data.path` taken from `folder` (the config

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
+from jgraph.config import ConfigError
 from jgraph.exchange import owned_index
 from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
 from jgraph.jobs.experiment import Experiment, Mode
@@ -28,11 +29,11 @@ from jgraph.jobs.inference import FullGraphEvaluator
 from jgraph.jobs.kind import NodeKind
 from jgraph.jobs.metrics import masked_cross_entropy
 from jgraph.jobs.programs import Programs
-from jgraph.jobs.run import Run, dense_optimizer, node_parts, seed_loader, with_caches
+from jgraph.jobs.run import Run, job_fields, node_parts, seed_loader, with_caches
 from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
+from jgraph.jobs.table import register
 from jgraph.jobs.windows import WINDOW_FLOATS, full_graph_logits, labelled_rows
 from jgraph.progress import Progress
-from jgraph.sampling import NeighborSampler
 from jgraph.sharded import DistGraph
 
 
@@ -44,8 +45,6 @@ class FullBatchClassification(NodeClassification):
     remat: bool = True
     window_floats: int = WINDOW_FLOATS
 
-    samples = False
-    """Its step samples nothing: no sampler capacities or exchange to calibrate."""
 
     def train_mask(self, order) -> jax.Array:
         """bool[r]: which of this device's labelled rows are training seeds (all of its
@@ -117,6 +116,21 @@ class FullBatchNodes(NodeKind):
     training node; validated full-graph each epoch."""
 
     mode = Mode.FULL
+    title = "full-batch node classification"
+    samples = False
+
+    def check(self, config: Experiment) -> None:
+        """No hot-node cache: each layer's rows are fetched, and no cache holds them."""
+        super().check(config)
+        if config.exchange.cache > 0:
+            raise ConfigError(f"exchange.cache ({config.exchange.cache}) keeps feature "
+                              f"rows; train.mode: full fetches each layer's rows, which "
+                              f"no cache holds: set exchange.cache=0")
+
+    def bench_fields(self, run: Run, job, state) -> dict:
+        """One batch an epoch: nothing is sampled."""
+        return {"fanouts": None, "batch_size": None, "capacities": None,
+                "worst_case_capacities": None, "seeds_per_epoch": job.loader.num_seeds}
 
     def build(self, config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
         t = config.train
@@ -124,10 +138,9 @@ class FullBatchNodes(NodeKind):
         # One batch an epoch: every device's training seeds at once.
         most = max(max(part.splits[p.target]["train"] for part in dg.meta.parts), 1)
         job = FullBatchClassification(
-            p.graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
-            seed_loader(config, dg, p.target, most, False),
-            dg.exchange(config.exchange, platform), p.inputs, p.labels, seed=t.seed,
-            compute_dtype=t.precision.dtype, remat=t.rematerialize)
+            p.graphdef, loader=seed_loader(config, dg, p.target, most, False),
+            labels=p.labels, remat=t.rematerialize,
+            **job_fields(config, dg.exchange(config.exchange, platform), p.inputs))
         return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
                    p.params, self)
 
@@ -143,3 +156,6 @@ class FullBatchNodes(NodeKind):
         if not run.has_split("val"):
             return None
         return FullGraphEvaluator(run, "val", on_trace)
+
+
+register(FullBatchNodes())

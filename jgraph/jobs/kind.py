@@ -1,27 +1,39 @@
-"""What a kind of job is: the one object that builds, evaluates and plans a run of it.
+"""What a kind of job is: the one object that owns all of a run of it.
 
-A job's kind is chosen by its config's task, `train.mode` and `train.sampler`
-(`jgraph.jobs.table` registers one `JobKind` per combination). The kind owns:
+A job's kind is chosen by its config's task, `train.mode` and `train.sampler`; each
+kind's module registers it (`jgraph.jobs.table.register`). The kind owns:
 
-- `build`: the run from a partitioned graph (model, optimizer, loader, the step's job);
+- `check`: its settings' rules (an `Experiment` hands itself to them as it is made);
+- `preparation`: what it asks of the graph (link prediction's held-out edges);
+- `build`: the run from a partitioned graph (model, optimizer, loader, the step's job),
+  and `sized`: its capacities, restored from a checkpoint or measured;
 - `build_abstract`: the same run's programs from a graph's counts (`jgraph compile
-  --abstract`);
+  --abstract`), and `output_width`;
 - `programs`: a built run's programs (training step, sampled evaluation, full-graph
   inference) for `jgraph compile`;
-- `validation` and `evaluate`: how the run scores a split per epoch and at the end,
-  and how those scores become the epoch's log row and the result's fields.
+- `validation`, `evaluate`, `epoch_fields`, `epoch_scores`, `final_scores`: how the
+  run scores a split per epoch and at the end, and how those scores become the
+  epoch's log row and the result's fields;
+- `bench_fields`: what `jgraph bench train` reports of it;
+- `end_epoch` and its job's `TrainState.extra`: state of its own (control variates'
+  histories).
 
-Its step is its job class's (`NodeClassification.train_step`, the template every job
+Its step is its job class's (`Job.train_step`, the template every job
 class fills in). `NodeKind` is what node classification's kinds share: labels,
 accuracy and macro-F1, sampled or full-graph evaluation.
 """
 from __future__ import annotations
 
+import dataclasses
+
+from jgraph.config import ConfigError
+from jgraph.data.prepare import Preparation
+from jgraph.jobs.dataset import data_preparation
 from jgraph.jobs.evaluate import SampledEvaluator
 from jgraph.jobs.experiment import Experiment, Inference, Mode, Sampler, Task
 from jgraph.jobs.inference import full_graph_scores, split_masks
 from jgraph.jobs.programs import Programs
-from jgraph.jobs.run import Run
+from jgraph.jobs.run import Run, calibrated_exchange, calibrated_sampler
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph
 
@@ -29,22 +41,60 @@ from jgraph.sharded import DistGraph
 class JobKind:
     """One kind of job (task x mode x sampler); see the module."""
 
-    task: Task
-    mode: Mode = Mode.SAMPLED
-    sampler: Sampler = Sampler.NEIGHBOR
+    task: str
+    mode: str = Mode.SAMPLED
+    sampler: str = Sampler.NEIGHBOR
+    title: str
+    """What it trains, in words ("node classification"), for messages."""
+    samples: bool = True
+    """Its step samples blocks around seeds: the run measures the sampler's and the
+    exchange's capacities from its first batches (full-batch training samples nothing)."""
+    node_splits: bool = True
+    """Its graph's nodes carry the train/val/test splits it learns and scores (link
+    prediction's splits are edges)."""
+    classifies: bool = True
+    """Its model's last layer gives classes (logits, predictions); else embeddings."""
+    histories: bool = False
+    """It keeps histories of layers' rows (train.history_refresh renews them)."""
+    timed_by_phase: bool = True
+    """`jgraph bench train --breakdown` can time its step's phases (`jgraph.bench.profile`)."""
     rate: str = "seeds_per_s"
     """The result's throughput field: what the loader deals, per second."""
+    train_key: str = "train_acc"
+    """The epoch row's training score: the step's correct / count."""
     validation_key: str = "val_acc"
     """The epoch row's validation score (None where there is no validation split)."""
 
     @property
-    def key(self) -> tuple[Task, Mode, Sampler]:
+    def key(self) -> tuple[str, str, str]:
         return self.task, self.mode, self.sampler
 
     @property
     def name(self) -> str:
-        return f"task {self.task.value}, train.mode {self.mode.value}, " \
-               f"train.sampler {self.sampler.value}"
+        return f"task {self.task}, train.mode {self.mode}, train.sampler {self.sampler}"
+
+    # -- settings and graph ------------------------------------------------------------
+
+    def check(self, config: Experiment) -> None:
+        """Raise ConfigError (naming the key) where `config`'s settings do not fit this
+        kind: one fanout per layer (training's where it samples, evaluation's), and no
+        setting another kind owns."""
+        m, t = config.model, config.train
+        for key, fanouts in (("train.fanouts", t.fanouts), ("train.eval_fanouts",
+                                                             t.eval_fanouts)):
+            if key == "train.fanouts" and not self.samples:
+                continue
+            if len(fanouts) != m.num_layers:
+                raise ConfigError(f"{key} has {len(fanouts)} hops but model.num_layers is "
+                                  f"{m.num_layers}: give one fanout per layer")
+        if t.history_refresh is not None and not self.histories:
+            raise ConfigError(f"train.history_refresh={t.history_refresh}: only "
+                              f"train.sampler: control_variate keeps histories")
+
+    def preparation(self, config: Experiment) -> Preparation:
+        """What the run asks of its graph (`jgraph.data.prepare`): the data section's
+        steps."""
+        return data_preparation(config.data)
 
     # -- building ----------------------------------------------------------------------
 
@@ -58,15 +108,47 @@ class JobKind:
         a shape struct placed on `mesh`."""
         raise NotImplementedError
 
+    def output_width(self, config: Experiment, num_classes: int) -> int:
+        """The model's last layer's width: the classes (a kind that embeds: its own)."""
+        return num_classes
+
     def programs(self, run: Run) -> Programs:
         """The programs of a run built from a partitioned graph."""
         raise NotImplementedError
+
+    def sized(self, run: Run, job, restored: dict, embeddings=None,
+              progress: Progress | None = None):
+        """`job` with the capacities a checkpoint's run had grown to (`restored`: its
+        meta, {} for none), else with those measured from the graph and the first
+        batches (train.calibrate_capacities: the sampler's; the exchange's where it is
+        calibrated), so a resumed run computes with the same shapes."""
+        progress = progress or Progress(enabled=False)
+        if restored.get("capacities"):
+            job = dataclasses.replace(job, sampler=dataclasses.replace(
+                job.sampler, capacities=tuple(restored["capacities"])))
+        elif self.samples and run.config.train.calibrate_capacities:
+            job = calibrated_sampler(dataclasses.replace(run, job=job), progress)
+        if "exchange_capacities" in restored:
+            job = dataclasses.replace(job, exchange=job.exchange.calibrated(
+                restored["exchange_capacities"]))
+        elif self.samples:
+            job = calibrated_exchange(job, run.dg.graph, embeddings, progress)
+        return job
 
     def end_epoch(self, run: Run, job, state, epoch: int):
         """(the state the next epoch starts from, fields for the epoch's row) after
         epoch `epoch`'s steps: the state as it is, and nothing, unless the kind keeps
         something it renews between epochs (control variates' histories)."""
         return state, {}
+
+    def bench_fields(self, run: Run, job, state) -> dict:
+        """What `jgraph bench train` reports of this kind's run besides the step's
+        time: what it samples and how, and the state it keeps."""
+        t = run.config.train
+        worst = job.sampler.worst_case(run.dg.graph, job.seeds_per_step)
+        return {"fanouts": list(t.fanouts), "batch_size": t.batch_size,
+                "capacities": list(job.sampler.capacities or worst),
+                "worst_case_capacities": worst, "seeds_per_epoch": job.loader.num_seeds}
 
     # -- evaluating --------------------------------------------------------------------
 
@@ -89,6 +171,10 @@ class JobKind:
         validation evaluator, say)."""
         raise NotImplementedError
 
+    def epoch_fields(self, correct: int, count: int) -> dict:
+        """The epoch row's training fields from its steps' correct and count sums."""
+        return {self.train_key: correct / max(count, 1)}
+
     def epoch_scores(self, scores: dict) -> tuple[dict, float]:
         """(the epoch row's validation fields, the score the best epoch is chosen by) of
         what the validation evaluator returned."""
@@ -104,6 +190,7 @@ class NodeKind(JobKind):
     sampled with the evaluation fanouts or by full-graph inference."""
 
     task = Task.NODE
+    title = "node classification"
 
     def describe(self, run: Run) -> str:
         return (f"{run.job.loader.num_seeds:,} training seeds, {run.num_classes} classes")

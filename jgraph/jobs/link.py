@@ -29,6 +29,7 @@ from jax import lax
 
 from jgraph.config import ConfigError
 from jgraph.data.outputs import What
+from jgraph.data.prepare import HeldOut, Preparation
 from jgraph.jobs.abstract import abstract_loader, abstract_parts
 from jgraph.jobs.experiment import Experiment, Inference, LinkLoss, Task
 from jgraph.jobs.inputs import NodeInputs
@@ -39,16 +40,17 @@ from jgraph.jobs.run import (
     build_model,
     check_features,
     check_one_hot,
-    dense_optimizer,
     input_width,
+    job_fields,
     sparse_optimizer,
     with_caches,
 )
-from jgraph.jobs.step import NodeClassification, Outcome, StepData
+from jgraph.jobs.step import Job, Outcome, StepData
+from jgraph.jobs.table import register
 from jgraph.mesh import REPLICATED, ROWS, replicated
 from jgraph.models.link import LinkPredictor
 from jgraph.progress import Progress
-from jgraph.sampling import NeighborSampler, NodeLoader
+from jgraph.sampling import NodeLoader
 from jgraph.sampling.edges import (
     EdgeBatch,
     EdgeLoader,
@@ -96,13 +98,13 @@ class LinkBatch(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LinkPrediction(NodeClassification):
-    """The job of a link prediction run: `NodeClassification`'s fields (the loader an
-    `EdgeLoader`, no labels), the negatives, the node type table they are drawn with,
-    the loss, and whether the batch's edges are excluded from its blocks."""
+class LinkPrediction(Job):
+    """The job of a link prediction run: the `Job`'s fields (the loader an
+    `EdgeLoader`), the negatives, the node type table they are drawn with, the loss,
+    and whether the batch's edges are excluded from its blocks."""
 
-    negatives: NegativeSampler | None = None
-    table: TypeTable | None = None
+    negatives: NegativeSampler = dataclasses.field(kw_only=True)
+    table: TypeTable = dataclasses.field(kw_only=True)
     loss: LinkLoss = LinkLoss.BCE
     exclude: bool = True
 
@@ -120,14 +122,6 @@ class LinkPrediction(NodeClassification):
         ends = link_seeds(batch, *self.negatives.sample(self.table, batch, seed=self.seed,
                                                         step=index, axis=self.exchange.axis))
         return ends.seeds, ends.seeds >= 0, False
-
-    def data(self, graph: ShardedGraph) -> StepData:
-        return StepData(graph, self.inputs.arrays(), jnp.zeros((0,), jnp.int32),
-                        self.inputs.cache_arrays())
-
-    def data_specs(self, graph: ShardedGraph) -> StepData:
-        return StepData(graph.specs(), self.inputs.specs(), REPLICATED,
-                        self.inputs.cache_specs())
 
     def full_graph_program(self, graph: ShardedGraph, masks=None, mesh=None):
         """The program that embeds every owned node by layer-wise full-graph inference
@@ -174,7 +168,7 @@ class LinkPrediction(NodeClassification):
         return {"excluded": batch.excluded}
 
     def batch_of(self, data: StepData, embeddings, order, index, step) -> LinkBatch:
-        """Training batch `index` of positive edges (see `NodeClassification.batch_of`),
+        """Training batch `index` of positive edges (see `Job.batch_of`),
         the batch's pairs excluded from its blocks when the job says so."""
         return self.fetch_edges(data, embeddings, self.loader.batch(order, index), step,
                                 self.exclude)
@@ -393,17 +387,48 @@ def link_model(config: Experiment, inputs: NodeInputs, num_relations: int) -> Li
                          num_relations, rngs=rngs)
 
 
+def link_fields(config: Experiment, table: TypeTable) -> dict:
+    """`LinkPrediction`'s own fields from `config.link`; table: the node types' (the
+    partitioned graph's, or the counts')."""
+    link = config.link
+    return dict(negatives=NegativeSampler(link.negatives, link.negative_sampler),
+                table=table, loss=link.loss, exclude=link.exclude)
+
+
 class LinkPredictions(JobKind):
     """Link prediction (`task: link`): a `LinkPrediction` job over the partition's
     training edges; the model embeds nodes at model.hidden and scores edges, ranked
     against fixed negatives (MRR, Hits@k)."""
 
     task = Task.LINK
+    title = "link prediction"
+    node_splits = False
+    classifies = False
+    timed_by_phase = False
     rate = "edges_per_s"
+    train_key = "train_hits_1"
+    """A positive scored above all its batch's negatives."""
     validation_key = "val_mrr"
 
+    def preparation(self, config: Experiment) -> Preparation:
+        """The data section's steps, and the held-out edges the run is scored on."""
+        link = config.link
+        return dataclasses.replace(super().preparation(config), held_out=HeldOut(
+            link.val_fraction, link.test_fraction, link.eval_negatives, link.split_seed))
+
+    def output_width(self, config: Experiment, num_classes: int) -> int:
+        """Node embeddings model.hidden wide."""
+        return config.model.hidden
+
+    def bench_fields(self, run: Run, job, state) -> dict:
+        link = run.config.link
+        fields = super().bench_fields(run, job, state)
+        fields["edges_per_epoch"] = fields.pop("seeds_per_epoch")
+        return {**fields, "negatives": link.negatives,
+                "negative_sampler": link.negative_sampler.value, "exclude": link.exclude}
+
     def build(self, config: Experiment, dg, platform: str | None = None) -> Run:
-        t, m, link = config.train, config.model, config.link
+        t, m = config.train, config.model
         if "train" not in dg.meta.edge_splits:
             raise ConfigError(f"{dg.parts.root} holds no training edges for link prediction "
                               f"(its edge splits: {sorted(dg.meta.edge_splits) or 'none'}); "
@@ -424,17 +449,15 @@ class LinkPredictions(JobKind):
                                            drop_last=t.drop_last, seed=t.seed)
         except ValueError as e:
             raise ConfigError(f"train.batch_size: {e}") from None
-        job = LinkPrediction(graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
-                             loader, dg.exchange(config.exchange, platform), inputs, None,
-                             seed=t.seed, compute_dtype=t.precision.dtype,
-                             negatives=NegativeSampler(link.negatives, link.negative_sampler),
-                             table=TypeTable.of(dg), loss=link.loss, exclude=link.exclude)
+        job = LinkPrediction(graphdef, loader=loader, **link_fields(config, TypeTable.of(dg)),
+                             **job_fields(config, dg.exchange(config.exchange, platform),
+                                          inputs))
         return Run(config, dg, None, 0, with_caches(config, dg, job), params, self)
 
     def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
         """The link predictor over positives dealt as the training seeds, nodes owned
         as the partitioning of the counts says; its evaluation embeds every node."""
-        t, link = config.train, config.link
+        t = config.train
         parts = abstract_parts(config, counts, mesh, platform)
         seeds, inputs = parts.seeds, parts.inputs
         layout = inputs.layouts["_N"]
@@ -446,9 +469,7 @@ class LinkPredictions(JobKind):
         job = LinkPrediction(
             graphdef, loader=EdgeLoader(seeds, EdgeOrder(seeds.seeds, column(), column(),
                                                          column())),
-            labels=None, **parts.common,
-            negatives=NegativeSampler(link.negatives, link.negative_sampler),
-            table=table, loss=link.loss, exclude=link.exclude)
+            **link_fields(config, table), **parts.common)
         every = abstract_loader(mesh, layout.counts, t.eval_batch_size, False, t.seed)
         return Programs(job, parts.graph, params, job.evaluating(every, t.eval_fanouts), None)
 
@@ -490,3 +511,6 @@ class LinkPredictions(JobKind):
         keys = ["mrr", *(f"hits@{k}" for k in config.link.hits)]
         return {f"{split}_{key}": None if final[split] is None else final[split][key]
                 for split in ("val", "test") for key in keys}
+
+
+register(LinkPredictions())

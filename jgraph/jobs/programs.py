@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
-from jgraph.jobs.step import NodeClassification
+from jgraph.jobs.step import Job
 from jgraph.mesh import REPLICATED, ROWS
 from jgraph.sharded.graph import ShardedGraph
 from jgraph.target import abstract_like
@@ -57,10 +57,10 @@ class Programs:
     bool row-sharded [P * rows]} of the labelled nodes full-graph inference scores
     (None for link prediction, whose full-graph program embeds every node)."""
 
-    job: NodeClassification
+    job: Job
     graph: ShardedGraph
     params: Any
-    evaluation: NodeClassification
+    evaluation: Job
     masks: dict | None
 
     def lowering(self, program: Program, mesh) -> Lowering:

@@ -14,7 +14,7 @@ import optax
 from flax import nnx
 
 from jgraph.config import ConfigError
-from jgraph.exchange import ExchangeStats, Sizing, sizing
+from jgraph.exchange import CacheBy, ExchangeStats, Sizing, sizing
 from jgraph.jobs.dataset import check_mesh_fits
 from jgraph.jobs.experiment import (
     DataConfig,
@@ -23,12 +23,12 @@ from jgraph.jobs.experiment import (
     SparseOptimizerKind,
 )
 from jgraph.jobs.inputs import NodeInputs
-from jgraph.jobs.step import NodeClassification
+from jgraph.jobs.step import Job
 from jgraph.mesh import REPLICATED, ROWS
 from jgraph.models import InputEncoder, ModelSpec, NodeClassifier, one_hot_width
 from jgraph.models.registry import build as build_model_named
 from jgraph.progress import Progress
-from jgraph.sampling import NodeLoader
+from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sampling.capacity import calibrate, sample_first_batches
 from jgraph.sampling.sampler import SampleStats
 from jgraph.sharded import DistGraph
@@ -64,6 +64,17 @@ def dense_optimizer(config: Experiment) -> optax.GradientTransformation:
     base = optax.adam(t.lr) if t.optimizer is Optimizer.ADAM else optax.sgd(t.lr)
     # Adam/SGD with weight decay as PyTorch: an L2 term added to the gradient.
     return optax.chain(optax.add_decayed_weights(t.weight_decay), base) if t.weight_decay else base
+
+
+def job_fields(config: Experiment, exchange, inputs: NodeInputs, fanouts=None) -> dict:
+    """The fields every kind's job takes from its config, its exchange and its inputs
+    (`Job`'s but the graph definition and the loader), built alike from a partitioned
+    graph and from counts (`jgraph.jobs.abstract`); fanouts: the sampler's (default
+    train.fanouts)."""
+    t = config.train
+    return dict(tx=dense_optimizer(config), sampler=NeighborSampler(fanouts or t.fanouts),
+                exchange=exchange, inputs=inputs, seed=t.seed,
+                compute_dtype=t.precision.dtype)
 
 
 def sparse_optimizer(config: Experiment):
@@ -110,7 +121,7 @@ class Run:
     dg: DistGraph
     target: str | None
     num_classes: int
-    job: NodeClassification
+    job: Job
     params: object
     kind: JobKind
 
@@ -170,8 +181,7 @@ def seed_loader(config: Experiment, dg: DistGraph, target: str, batch_size: int,
         raise ConfigError(f"train.batch_size: {e}") from None
 
 
-def with_caches(config: Experiment, dg: DistGraph, job: NodeClassification
-                ) -> NodeClassification:
+def with_caches(config: Experiment, dg: DistGraph, job: Job) -> Job:
     """`job` with its inputs' hot-node caches (exchange.cache > 0 and features)."""
     if config.exchange.cache > 0 and job.inputs.features:
         job = dataclasses.replace(job, inputs=dataclasses.replace(
@@ -192,12 +202,12 @@ CALIBRATION_BATCHES = 8  # first training batches whose exchanges size the capac
 CACHE_BATCHES = 8       # training batches whose requests rank nodes for cache_by=frequency
 
 
-def hot_caches(config: Experiment, dg: DistGraph, job: NodeClassification) -> dict:
+def hot_caches(config: Experiment, dg: DistGraph, job: Job) -> dict:
     """{ntype: HotCache} of each feature type: the exchange.cache fraction of its nodes
     with the highest out-degree, or the most requests over the first CACHE_BATCHES
     training batches' input nodes (exchange.cache_by)."""
     x = config.exchange
-    if x.cache_by == "degree":
+    if x.cache_by is CacheBy.DEGREE:
         scores = dg.degrees()[1]
     else:
         scores = request_counts(sampled_inputs(job, dg.graph, CACHE_BATCHES),
@@ -211,7 +221,7 @@ def hot_caches(config: Experiment, dg: DistGraph, job: NodeClassification) -> di
     return caches
 
 
-def sampled_inputs(job: NodeClassification, graph, batches: int) -> list[np.ndarray]:
+def sampled_inputs(job: Job, graph, batches: int) -> list[np.ndarray]:
     """Per device and batch, the input nodes (blocks[0].src) it asked other devices
     for, over the first `batches` training batches of epoch 0."""
     offsets = job.exchange.offsets
@@ -225,7 +235,7 @@ def sampled_inputs(job: NodeClassification, graph, batches: int) -> list[np.ndar
     return out
 
 
-def calibrated_sampler(run: Run, progress: Progress) -> NodeClassification:
+def calibrated_sampler(run: Run, progress: Progress) -> Job:
     """The run's job with sampling capacities measured from its graph (see
     `jgraph.sampling.capacity`) instead of the worst case."""
     job, t = run.job, run.config.train
@@ -238,8 +248,8 @@ def calibrated_sampler(run: Run, progress: Progress) -> NodeClassification:
     return dataclasses.replace(job, sampler=sampler)
 
 
-def calibrated_exchange(job: NodeClassification, graph, embeddings=None,
-                        progress: Progress | None = None) -> NodeClassification:
+def calibrated_exchange(job: Job, graph, embeddings=None,
+                        progress: Progress | None = None) -> Job:
     """`job` with its exchange's capacities fitted to what its first training batches
     send (`Exchange.fitted`, measured with the job's sampler capacities, so calibrate
     those first); itself where there is nothing to measure (one device, or
@@ -258,7 +268,7 @@ def calibrated_exchange(job: NodeClassification, graph, embeddings=None,
     return dataclasses.replace(job, exchange=exchange)
 
 
-def measure_exchange(job: NodeClassification, graph, embeddings,
+def measure_exchange(job: Job, graph, embeddings,
                      batches: int = CALIBRATION_BATCHES) -> list:
     """The statistics of every exchange of the job's first `batches` training batches
     of epoch 0 (`batch_of`, sampled and fetched as the step does, no model), on the

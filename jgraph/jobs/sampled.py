@@ -7,26 +7,33 @@ from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
 from jgraph.jobs.experiment import Experiment
 from jgraph.jobs.kind import NodeKind
 from jgraph.jobs.programs import Programs
-from jgraph.jobs.run import Run, dense_optimizer, node_parts, seed_loader, with_caches
+from jgraph.jobs.run import Run, job_fields, node_parts, seed_loader, with_caches
 from jgraph.jobs.step import NodeClassification
-from jgraph.sampling import NeighborSampler
+from jgraph.jobs.table import register
 from jgraph.sharded import DistGraph
 
 
 class SampledNodes(NodeKind):
+    """Sampled node classification; its job class (`job_class`) is a kind's to change:
+    a kind that only changes the step (its loss, say) subclasses this with its own."""
+
+    job_class: type[NodeClassification] = NodeClassification
+
     def build(self, config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
         t = config.train
         p = node_parts(config, dg)
-        job = NodeClassification(
-            p.graphdef, dense_optimizer(config), NeighborSampler(t.fanouts),
-            seed_loader(config, dg, p.target, t.batch_size, t.drop_last),
-            dg.exchange(config.exchange, platform), p.inputs, p.labels, seed=t.seed,
-            compute_dtype=t.precision.dtype)
+        job = self.job_class(
+            p.graphdef, loader=seed_loader(config, dg, p.target, t.batch_size, t.drop_last),
+            labels=p.labels,
+            **job_fields(config, dg.exchange(config.exchange, platform), p.inputs))
         return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
                    p.params, self)
 
     def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
         parts = abstract_parts(config, counts, mesh, platform)
         return abstract_node_programs(config, counts, parts, lambda graphdef, params, labels:
-                                      NodeClassification(graphdef, loader=parts.seeds,
-                                                         labels=labels, **parts.common))
+                                      self.job_class(graphdef, loader=parts.seeds,
+                                                     labels=labels, **parts.common))
+
+
+register(SampledNodes())

@@ -1,6 +1,6 @@
-"""The fused SPMD training step: its template (loss, normalise, gate, commit: see
-`NodeClassification.train_step`), which every kind of job fills in, and node
-classification on sampled blocks, the kind it is written for.
+"""The fused SPMD training step: its template (`Job.train_step`: loss, normalise, gate,
+commit), which every kind of job fills in, and node classification on sampled blocks
+(`NodeClassification`), the kind the others start from.
 
 Per device, inside one `shard_map` program: take this step's seeds from the loader,
 sample their blocks, fetch the input rows (features, and embedding rows for
@@ -47,16 +47,16 @@ class TrainState:
     the number of steps applied; halted: int32, 1 from a step whose sample overflowed
     the sampler's capacities on: that step and every later one leave the state as it
     was, until the host grows the capacities, clears it and runs them again (see
-    `NodeClassification.train_step`); histories: per layer above the first, the
-    row-sharded table of every node's last input to it (control-variate sampling,
-    `jgraph.jobs.control_variate`; empty otherwise)."""
+    `NodeClassification.train_step`); extra: the kind's own state, a pytree its job
+    class defines and keeps (control variates' histories: per layer above the first,
+    the row-sharded table of every node's last input to it; empty otherwise)."""
 
     params: Any
     opt_state: Any
     embeddings: dict
     step: jax.Array
     halted: jax.Array
-    histories: tuple = ()
+    extra: Any = ()
 
 
 class StepData(NamedTuple):
@@ -108,12 +108,14 @@ class Writes(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class NodeClassification:
-    """What the step closes over (static): the model's graph definition, the optimizer,
-    the sampler, loader, exchange, the inputs and the label tensor. `seed` keys the
-    sampler, dropout and embedding initialisation. `compute_dtype`: what the layers
-    compute in (bfloat16 for mixed precision: parameters, their gradients, the
-    optimizer and the loss stay float32)."""
+class Job:
+    """The step's template and what every kind's step closes over (static): the model's
+    graph definition, the optimizer, the sampler, loader, exchange and the inputs.
+    `seed` keys the sampler, dropout and embedding initialisation. `compute_dtype`:
+    what the layers compute in (bfloat16 for mixed precision: parameters, their
+    gradients, the optimizer and the loss stay float32). A kind's job class fills in
+    the template (`train_step`): its batch (`batch_of`), its loss (`batch_loss`), its
+    evaluation (`eval_step`, `full_graph_program`) and what else it changes."""
 
     graphdef: Any
     tx: optax.GradientTransformation
@@ -121,13 +123,8 @@ class NodeClassification:
     loader: NodeLoader
     exchange: Exchange
     inputs: NodeInputs
-    labels: DistTensor
     seed: int = 0
     compute_dtype: Any = jnp.float32
-
-    samples = True
-    """Its step samples blocks (full-batch training's does not): the run calibrates the
-    sampler's capacities and the exchange's from its first batches."""
 
     # -- host side ---------------------------------------------------------------------
 
@@ -159,11 +156,14 @@ class NodeClassification:
         return TrainState(dense[0], dense[1], embeddings, dense[2], dense[3])
 
     def data(self, graph: ShardedGraph) -> StepData:
-        return StepData(graph, self.inputs.arrays(), self.labels.array,
+        """What the step reads: the graph, the inputs' arrays and caches; no labels (a
+        kind that has them adds them)."""
+        return StepData(graph, self.inputs.arrays(), jnp.zeros((0,), jnp.int32),
                         self.inputs.cache_arrays())
 
     def data_specs(self, graph: ShardedGraph) -> StepData:
-        return StepData(graph.specs(), self.inputs.specs(), ROWS, self.inputs.cache_specs())
+        return StepData(graph.specs(), self.inputs.specs(), REPLICATED,
+                        self.inputs.cache_specs())
 
     def state_specs(self) -> TrainState:
         return TrainState(REPLICATED, REPLICATED, self.inputs.embedding_specs(), REPLICATED,
@@ -195,7 +195,7 @@ class NodeClassification:
         same step's result, so they all stop (and checkpoint) after the same step."""
         return _stop_votes(self.mesh, int(signum))
 
-    def evaluating(self, loader: NodeLoader, fanouts) -> NodeClassification:
+    def evaluating(self, loader: NodeLoader, fanouts) -> Job:
         """This job over the seeds of `loader`, drawing `fanouts`: the job whose
         `compile_eval` evaluates those nodes (a split's, with train.eval_fanouts)."""
         return dataclasses.replace(self, loader=loader, sampler=NeighborSampler(fanouts))
@@ -232,35 +232,16 @@ class NodeClassification:
             out_specs=out_specs))
 
     def full_graph_program(self, graph: ShardedGraph, masks: dict, mesh=None):
-        """The program that scores the splits of `masks` ({split: bool row-sharded
-        array}) by layer-wise full-graph inference (`jgraph.jobs.inference`)."""
-        return full_graph_program(self, graph, tuple(masks), mesh)
+        """The program of layer-wise full-graph inference over every owned node
+        (`jgraph.jobs.inference`), scoring the splits of `masks` where the kind does."""
+        raise NotImplementedError
 
     # -- inside the step (per device, under shard_map) --------------------------------
 
-    def fetch(self, data: StepData, embeddings, seeds, mask, step) -> Batch:
-        """Sample the blocks of this device's seeds and fetch what the model reads."""
-        # A loader deals each device its own seeds: their first hop and their labels
-        # are read here, without the exchange.
-        sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
-                                     step=step, local_seeds=True)
-        rows, valid, input_stats = self.inputs.fetch(self.exchange, data.features, embeddings,
-                                                     sample.input_nodes, caches=data.caches)
-        dst = sample.seeds
-        y, label_stats = self.labels.lookup(self.exchange, data.labels, dst, dst >= 0,
-                                            local=True)
-        return Batch(sample.blocks, rows, valid, y, (dst >= 0) & (y >= 0),
-                     (sample.stats, input_stats, label_stats))
-
-    def batch_loss(self, params, embedding_rows, batch: Batch, key=None):
-        """(loss sum, `Outcome`: weight and count the real seeds, out the logits) of one
-        device's batch; `embedding_rows` {ntype: rows} replace those types' rows of
-        `batch` (they are differentiated)."""
-        params, rows = self.computing(params, {**batch.rows, **embedding_rows})
-        model = nnx.merge(self.graphdef, params)
-        logits = model(rows, batch.valid, batch.blocks, key).astype(jnp.float32)
-        loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
-        return loss, Outcome(count, correct, count, logits)
+    def batch_loss(self, params, embedding_rows, batch, key=None):
+        """(loss sum, `Outcome`) of one device's batch; `embedding_rows` {ntype: rows}
+        replace those types' rows of `batch` (they are differentiated)."""
+        raise NotImplementedError
 
     def computing(self, params, rows: dict):
         """(params, rows) in the compute dtype: the one prologue of every kind's loss (the
@@ -317,19 +298,18 @@ class NodeClassification:
         return self.written(state, data, writes, applied), {**metrics,
                                                              **self.step_metrics(batch)}
 
-    # The template's parts, as sampled node classification fills them in.
+    # The template's parts that every kind shares unless it says otherwise.
 
     def training_batch(self, state: TrainState, data: StepData, order, index) -> Batch:
         """The batch a training step computes on: batch `index` of the epoch whose seeds
         are `order`, sampled and fetched with the draws of the state's step."""
         return self.batch_of(data, state.embeddings, order, index, state.step)
 
-    def batch_of(self, data: StepData, embeddings, order, index, step) -> Batch:
+    def batch_of(self, data: StepData, embeddings, order, index, step):
         """Training batch `index` of the epoch whose seeds are `order`, sampled and
         fetched with the draws of `step`: what a training step computes on (and what
         `measure_exchange` measures)."""
-        seeds, mask = self.loader.batch(order, index)
-        return self.fetch(data, embeddings, seeds, mask, step)
+        raise NotImplementedError
 
     def learned_rows(self, state: TrainState, batch: Batch) -> dict:
         """{ntype: rows} the loss is differentiated by besides the parameters: the
@@ -399,16 +379,9 @@ class NodeClassification:
                                    halted=(~applied).astype(jnp.int32)), metrics
 
     def eval_step(self, params, embeddings, data: StepData, order, index):
-        """Per device: {"loss": sum, "correct", "count", "classes": int32[3, C]} of
-        batch `index`, summed over devices, without dropout. Build the job with
-        `evaluating` (the evaluation split's loader and fanouts) to evaluate a split."""
-        axis = self.exchange.axis
-        seeds, mask = self.loader.batch(order, index)
-        batch = self.fetch(data, embeddings, seeds, mask, jnp.int32(0))
-        loss, outcome = self.batch_loss(params, {}, batch)
-        out = {"loss": loss, "correct": outcome.correct, "count": outcome.count,
-               "classes": class_counts(outcome.out, batch.labels, batch.label_mask)}
-        return jax.tree.map(lambda x: lax.psum(x, axis), out)
+        """Per device: batch `index`'s evaluation results (laid out as `eval_specs`
+        says), without dropout; build the job with `evaluating` first."""
+        raise NotImplementedError
 
     def outputs_step(self, params, embeddings, data: StepData, order, index,
                      what: What = What.LOGITS, depth: int | None = None):
@@ -431,6 +404,68 @@ class NodeClassification:
             h = model.gnn.layer(i, h, hood)
         return sample.seeds, outputs_as(h.astype(jnp.float32), what), (sample.stats,
                                                                        input_stats)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NodeClassification(Job):
+    """Node classification on sampled blocks: the `Job` with the label tensor of the
+    labelled node type; its loss is the masked cross-entropy of the real seeds, its
+    evaluation accuracy and per-class counts."""
+
+    labels: DistTensor = dataclasses.field(kw_only=True)
+
+    def data(self, graph: ShardedGraph) -> StepData:
+        return super().data(graph)._replace(labels=self.labels.array)
+
+    def data_specs(self, graph: ShardedGraph) -> StepData:
+        return super().data_specs(graph)._replace(labels=ROWS)
+
+    def full_graph_program(self, graph: ShardedGraph, masks: dict, mesh=None):
+        """The program that scores the splits of `masks` ({split: bool row-sharded
+        array}) by layer-wise full-graph inference (`jgraph.jobs.inference`)."""
+        return full_graph_program(self, graph, tuple(masks), mesh)
+
+    # -- inside the step (per device, under shard_map) --------------------------------
+
+    def batch_of(self, data: StepData, embeddings, order, index, step) -> Batch:
+        seeds, mask = self.loader.batch(order, index)
+        return self.fetch(data, embeddings, seeds, mask, step)
+
+    def fetch(self, data: StepData, embeddings, seeds, mask, step) -> Batch:
+        """Sample the blocks of this device's seeds and fetch what the model reads."""
+        # A loader deals each device its own seeds: their first hop and their labels
+        # are read here, without the exchange.
+        sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
+                                     step=step, local_seeds=True)
+        rows, valid, input_stats = self.inputs.fetch(self.exchange, data.features, embeddings,
+                                                     sample.input_nodes, caches=data.caches)
+        dst = sample.seeds
+        y, label_stats = self.labels.lookup(self.exchange, data.labels, dst, dst >= 0,
+                                            local=True)
+        return Batch(sample.blocks, rows, valid, y, (dst >= 0) & (y >= 0),
+                     (sample.stats, input_stats, label_stats))
+
+    def batch_loss(self, params, embedding_rows, batch: Batch, key=None):
+        """(loss sum, `Outcome`: weight and count the real seeds, out the logits) of one
+        device's batch; `embedding_rows` {ntype: rows} replace those types' rows of
+        `batch` (they are differentiated)."""
+        params, rows = self.computing(params, {**batch.rows, **embedding_rows})
+        model = nnx.merge(self.graphdef, params)
+        logits = model(rows, batch.valid, batch.blocks, key).astype(jnp.float32)
+        loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
+        return loss, Outcome(count, correct, count, logits)
+
+    def eval_step(self, params, embeddings, data: StepData, order, index):
+        """Per device: {"loss": sum, "correct", "count", "classes": int32[3, C]} of
+        batch `index`, summed over devices, without dropout. Build the job with
+        `evaluating` (the evaluation split's loader and fanouts) to evaluate a split."""
+        axis = self.exchange.axis
+        seeds, mask = self.loader.batch(order, index)
+        batch = self.fetch(data, embeddings, seeds, mask, jnp.int32(0))
+        loss, outcome = self.batch_loss(params, {}, batch)
+        out = {"loss": loss, "correct": outcome.correct, "count": outcome.count,
+               "classes": class_counts(outcome.out, batch.labels, batch.label_mask)}
+        return jax.tree.map(lambda x: lax.psum(x, axis), out)
 
 
 @functools.cache

@@ -1,36 +1,52 @@
-"""The job table: every kind of job jgraph trains, registered in one place.
+"""The job table: every kind of job jgraph trains, each registered by its own module.
 
-A new kind is a module holding its job class (filling in the step template of
-`NodeClassification.train_step`) and its `JobKind` (build, abstract build, programs,
-evaluation), plus one line here.
+A kind of job is one module holding its job class (filling in the step template of
+`Job.train_step`) and its `JobKind` (its settings' rules, the graph it
+prepares, build, abstract build, programs, evaluation, bench fields), ending with one
+line: `register(TheKind())`. `jgraph.jobs` imports the modules of the kinds jgraph
+ships; a kind defined elsewhere registers itself when its module is imported.
+
+This module sits below the kinds and the settings (it imports neither), so that an
+`Experiment` can hand itself to its kind's rules as it is made.
 """
 from __future__ import annotations
 
-from jgraph.config import ConfigError
-from jgraph.jobs.control_variate import ControlVariateNodes
-from jgraph.jobs.experiment import Experiment
-from jgraph.jobs.full import FullBatchNodes
-from jgraph.jobs.kind import JobKind
-from jgraph.jobs.link import LinkPredictions
-from jgraph.jobs.run import Run
-from jgraph.jobs.sampled import SampledNodes
-from jgraph.sharded import DistGraph
+from typing import TYPE_CHECKING
 
-KINDS: dict[tuple, JobKind] = {kind.key: kind for kind in (
-    SampledNodes(),
-    FullBatchNodes(),
-    ControlVariateNodes(),
-    LinkPredictions(),
-)}
-"""{(task, train.mode, train.sampler): its kind}."""
+from jgraph.config import ConfigError
+
+if TYPE_CHECKING:
+    from jgraph.jobs.experiment import Experiment
+    from jgraph.jobs.kind import JobKind
+    from jgraph.jobs.run import Run
+    from jgraph.sharded import DistGraph
+
+KINDS: dict[tuple, JobKind] = {}
+"""{(task, train.mode, train.sampler): its kind}, in the order registered."""
+
+
+def register(kind: JobKind) -> JobKind:
+    """Add `kind` to the table under its key (`JobKind.key`); a key registered twice
+    is refused. Returns the kind."""
+    if kind.key in KINDS:
+        raise ValueError(f"{kind.name} is registered already (as "
+                         f"{type(KINDS[kind.key]).__name__})")
+    KINDS[kind.key] = kind
+    return kind
+
+
+def unregister(kind: JobKind) -> None:
+    """Take `kind` out of the table (a kind registered for a while, as a test's)."""
+    if KINDS.get(kind.key) is kind:
+        del KINDS[kind.key]
 
 
 def kind_of(config: Experiment) -> JobKind:
     """The kind of job `config` asks for."""
     key = (config.task, config.train.mode, config.train.sampler)
     if key not in KINDS:
-        raise ConfigError(f"no kind of job trains task {key[0].value} with train.mode "
-                          f"{key[1].value} and train.sampler {key[2].value}; jgraph trains "
+        raise ConfigError(f"no kind of job trains task {key[0]} with train.mode {key[1]} "
+                          f"and train.sampler {key[2]}; jgraph trains "
                           f"{[kind.name for kind in KINDS.values()]}")
     return KINDS[key]
 

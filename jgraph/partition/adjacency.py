@@ -20,6 +20,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse
 
+import jgraph.segments as segments
+
 
 class Rows(NamedTuple):
     """The adjacency of nodes [start, start + m): CSR over those rows.
@@ -41,7 +43,7 @@ class Rows(NamedTuple):
 
     def local_rows(self) -> np.ndarray:
         """int32[e]: each entry's row, 0-based within the range."""
-        return np.repeat(np.arange(self.num_rows, dtype=np.int32), np.diff(self.indptr))
+        return segments.segment_ids(np.diff(self.indptr), np.int32)
 
     def node_rows(self) -> np.ndarray:
         """int64[e]: each entry's row as a node id (`start` + its local row)."""
@@ -58,7 +60,7 @@ class Rows(NamedTuple):
         m = self.num_rows
         a = 0
         while a < m:
-            b = int(np.searchsorted(self.indptr, self.indptr[a] + max_entries, side="right")) - 1
+            b = int(segments.segment_of(self.indptr, self.indptr[a] + max_entries))
             b = min(max(b, a + 1), m, a + (max_rows or m))
             lo, hi = int(self.indptr[a]), int(self.indptr[b])
             yield Rows(self.start + a, self.indptr[a:b + 1] - lo, self.indices[lo:hi],
@@ -153,7 +155,7 @@ class DiskAdjacency:
         enough for METIS)."""
         pieces = list(self.ranges())
         indptr = np.concatenate([[0]] + [p.indptr[1:] + off for p, off in zip(
-            pieces, np.cumsum([0] + [p.indices.size for p in pieces[:-1]]))])
+            pieces, segments.exclusive_sum([p.indices.size for p in pieces]))])
         data = (np.concatenate([p.entry_weights() for p in pieces])
                 if self.weighted else np.ones(self.num_entries, np.int64))
         return scipy.sparse.csr_matrix(
@@ -200,21 +202,8 @@ def bucket_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Each id's range of `bounds` (ranges [bounds[k], bounds[k + 1])), as uint16 where
     there are few enough ranges: numpy sorts 16-bit keys by radix, some 15x faster than
     int64 keys, and every bucketing pass sorts its block by range."""
-    which = np.searchsorted(bounds, ids, side="right") - 1
+    which = segments.segment_of(bounds, ids)
     return which.astype(np.uint16) if bounds.size <= 1 << 16 else which
-
-
-def range_bounds(row_entries: np.ndarray, max_entries: int) -> np.ndarray:
-    """int64[R + 1]: node ranges whose rows hold at most about `max_entries` entries
-    in all (`row_entries` [n]: each row's entry count, or an upper bound of it)."""
-    n = row_entries.size
-    cum = np.cumsum(row_entries, dtype=np.int64)
-    bounds = [0]
-    while bounds[-1] < n:
-        base = cum[bounds[-1] - 1] if bounds[-1] else 0
-        nxt = int(np.searchsorted(cum, base + max_entries, side="right"))
-        bounds.append(min(max(nxt, bounds[-1] + 1), n))
-    return np.asarray(bounds, np.int64)
 
 
 def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
@@ -261,9 +250,8 @@ def write_buckets(root: str, num_nodes: int, bounds: np.ndarray,
             if not rows.size:
                 continue
             which = bucket_of(bounds, rows)
-            order = np.argsort(which, kind="stable")
+            order, cuts = segments.group_by(which, num_ranges)
             which = which[order]
-            cuts = np.searchsorted(which, np.arange(num_ranges + 1))
             block = np.empty(rows.size, record)
             block["row"] = rows[order] - bounds[which]
             block["col"] = cols[order]
@@ -347,14 +335,12 @@ def _sort_range(root: str, num_nodes: int, bounds: np.ndarray, k: int, first: in
         del block
         key, weights = _counted(key)
         indices = (key & 0xFFFFFFFF).astype(np.int32)
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(key >> 32, minlength=m),
-                                                dtype=np.int64)])
+        indptr = segments.offsets(np.bincount(key >> 32, minlength=m))
         del key
     else:
         order = np.lexsort((block["col"], block["row"]))
         indices = block["col"][order]
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(block["row"], minlength=m),
-                                                dtype=np.int64)])
+        indptr = segments.offsets(np.bincount(block["row"], minlength=m))
         weights = None
     block = None
     stem = os.path.join(root, f"range-{first + k:05d}")

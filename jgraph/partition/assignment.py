@@ -19,6 +19,7 @@ import os
 import numpy as np
 import scipy.sparse
 
+import jgraph.segments as segments
 from jgraph.data.chunked import ChunkedGraph
 from jgraph.data.graph import Graph
 from jgraph.partition.adjacency import CSRAdjacency
@@ -305,8 +306,8 @@ def _neighbour_part_counts(adj, nodes: np.ndarray, parts: np.ndarray, num_parts:
     """float64[len(nodes), P]: edge weight from each node into each partition."""
     start, stop = adj.indptr[nodes], adj.indptr[nodes + 1]
     deg = stop - start
-    rows = np.repeat(np.arange(nodes.size), deg)
-    pos = np.arange(deg.sum()) - np.repeat(np.cumsum(deg) - deg, deg) + np.repeat(start, deg)
+    rows = segments.segment_ids(deg)
+    pos = segments.segment_positions(deg) + np.repeat(start, deg)
     flat = rows * num_parts + parts[adj.indices[pos]]
     return np.bincount(flat, weights=adj.data[pos], minlength=nodes.size * num_parts
                        ).reshape(nodes.size, num_parts)

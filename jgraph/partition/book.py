@@ -12,6 +12,8 @@ import dataclasses
 
 import numpy as np
 
+import jgraph.segments as segments
+
 
 class IdRangeError(IndexError):
     """A node id outside the graph; the message names the id and the valid range."""
@@ -80,19 +82,19 @@ class PartitionBook:
     def owner(self, ids) -> np.ndarray:
         """int32[...]: the partition that owns each global id."""
         ids = self._check(ids)
-        return (np.searchsorted(self.offsets, ids, side="right") - 1).astype(np.int32)
+        return segments.segment_of(self.offsets, ids).astype(np.int32)
 
     def ntype(self, ids) -> np.ndarray:
         """int32[...]: the node type id of each global id."""
         ids = self._check(ids)
-        owner = np.searchsorted(self.offsets, ids, side="right") - 1
+        owner = segments.segment_of(self.offsets, ids)
         rows = self.ntype_offsets[owner]                        # [..., T+1]
         return (np.sum(rows[..., 1:] <= ids[..., None], axis=-1)).astype(np.int32)
 
     def to_type_local(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """(type id, type-local id) of each global id."""
         ids = self._check(ids)
-        owner = np.searchsorted(self.offsets, ids, side="right") - 1
+        owner = segments.segment_of(self.offsets, ids)
         t = self.ntype(ids)
         before = self._type_starts()[owner, t]                  # same type, earlier parts
         return t, before + (ids - self.ntype_offsets[owner, t])
@@ -106,11 +108,9 @@ class PartitionBook:
         if local.size and (local.min() < 0 or local.max() >= total):
             raise IdRangeError(f"type-local id out of range [0, {total}) for node type "
                                f"{self.node_types[t]!r}")
-        part = np.searchsorted(starts, local, side="right") - 1
-        # Parts with no nodes of this type share a start; searchsorted picks the last.
+        part = segments.segment_of(starts, local)    # a part without this type holds none
         return self.ntype_offsets[part, t] + (local - starts[part])
 
     def _type_starts(self) -> np.ndarray:
         """int64[P, T]: type-local id of the first node of type t in partition p."""
-        counts = self.type_counts()
-        return np.cumsum(counts, axis=0) - counts
+        return segments.exclusive_sum(self.type_counts(), axis=0)

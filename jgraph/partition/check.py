@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.sparse import SparseRows
 from jgraph.partition.store import Partition, PartitionedGraph, PartitionFormatError
 
@@ -143,7 +144,7 @@ def _check_node_maps(pg: PartitionedGraph) -> None:
                 f"{f_path}: entry {new[i]} is {orig[i]}, but {i_path} maps {orig[i]} to "
                 f"{back[i]}; the two must be inverse permutations")
         new_type = pg.book.ntype(new)
-        orig_type = np.searchsorted(orig_offsets, orig, side="right") - 1
+        orig_type = segments.segment_of(orig_offsets, orig)
         if not np.array_equal(new_type, orig_type):
             i = int(np.argmax(new_type != orig_type))
             raise PartitionFormatError(
@@ -234,7 +235,7 @@ def _check_halo_by_owner(pg: PartitionedGraph, k: int, part: Partition) -> None:
     if not recorded:
         return
     offsets = np.asarray(pg.meta.offsets)
-    counted = np.bincount(np.searchsorted(offsets, np.asarray(part.halo), side="right") - 1,
+    counted = np.bincount(segments.segment_of(offsets, np.asarray(part.halo)),
                           minlength=pg.meta.num_parts)
     if len(recorded) != counted.size or not np.array_equal(recorded, counted):
         meta = os.path.join(pg.root, "meta.json")
@@ -258,7 +259,7 @@ def _check_edge_order(path: str, part: Partition) -> None:
         bad = same_node & later
         if bad.any():
             i = start + int(np.argmax(bad))
-            node = part.node_range[0] + int(np.searchsorted(indptr, i, "right")) - 1
+            node = part.node_range[0] + int(segments.segment_of(indptr, i))
             raise PartitionFormatError(
                 f"{path}: in-edges {i} and {i + 1} of node {node} are out of order: (relation "
                 f"{part.etype[i]}, source {part.indices[i]}) before (relation "

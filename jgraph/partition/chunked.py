@@ -47,6 +47,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.atomic import clear_leftovers, publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.data.prepare import recorded_preparation
@@ -54,7 +55,6 @@ from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     DiskAdjacency,
     bucket_of,
-    range_bounds,
     sort_ranges,
     write_buckets,
 )
@@ -182,7 +182,7 @@ def _share(processes: int) -> int:
     1 for one, 2N for N. Each of N processes also holds arrays of every node that do
     not divide (a level's cluster of every node, every node's partition, the inverse
     map's pages), so 1/N of the budgets would leave it above half of one process's
-    peak; 1/(2N) brings it under (docs/partitioning.md: 0.45 of one process at 4)."""
+    peak; 1/(2N) brings it under (docs/benchmarks.md: 0.45 of one process at 4)."""
     return 1 if processes <= 1 else 2 * processes
 
 
@@ -551,8 +551,8 @@ class _Job:
         for r in range(self.group.size):
             lo, hi = self.group.nodes(self.n, r)
             firsts.append(sum(b.size for b in bounds) - 1)
-            bounds.append(lo + range_bounds(np.asarray(degree[lo:hi]),
-                                            self.options.range_entries)[1:])
+            bounds.append(lo + segments.range_bounds(np.asarray(degree[lo:hi]),
+                                                     self.options.range_entries)[1:])
         bounds = np.concatenate(bounds)
         return bounds, firsts + [bounds.size - 1]
 
@@ -665,15 +665,14 @@ class _Job:
         group, p, t = self.group, self.options.num_parts, self.num_types
         lo, hi = self.lo, self.hi
         parts = np.asarray(self.parts(mmap=True)[lo:hi]).astype(np.int64)
-        type_ids = (np.searchsorted(self.graph.type_offsets(), np.arange(lo, hi),
-                                    side="right") - 1) if t > 1 else 0
+        type_ids = (segments.segment_of(self.graph.type_offsets(), np.arange(lo, hi))
+                    if t > 1 else 0)
         counts = np.bincount(parts * t + type_ids, minlength=p * t).reshape(p, t)
         every = np.stack(group.gather(counts, "relabel counts"))          # [N, P, T]
         total = every.sum(axis=0)
         offsets, _ = ranges_of(total)
         base = offsets[:-1] + every[:group.rank].sum(axis=(0, 2))        # [P]
-        order = np.argsort(parts, kind="stable")
-        firsts = np.searchsorted(parts[order], np.arange(p + 1))
+        order, firsts = segments.group_by(parts, p)
         paths = [os.path.join(self.staging, f"{name}.npy") for name in ("node_map",
                                                                         "node_map_inv")]
         if group.leader:
@@ -725,7 +724,7 @@ class _Job:
         for k in range(self.options.num_parts):
             lo, hi = int(offsets[k]), int(offsets[k + 1])
             degree = self._in_degrees(node_map[lo:hi])
-            bounds.append(lo + range_bounds(degree, self.options.range_entries)[1:])
+            bounds.append(lo + segments.range_bounds(degree, self.options.range_entries)[1:])
         return np.concatenate(bounds)
 
     def bucketing(self) -> dict:
@@ -750,7 +749,7 @@ class _Job:
                 cut += int((parts[chunk.src] != parts[chunk.dst]).sum())
                 new_dst = inverse[chunk.dst]
                 which = bucket_of(bounds, new_dst)
-                order = np.argsort(which, kind="stable")
+                order, cuts = segments.group_by(which, bounds.size - 1)
                 which = which[order]
                 block = np.empty(order.size, record)
                 block["src"] = inverse[chunk.src[order]]
@@ -761,7 +760,6 @@ class _Job:
                                          [rows])[order] for name in names}
                 for name, values in data.items():
                     ranges[name] = _widen(ranges[name], values)
-                cuts = np.searchsorted(which, np.arange(bounds.size))
                 for b in np.flatnonzero(np.diff(cuts)):
                     block[cuts[b]:cuts[b + 1]].tofile(files[b, None])
                     for name, values in data.items():
@@ -797,7 +795,7 @@ class _Job:
             d = part_dir(self.staging, k)
             os.makedirs(d, exist_ok=True)
             degree = self._in_degrees(node_map[lo:hi])
-            indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
+            indptr = segments.offsets(degree)
             e = int(indptr[-1])
             np.save(os.path.join(d, "indptr.npy"), indptr)
             out = {name: NpyAppender(os.path.join(d, f"{name}.npy"), dtype, (e,))
@@ -914,8 +912,7 @@ class _Job:
                 first = g.type_offsets()[t] + c.starts[i] + a
                 new = np.asarray(inverse[first:first + rows.shape[0]])
                 owner = owner_of(offsets, new)
-                order = np.argsort(owner, kind="stable")
-                cuts = np.searchsorted(owner[order], np.arange(p + 1))
+                order, cuts = segments.group_by(owner, p)
                 for k in np.flatnonzero(np.diff(cuts)):
                     sel = order[cuts[k]:cuts[k + 1]]
                     opened[1][k].write(int(new[sel[0]] - ntype_offsets[k, t]), rows[sel])

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.chunked import ChunkedGraph
 from jgraph.data.npz import DatasetError
 from jgraph.partition.files import NpyAppender
@@ -49,8 +50,7 @@ def write_edge_splits(graph: ChunkedGraph, inverse: np.ndarray, offsets: np.ndar
                 raise DatasetError(f"{graph.path(arrays['etype'].files[i])}: a relation index "
                                    f"outside [0, {len(graph.relations)})")
             owner = owner_of(offsets, new["dst"])
-            order = np.argsort(owner, kind="stable")
-            cuts = np.searchsorted(owner[order], np.arange(p + 1))
+            order, cuts = segments.group_by(owner, p)
             for k in np.flatnonzero(np.diff(cuts)):
                 sel = order[cuts[k]:cuts[k + 1]]
                 outs[k]["eid"].append(start + sel)

@@ -26,6 +26,7 @@ import os
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.partition.adjacency import bucket_of
 
 # Barriers wait this long for a slow peer (a phase may run for an hour on one process
@@ -172,8 +173,7 @@ class Group:
         values = np.asarray(values, np.float64)
         values = values[:, None] if values.ndim == 1 else values      # [m, C], m may be 0
         owner = bucket_of(bounds, ids)
-        order = np.argsort(owner, kind="stable")
-        cuts = np.searchsorted(owner[order], np.arange(self.size + 1))
+        order, cuts = segments.group_by(owner, self.size)
         pick = lambda r: order[cuts[r]:cuts[r + 1]]
         incoming = self.exchange([{"ids": ids[pick(r)], "values": values[pick(r)]}
                                   for r in range(self.size)], name)

@@ -63,6 +63,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse
 
+import jgraph.segments as segments
 from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     Chained,
@@ -70,7 +71,6 @@ from jgraph.partition.adjacency import (
     DiskAdjacency,
     Rows,
     bucket_of,
-    range_bounds,
     sort_ranges,
     write_buckets,
 )
@@ -338,7 +338,7 @@ def _cluster_proposal(piece: Rows, label, salt: int, parts=None):
     if not counts.nnz:
         return None
     rows_len = np.diff(counts.indptr)
-    row = np.repeat(np.arange(m), rows_len)
+    row = segments.segment_ids(rows_len)
     cand = counts.indices.astype(np.int64)
     own = label[nodes]
     score = (counts.data + 0.5 * (cand == own[row])
@@ -430,8 +430,7 @@ def _gather_singletons(adjacency, label, size, size_of, favourite, parts,
         new_group[1:] = (keys[1:] != keys[:-1]) | (parts_in[1:] != parts_in[:-1])
         starts = np.flatnonzero(new_group)
         # Pairs in each group, in id order: the second of a pair joins the first.
-        index = np.arange(members.size) - np.repeat(starts, np.diff(np.append(starts,
-                                                                         members.size)))
+        index = segments.segment_positions(np.diff(np.append(starts, members.size)))
         second = np.flatnonzero(index % 2 == 1)
         paired = members.copy()
         paired[second] = members[second - 1]
@@ -516,8 +515,8 @@ def _number_clusters(label: np.ndarray, at) -> tuple[int, np.ndarray]:
     present[label] = True
     bits = np.append(np.packbits(present, bitorder="little"), np.uint8(0))
     del present
-    before = np.zeros(bits.size + 1, np.int32 if label.size < 2**31 else np.int64)
-    np.cumsum(_POPCOUNT[bits], dtype=before.dtype, out=before[1:])
+    before = segments.offsets(_POPCOUNT[bits],
+                              dtype=np.int32 if label.size < 2**31 else np.int64)
 
     def number(ids):
         byte = ids >> 3
@@ -543,14 +542,14 @@ def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
     updates at once), whatever the timing: the result is deterministic. Each decision
     is checked again against the state as it stands. `total`: the sum's start (a
     number, or an array when `decide` returns arrays)."""
-    def settle(proposals):
-        nonlocal total
+    def settle(total, proposals):
+        """(total plus the proposals' results, in order; their commits)."""
         commits = []
         for proposal in proposals:
             result, commit = decide(proposal)
-            total += result
+            total = total + result
             commits.append(commit)
-        return commits
+        return total, commits
 
     def apply(commits):
         for commit in commits:
@@ -563,10 +562,11 @@ def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
         while batch := list(itertools.islice(pieces, workers)):
             state = snapshot()
             futures = [pool.submit(propose, piece, state) for piece in batch]
-            commits = settle(waiting)        # meanwhile
+            total, commits = settle(total, waiting)        # meanwhile
             waiting = [future.result() for future in futures]
             apply(commits)
-        apply(settle(waiting))
+        total, commits = settle(total, waiting)
+        apply(commits)
     return total
 
 
@@ -613,14 +613,14 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
     # Each cluster's entries (at most: before repeats merge), summed at its owner.
     degree = group.add_at_owners(label[lo:hi], _row_entries(adjacency), owners,
                                  "coarse degrees")[:, 0].astype(np.int64)
-    own_bounds = c_lo + range_bounds(degree, entries_per_range)
+    own_bounds = c_lo + segments.range_bounds(degree, entries_per_range)
     if own_bounds.size == 1:
         # No clusters here (every node joined other processes'): one empty range, so
         # that each process's rows have a file number of their own.
         own_bounds = np.array([c_lo, c_lo], np.int64)
     del degree
     every = group.gather(own_bounds, "coarse ranges")
-    firsts = np.cumsum([0] + [b.size - 1 for b in every])
+    firsts = segments.offsets([b.size - 1 for b in every])
     bounds = np.concatenate([every[0]] + [b[1:] for b in every[1:]])
     write_buckets(root, num_clusters, bounds, pairs(), merge=True, writer=group.rank)
     group.barrier("coarse buckets written")
@@ -734,8 +734,7 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     def run(salt: int, balance: bool, turn: int | None = None, share_room: bool = False
             ) -> tuple[int, float, float | None]:
         """One pass: (moves, cut weight saved, cut weight before it; None where only
-        one process's nodes moved)."""
-        nonlocal loads
+        one process's nodes moved). Updates `loads` in place."""
         own_limits = limits
         if group.size == 1:
             own_loads = loads                               # moved in place
@@ -756,7 +755,7 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
             lambda proposal: _move(proposal, parts, own_loads, own_limits, balance),
             np.zeros(3), snapshot=own_loads.copy)
         if group.size > 1:
-            loads = loads + group.sum(own_loads - loads, "load changes")
+            loads[:] += group.sum(own_loads - loads, "load changes")
             group.share(parts, bounds, "parts")
             done = group.sum(done, "moves")
         # Every cut edge is seen from both ends.

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.partition.adjacency import bucket_of
 from jgraph.partition.store import FORMAT_VERSION, PartInfo, PartitionMeta
 
@@ -22,9 +23,8 @@ def ranges_of(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ntype_offsets int64[P, T + 1]: the same per type within each partition) of the
     node counts `counts` int64[P, T]."""
     counts = np.asarray(counts, np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts.sum(axis=1))]).astype(np.int64)
-    ntype_offsets = offsets[:-1, None] + np.concatenate(
-        [np.zeros((counts.shape[0], 1), np.int64), np.cumsum(counts, axis=1)], axis=1)
+    offsets = segments.offsets(counts.sum(axis=1))
+    ntype_offsets = offsets[:-1, None] + segments.offsets(counts, axis=1)
     return offsets, ntype_offsets
 
 

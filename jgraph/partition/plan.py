@@ -179,7 +179,7 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
         # a process's share of the inverse map (memory-mapped: its pages as they are
         # read) and a block of rows, thrice.
         PhasePlan("node data", later + 8 * n // q
-                  + 3 * max(sizes.node_data_bytes * ROWS_PER_BLOCK // max(n, 1), 1),
+                  + 3 * max(sizes.node_data_bytes * min(ROWS_PER_BLOCK, n) // max(n, 1), 1),
                   on_disk["node data"],
                   f"the node data once ({gib(sizes.node_data_bytes)}{share})"),
     ]

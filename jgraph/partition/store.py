@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.ids import IdMap
 from jgraph.data.sparse import SparseRows
 from jgraph.partition.book import PartitionBook
@@ -330,7 +331,7 @@ def _meta_problem(meta: PartitionMeta) -> str | None:
     per_type = [meta.num_nodes_per_type[t] for t in types]
     if sum(per_type) != meta.num_nodes:
         return f"num_nodes_per_type sums to {sum(per_type)}, num_nodes is {meta.num_nodes}"
-    if list(meta.orig_type_offsets) != np.concatenate([[0], np.cumsum(per_type)]).tolist():
+    if list(meta.orig_type_offsets) != segments.offsets(per_type).tolist():
         return (f"orig_type_offsets {meta.orig_type_offsets} do not follow from "
                 f"num_nodes_per_type {per_type}")
     if len(meta.num_edges_per_relation) != len(meta.relations):

@@ -27,6 +27,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh
 
+import jgraph.segments as segments
 from jgraph.exchange import running_count
 from jgraph.hashing import fmix32, hash32
 from jgraph.mesh import ROWS, shard_rows
@@ -170,8 +171,7 @@ class TypeTable(NamedTuple):
         meta = dg.meta
         ntype = np.asarray(meta.ntype_offsets, np.int64)
         counts = np.diff(ntype, axis=1)                               # [P, T]
-        cum = np.concatenate([np.zeros((1, counts.shape[1]), np.int64),
-                              np.cumsum(counts, axis=0)]).T           # [T, P + 1]
+        cum = segments.offsets(counts, axis=0).T                      # [T, P + 1]
         rel_dst = [meta.node_types.index(r[2]) for r in meta.relations]
         return cls(ntype[:, :-1].astype(np.int32), cum.astype(np.int32),
                    np.asarray(rel_dst, np.int32))

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.hashing import hash32
 from jgraph.mesh import shard_rows
 from jgraph.sharded.graph import DistGraph
@@ -38,7 +39,7 @@ def running_weights(weights: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     w = np.asarray(weights, np.float64)
     indptr = np.asarray(indptr)
     run = np.cumsum(w)
-    node = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    node = segments.segment_ids(np.diff(indptr))
     before = np.concatenate([[0.0], run])[indptr[:-1]]
     with np.errstate(over="ignore"):            # past float32's range: inf, refused
         out = (run - before[node]).astype(np.float32)

@@ -13,7 +13,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jgraph.exchange import Exchange, ExchangeConfig, Strategy
+import jgraph.segments as segments
+from jgraph.exchange import Exchange, ExchangeConfig
 from jgraph.mesh import (
     REPLICATED,
     ROWS,
@@ -205,12 +206,13 @@ class DistGraph:
     def exchange(self, config: ExchangeConfig = ExchangeConfig(),
                  platform: str | None = None) -> Exchange:
         """The exchange for this graph's partition book, on the mesh's platform (or
-        `platform`: the one a program is built for, see `jgraph.target`). The scheduled
-        strategy gets the pair weights it groups device pairs by: how many of partition
-        k's halo nodes (its in-edges' sources owned elsewhere) each partition owns."""
+        `platform`: the one a program is built for, see `jgraph.target`). A strategy
+        that groups device pairs by their expected loads (`Exchange.pair_weighted`: the
+        scheduled one) gets them: how many of partition k's halo nodes (its in-edges'
+        sources owned elsewhere) each partition owns."""
         platform = platform or self.mesh.devices.flat[0].platform
         weights = None
-        if config.strategy.on(platform) is Strategy.SCHEDULED:
+        if Exchange.pair_weighted(config, platform):
             weights = np.stack([self._halo_by_owner(k) for k in range(self.num_parts)]
                                ).astype(np.float64)
         return Exchange(self.book.offsets, config, platform=platform, pair_weights=weights)
@@ -224,8 +226,7 @@ class DistGraph:
             return np.asarray(recorded, np.int64)
         offsets = np.asarray(self.book.offsets)
         halo = np.asarray(self.parts.part(k).halo)
-        return np.bincount(np.searchsorted(offsets, halo, side="right") - 1,
-                           minlength=self.num_parts)
+        return np.bincount(segments.segment_of(offsets, halo), minlength=self.num_parts)
 
     def degrees(self) -> tuple[np.ndarray, np.ndarray]:
         """(in_degree, out_degree) int64[N] over all partitions (reads every partition)."""

@@ -20,6 +20,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.exchange.segments import owner_of
 from jgraph.partition.book import IdRangeError, PartitionBook
 
@@ -67,7 +68,7 @@ class RowLayout:
     @property
     def row_starts(self) -> np.ndarray:
         """int64[P]: row id of partition p's first row."""
-        return np.cumsum(self.counts) - self.counts
+        return segments.exclusive_sum(self.counts)
 
     def _what(self) -> str:
         return "node" if self.ntype is None else f"node of type {self.ntype!r}"
@@ -81,8 +82,7 @@ class RowLayout:
             bad = rows[(rows < 0) | (rows >= self.num_rows)].reshape(-1)[0]
             raise IdRangeError(f"row id {int(bad)} is out of range [0, {self.num_rows}) "
                                f"({self.num_rows} rows, one per {self._what()})")
-        part = np.searchsorted(self.row_starts, rows, side="right") - 1
-        # Partitions without rows share a start with the next; searchsorted takes the last.
+        part = segments.segment_of(self.row_starts, rows)  # a partition without rows holds none
         return part * self.rows_per_part + (rows - self.row_starts[part])
 
     def padded_of_global(self, ids) -> np.ndarray:
@@ -92,7 +92,7 @@ class RowLayout:
         if ids.size and (ids.min() < 0 or ids.max() >= n):
             bad = ids[(ids < 0) | (ids >= n)].reshape(-1)[0]
             raise IdRangeError(f"node id {int(bad)} is out of range [0, {n})")
-        owner = np.searchsorted(self.offsets, ids, side="right") - 1
+        owner = segments.segment_of(self.offsets, ids)
         local = ids - self.starts[owner]
         wrong = (local < 0) | (local >= self.counts[owner])
         if np.any(wrong):

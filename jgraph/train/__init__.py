@@ -8,6 +8,7 @@ import types
 from jgraph.jobs.inputs import NodeInputs
 from jgraph.jobs.step import (
     Batch,
+    Job,
     NodeClassification,
     StepData,
     TrainState,
@@ -17,7 +18,7 @@ from jgraph.jobs.step import (
 from jgraph.train.api import evaluate, load_config
 from jgraph.train.api import train as _train
 
-__all__ = ["Batch", "NodeClassification", "NodeInputs", "StepData", "TrainState",
+__all__ = ["Batch", "Job", "NodeClassification", "NodeInputs", "StepData", "TrainState",
            "class_counts", "evaluate", "load_config", "masked_cross_entropy"]
 
 

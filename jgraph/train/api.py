@@ -21,6 +21,7 @@ from jgraph.config import ConfigError, build, load, override
 from jgraph.jobs.experiment import Experiment, Inference
 from jgraph.progress import Progress
 from jgraph.train.resume import Resume
+from jgraph.train.workdir import default_workdir
 
 
 def load_config(config: Experiment | str | os.PathLike | Mapping,
@@ -44,12 +45,14 @@ def train(config: Experiment | str | os.PathLike | Mapping, workdir: str | None 
     all) and evaluate it; returns the run's result (val_acc, test_acc, ... as
     WORKDIR/result.json holds it).
 
-    workdir: where the run writes (default runs/<config name>); a run resumes from its
+    workdir: where the run writes (default runs/<the config file's name>, or
+    runs/<config.name> for a config given as an object or mapping); a run resumes from its
     newest checkpoint there (`resume`: "auto", "require" or "fresh").
     """
     from jgraph.train.loop import train_and_evaluate
+    source = config
     config = load_config(config, overrides)
-    workdir = workdir or os.path.join("runs", config.name)
+    workdir = workdir or default_workdir(source, config.name)
     return train_and_evaluate(config, workdir, Progress(enabled=progress), Resume(resume))
 
 

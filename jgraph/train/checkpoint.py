@@ -47,10 +47,11 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-import jgraph.progress as logs
 from jgraph.atomic import free_bytes
 from jgraph.hashing import fmix32, hash32
 from jgraph.mesh import all_processes, host_sync
+from jgraph.progress import EVERY_PROCESS
+from jgraph.progress import get as get_logger
 
 CHECKPOINT_DIR = "checkpoints"
 CORRUPT_DIR = "checkpoints-corrupt"
@@ -261,7 +262,7 @@ class Checkpoints:
         self.wait()
         waited = time.perf_counter() - start
         if waited > 1:
-            logs.get("train").debug("checkpoint %d waited %.1fs for the one before it to "
+            get_logger("train").debug("checkpoint %d waited %.1fs for the one before it to "
                                     "finish writing", step, waited)
         check_space(self.directory, {"state": state, "best": best}, f"checkpoint {step}")
         # One pass over both items (best often shares its arrays with state).
@@ -385,6 +386,6 @@ class StopRequest:
             raise KeyboardInterrupt
         if self.requested is None:
             self.requested = signal.Signals(signum)
-            logs.get("train").warning("  %s: saving a checkpoint after this step, then "
+            get_logger("train").warning("  %s: saving a checkpoint after this step, then "
                                       "stopping (SIGINT to stop at once)",
-                                      self.requested.name, extra=logs.EVERY_PROCESS)
+                                      self.requested.name, extra=EVERY_PROCESS)

@@ -23,7 +23,6 @@ from jgraph.atomic import free_bytes, occupied, publish, staging_dir
 from jgraph.config import ConfigError
 from jgraph.data.graph import GraphError
 from jgraph.data.outputs import INDEX, What, is_outputs_dir, write_chunk, write_index
-from jgraph.jobs.experiment import Task
 from jgraph.jobs.inference import full_graph_rows_program
 from jgraph.mesh import host_sync
 from jgraph.partition.files import peak_rss_bytes
@@ -113,21 +112,21 @@ def parse_what(what, flag: str = "--what ") -> What:
 
 def checked_layer(run, what: What, layer: int | None, depth: int) -> int:
     """The layer to read, checked against the model's `depth` layers."""
-    link = run.config.task is Task.LINK
+    embeds = not run.kind.classifies
     if what is not What.EMBEDDINGS:
-        if link:
-            raise ConfigError(f"--what {what.value}: a link prediction model has no "
+        if embeds:
+            raise ConfigError(f"--what {what.value}: a {run.kind.title} model has no "
                               f"classes; its outputs are embeddings")
         if layer is not None and layer != depth:
             raise ConfigError(f"--layer {layer} with --what {what.value}: "
                               f"{what.value} come from the last layer ({depth})")
         return depth
     if layer is None:
-        return depth if link or depth == 1 else depth - 1
+        return depth if embeds or depth == 1 else depth - 1
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
             or not 1 <= layer <= depth:
         raise ConfigError(f"--layer {layer!r}: the model has layers 1 to {depth} (the "
-                          f"last gives the {'embeddings' if link else 'logits'})")
+                          f"last gives the {'embeddings' if embeds else 'logits'})")
     return int(layer)
 
 

@@ -25,7 +25,8 @@ from jgraph.exchange import ExchangeStats
 from jgraph.sampling.sampler import SampleStats
 
 # metrics.jsonl's epoch fields -> their tags (others: "epoch/<name>").
-EPOCH_TAGS = {"loss": "train/loss_epoch", "train_acc": "train/acc", "val_acc": "val/acc",
+EPOCH_TAGS = {"loss": "train/loss_epoch", "train_acc": "train/acc",
+              "train_hits_1": "train/hits_1", "val_acc": "val/acc",
               "val_macro_f1": "val/macro_f1", "val_mrr": "val/mrr",
               "epoch_seconds": "time/epoch_seconds", "compile_seconds": "time/compile_seconds",
               "seeds_per_s": "time/seeds_per_s", "edges_per_s": "time/edges_per_s"}

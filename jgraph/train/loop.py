@@ -3,7 +3,7 @@
 `_train_and_evaluate` sets the run up (mesh, graph, model, where to start: see
 `jgraph.train.resume`); a `Loop` runs the epochs over its `LoopState` and reports. The
 host only loads, logs, evaluates and checkpoints; every training step is one compiled
-SPMD program (`NodeClassification.train_step`) and the run counts how many times it
+SPMD program (`Job.train_step`) and the run counts how many times it
 was compiled.
 
 A run checkpoints itself (see `jgraph.train.checkpoint`) and, started again on the
@@ -34,8 +34,8 @@ from jgraph.jobs import build_run
 from jgraph.jobs.dataset import open_graph, run_mesh
 from jgraph.jobs.evaluate import evaluate_splits
 from jgraph.jobs.experiment import Experiment
-from jgraph.jobs.run import Run, calibrated_exchange, calibrated_sampler, check_stats
-from jgraph.jobs.step import NodeClassification, TrainState
+from jgraph.jobs.run import Run, check_stats
+from jgraph.jobs.step import Job, TrainState
 from jgraph.mesh import host_sync
 from jgraph.progress import Progress
 from jgraph.sampling.capacity import grow
@@ -114,21 +114,9 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
         with open(os.path.join(workdir, "config.yaml"), "w") as f:
             # Its data.path absolute: loading this file resolves paths against its folder.
             yaml.safe_dump(to_dict(config.relative_to(os.getcwd())), f, sort_keys=False)
-    # The sampler's and the exchange's capacities: those the checkpoint's run had
-    # grown to (so a resumed run computes with the same shapes), else measured from the
-    # graph and the first batches.
+    # The capacities the checkpoint's run had grown to, else measured.
     meta = begin.restored.meta if begin.restored is not None else {}
-    if meta.get("capacities"):
-        job = dataclasses.replace(job, sampler=dataclasses.replace(
-            job.sampler, capacities=tuple(meta["capacities"])))
-    elif config.train.calibrate_capacities and job.samples:
-        job = calibrated_sampler(run, progress)
-    if "exchange_capacities" in meta:
-        job = dataclasses.replace(job, exchange=job.exchange.calibrated(
-            meta["exchange_capacities"]))
-    elif job.samples:
-        job = calibrated_exchange(job, dg.graph, begin.state.embeddings, progress)
-
+    job = run.kind.sized(run, job, meta, begin.state.embeddings, progress)
     loop = Loop(config, run, workdir, ckpts, identity, progress, on_step, begin, job, start)
     held.training()
     try:
@@ -144,7 +132,7 @@ class LoopState:
     """What changes while the epochs run.
 
     Fields:
-      job: the `NodeClassification` (its sampler's and exchange's capacities grow
+      job: the run's `Job` (its sampler's and exchange's capacities grow
         when a batch needs more); train: its compiled step; compile_seconds: all
         compilations of it.
       state: the `TrainState`; best: the best epoch so far (`Best`).
@@ -157,7 +145,7 @@ class LoopState:
         more rounds of (None: none did); the next flush point grows to it.
     """
 
-    job: NodeClassification
+    job: Job
     train: Any
     compile_seconds: float
     state: TrainState
@@ -181,7 +169,7 @@ class Loop:
 
     def __init__(self, config: Experiment, run: Run, workdir: str, ckpts: Checkpoints,
                  identity: dict, progress: Progress, on_step: Callable[[int], None] | None,
-                 begin: Start, job: NodeClassification, started: float):
+                 begin: Start, job: Job, started: float):
         self.config, self.run, self.workdir, self.ckpts = config, run, workdir, ckpts
         self.identity, self.progress, self.on_step = identity, progress, on_step
         self.dg, self.mesh = run.dg, run.dg.mesh
@@ -212,7 +200,7 @@ class Loop:
             self.traces[name] += 1
         return bump
 
-    def compile(self, job: NodeClassification):
+    def compile(self, job: Job):
         """(compiled step, seconds), before the first step, so that users see it and
         epoch 0's seconds are the steps' own."""
         s = self.s
@@ -286,7 +274,7 @@ class Loop:
         s.step, s.index = step - 1, i
         return vote
 
-    def grown(self, stats) -> NodeClassification:
+    def grown(self, stats) -> Job:
         """The job with larger capacities wherever the refused step's `stats` needed
         more: the sampler's hops (its sample overflowed) and the exchange's lengths
         (a scatter_add overflowed). Raises what `check_stats` raises when nothing can
@@ -305,7 +293,7 @@ class Loop:
                                f"{stats}")
         return job
 
-    def regrow(self, step: int, job: NodeClassification, stats) -> None:
+    def regrow(self, step: int, job: Job, stats) -> None:
         """Recompile the step for `job`'s capacities (from step `step` on) and say so."""
         s = self.s
         said = []
@@ -412,10 +400,9 @@ class Loop:
         """Log the epoch (with its sampled validation), keep the best, checkpoint."""
         s, t = self.s, self.config.train
         count = max(s.sums.count, 1)
-        # Link prediction: a training "accuracy" is a positive scored above all its
-        # negatives; seeds are positive edges.
         row = {"epoch": s.epoch, "step": s.step, "loss": s.sums.loss / count,
-               "train_acc": s.sums.correct / count, self.kind.validation_key: None,
+               **self.kind.epoch_fields(s.sums.correct, s.sums.count),
+               self.kind.validation_key: None,
                "epoch_seconds": s.sums.seconds,
                self.kind.rate: s.sums.count / max(s.sums.seconds, 1e-9),
                "compile_seconds": s.compile_seconds}
@@ -480,7 +467,8 @@ class Loop:
             write_json(os.path.join(self.workdir, "result.json"), result)
             if rows and not plot_curves(rows, os.path.join(self.workdir, "curves.png"),
                                         f"{config.name}: {dg.meta.graph_name} on "
-                                        f"{self.mesh.size} device(s)"):
+                                        f"{self.mesh.size} device(s)",
+                                        (self.kind.train_key, self.kind.validation_key)):
                 self.progress.note(f"curves.png not written: matplotlib is not installed "
                                    f"(pip install \"jgraph[plots]\"); the event files show "
                                    f"the curves: tensorboard --logdir {self.workdir}")

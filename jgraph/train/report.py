@@ -64,9 +64,11 @@ def write_json(path: str, value: dict) -> None:
     os.replace(tmp, path)
 
 
-def plot_curves(rows: Sequence[dict], path: str, title: str) -> bool:
-    """PNG: training loss (left) and train/val accuracy (right) by epoch. Returns False
-    (and writes nothing) where matplotlib is not installed (the `plots` extra)."""
+def plot_curves(rows: Sequence[dict], path: str, title: str,
+                scores: tuple[str, str] = ("train_acc", "val_acc")) -> bool:
+    """PNG: training loss (left) and the training and validation scores (right: the
+    rows' fields `scores` names, the run's kind's) by epoch. Returns False (and writes
+    nothing) where matplotlib is not installed (the `plots` extra)."""
     try:
         import matplotlib
     except ImportError:
@@ -78,12 +80,12 @@ def plot_curves(rows: Sequence[dict], path: str, title: str) -> bool:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     left.plot(epochs, [r["loss"] for r in rows], marker="o", color="tab:red")
     left.set(xlabel="epoch", ylabel="training loss", title="loss")
-    right.plot(epochs, [r["train_acc"] for r in rows], marker="o", label="train")
-    key = "val_mrr" if "val_mrr" in rows[0] else "val_acc"     # link prediction: MRR
+    train, key = scores
+    right.plot(epochs, [r[train] for r in rows], marker="o", label=train.replace("_", " "))
     val = [(r["epoch"], r[key]) for r in rows if r.get(key) is not None]
     if val:
         right.plot(*zip(*val), marker="o", label=key.replace("_", " "))
-    right.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1))
+    right.set(xlabel="epoch", ylabel="score", title="scores", ylim=(0, 1))
     right.legend()
     for ax in (left, right):
         ax.grid(alpha=0.3)

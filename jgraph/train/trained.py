@@ -29,7 +29,6 @@ from flax import nnx
 
 from jgraph.config import ConfigError
 from jgraph.data.outputs import What
-from jgraph.jobs.experiment import Task
 from jgraph.jobs.link import to_host
 from jgraph.jobs.run import check_stats
 from jgraph.progress import Progress
@@ -51,7 +50,7 @@ def load_run(workdir: str, progress: bool = False) -> TrainedRun:
 
 class TrainedRun:
     """A trained run's model and graph (see the module). Fields: workdir, config (the
-    run's `Experiment`), task (`Task.NODE` or `Task.LINK`), node_types, relations,
+    run's `Experiment`), task (the config's), node_types, relations,
     num_layers."""
 
     def __init__(self, workdir: str, progress: Progress | None = None):
@@ -68,7 +67,7 @@ class TrainedRun:
 
     def __repr__(self) -> str:
         return (f"TrainedRun({self.workdir!r}: {self.config.model.kind}, "
-                f"{self.num_layers} layers, task {self.task.value}, {self._run.dg.num_parts} "
+                f"{self.num_layers} layers, task {self.task}, {self._run.dg.num_parts} "
                 f"partitions)")
 
     # -- answers ------------------------------------------------------------------------
@@ -119,8 +118,8 @@ class TrainedRun:
         a file of pairs (`.npy` [k, 2], or text with "src dst" a line). relation: the
         relation's name or (src type, name, dst type) (default: the only one)."""
         run = self._run
-        if self.task is not Task.LINK:
-            raise ConfigError(f"{self.workdir}: a node classification run scores nodes "
+        if run.kind.classifies:
+            raise ConfigError(f"{self.workdir}: a {run.kind.title} run scores nodes "
                               f"(predict, probabilities), not pairs")
         r = self._relation(relation)
         s_type, _, d_type = self.relations[r]

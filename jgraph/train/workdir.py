@@ -24,6 +24,14 @@ class WorkdirError(ValueError):
     """A workdir that cannot be used: not a directory, not writable, or in use."""
 
 
+def default_workdir(source, name: str) -> str:
+    """Where a run writes unless told: runs/<the config file's name, without .yaml>
+    for a config read from a file (`source`, a path), else runs/<config.name>."""
+    if isinstance(source, (str, os.PathLike)):
+        name = os.path.splitext(os.path.basename(os.fspath(source)))[0]
+    return os.path.join("runs", name)
+
+
 def prepare(workdir: str) -> str:
     """Create `workdir` if needed and check that it is a writable directory; returns it."""
     if any(c in workdir for c in "*?["):

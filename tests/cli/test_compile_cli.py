@@ -8,6 +8,8 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import jax
@@ -17,8 +19,15 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jgraph.cli import main
+from jgraph.config import load
 from jgraph.cost import Costs, roofline
-from jgraph.mesh import AXIS
+from jgraph.jobs import build_run, kind_of
+from jgraph.jobs.abstract import counts_of
+from jgraph.jobs.dataset import open_graph
+from jgraph.jobs.experiment import Experiment
+from jgraph.jobs.programs import Program
+from jgraph.mesh import AXIS, first_devices, make_mesh
+from jgraph.progress import Progress
 from jgraph.target import Target, target_mesh
 
 pytestmark = pytest.mark.slow     # builds programs, some for a GPU
@@ -48,17 +57,49 @@ def compile_counts(capsys, target, devices, graph, *flags, config=SYNTHETIC):
                "--abstract", "--set", f"data.path={graph}", *ONE_LAYER, *flags)
 
 
+def xla_memory(programs, program: Program, devices: int) -> dict:
+    """The per-device bytes XLA's memory analysis gives for `program` of `programs`,
+    compiled here from Python for `devices` CPU devices as `jgraph compile` lowers it."""
+    lowering = programs.lowering(program, target_mesh(Target.CPU, devices))
+    mem = lowering.fn.trace(*lowering.args).lower().compile().memory_analysis()
+    return {"argument_bytes": mem.argument_size_in_bytes,
+            "output_bytes": mem.output_size_in_bytes,
+            "temp_bytes": mem.temp_size_in_bytes, "alias_bytes": mem.alias_size_in_bytes}
+
+
+def assert_the_bytes_are_xlas(report: dict, want: dict) -> None:
+    """The report's bytes are XLA's for the same program (`xla_memory`), and its peak is
+    what must fit: the arguments, the outputs not aliased to them, the temporaries."""
+    assert {key: report[key] for key in want} == want
+    assert want["temp_bytes"] > 0
+    assert report["peak_bytes"] == (want["argument_bytes"] + want["output_bytes"]
+                                    - want["alias_bytes"] + want["temp_bytes"])
+
+
 def test_compile_for_cpu_prints_one_json_line_with_what_the_program_needs(capsys):
+    began = time.perf_counter()
     code, out, err = run(capsys, "compile", SAGE, "--target", "cpu", "--devices", "2",
                          "--json")
+    wall = time.perf_counter() - began
     assert code == 0, err
     report = json.loads(out)
     assert all(field in report for field in FIELDS)
     assert report["ok"] and report["target"] == "cpu" and report["devices"] == 2
     assert report["pallas_kernels"] == 0            # CPU draws with XLA code
     assert report["collectives"].get("all-to-all", 0) > 0
-    assert report["compile_seconds"] > 0 and report["temp_bytes"] > 0
+    # The build's parts (trace, lower, XLA) add up to it, within the command's time.
+    parts = [report[f"{part}_seconds"] for part in ("trace", "lower", "xla")]
+    assert min(parts) > 0 and report["compile_seconds"] == pytest.approx(sum(parts))
+    assert report["compile_seconds"] < wall
     assert report["fits"] is None                   # no device memory to compare with
+    # The same training step built from Python, as `jgraph compile` builds it.
+    config = load(Experiment, SAGE, ["data.num_parts=2"])
+    with tempfile.TemporaryDirectory() as workdir:
+        dg = open_graph(config, make_mesh(2, first_devices(2)), workdir,
+                        Progress(enabled=False))
+        built = build_run(config, dg, platform="cpu")
+        want = xla_memory(built.kind.programs(built), Program.TRAIN, 2)
+    assert_the_bytes_are_xlas(report, want)
 
 
 @pytest.mark.gpu_compile
@@ -164,15 +205,21 @@ def test_compile_for_several_device_counts_prints_a_line_each(capsys):
 def test_compile_builds_the_program_asked_for_from_counts(capsys, config, program):
     """Sampled evaluation and full-graph inference of node classification, and a link
     prediction config's (its task says which step: embeddings for ranking), from counts
-    alone. (tests/gpu_compile/test_memory_by_devices.py builds link prediction's
+    alone. (tests/planner/test_memory_by_devices.py builds link prediction's
     training step.)"""
     code, out, err = compile_counts(capsys, "cpu", "2",
                                     "synthetic:nodes=5k,edges=20k,feat=8,classes=3",
                                     "--program", program, "--json", config=config)
     assert code == 0, err
     report = json.loads(out)
-    assert report["ok"] and report["program"] == program and report["temp_bytes"] > 0
+    assert report["ok"] and report["program"] == program
     assert report["collectives"].get("all-to-all", 0) > 0   # the exchange is in it
+    # The same program built from the same counts in Python.
+    experiment = load(Experiment, config,
+                      ["data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3", *ONE_LAYER])
+    programs = kind_of(experiment).build_abstract(experiment, counts_of(experiment, 2),
+                                                  target_mesh(Target.CPU, 2), "cpu")
+    assert_the_bytes_are_xlas(report, xla_memory(programs, Program(program), 2))
 
 
 def test_compile_in_human_form_prints_one_field_per_line(capsys):

@@ -2,6 +2,7 @@
 inputs refused with exit status 2 and one line naming what is wrong (in-process)."""
 import gzip
 import json
+import resource
 
 import numpy as np
 import pytest
@@ -34,15 +35,24 @@ def test_convert_writes_cora_in_chunks_and_prints_a_summary(tmp_path, capsys):
     np.testing.assert_array_equal(back.node_data["_N"]["feat"], graph.node_data["_N"]["feat"])
 
 
+def high_water_bytes() -> int:
+    """This process's peak resident memory so far (Linux's ru_maxrss, in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def test_convert_json_prints_one_line_of_results(tmp_path, capsys):
+    before = high_water_bytes()
     code, printed, _ = run(capsys, "convert", "cora", tmp_path / "cora", "--json")
+    after = high_water_bytes()
     assert code == 0
     row = json.loads(printed)
     assert set(row) == {"input", "out", "num_nodes", "num_edges", "edge_chunks", "seconds",
                         "peak_rss_bytes"}
     assert (row["input"], row["num_nodes"], row["num_edges"], row["edge_chunks"]) == (
         "cora", 2708, 10556, 1)
-    assert row["peak_rss_bytes"] > 0
+    # This process's high-water mark when the line was written: between the marks read
+    # before and after the command (in bytes, not ru_maxrss's KiB).
+    assert before <= row["peak_rss_bytes"] <= after
 
 
 def test_convert_with_a_preparation_writes_into_a_folder_not_made_yet(tmp_path, capsys):

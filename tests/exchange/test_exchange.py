@@ -258,9 +258,11 @@ def smallest_rung(ladder, need):
     return min(r for r in ladder if r >= need)
 
 
-def expected_capacity(config, counts):
+def expected_capacity(config, counts, capacities=None):
     """The rung each strategy must pick: the smallest one that holds the largest need
-    (the relay's one capacity: the bound, n)."""
+    (the relay's one capacity: the bound, n); the scheduled strategy's chunk, the bound
+    or else the chunk calibrated for the batch's length (`capacities`: {length: chunk},
+    as given to `run`)."""
     s = config.strategy.value
     if s == "all_to_all":          # the relay: one capacity, the bound
         return n if config.relay else smallest_rung(config.ladder(n), counts.max())
@@ -272,7 +274,7 @@ def expected_capacity(config, counts):
     if s == "ragged_all_to_all":   # everything an owner receives, in one exact-size buffer
         return smallest_rung(config.ladder((P - 1) * n), counts.sum(axis=0).max())
     if s == "scheduled":           # one chunk: the whole request when bound-sized
-        return n if config.sizing.value == "bound" else None
+        return n if config.sizing.value == "bound" else dict(capacities)[n]
     raise AssertionError(s)
 
 
@@ -291,7 +293,7 @@ def in_range(ids):
     return (ids >= 0) & (ids < N)
 
 
-def check_gather(config, case, out, weights=None):
+def check_gather(config, case, out, weights=None, capacities=None):
     ids, valid, allowed, _ = case
     ok = valid & in_range(ids) & allowed[np.clip(ids, 0, N - 1)]
     safe = np.clip(ids, 0, N - 1)
@@ -305,10 +307,7 @@ def check_gather(config, case, out, weights=None):
     assert int(st.cached) == 0
     assert int(st.overflow) == 0
     assert int(st.out_of_range) == np.sum(valid & ~ok)
-    if expected_capacity(config, counts) is None:
-        assert 1 <= int(st.capacity) <= n
-    else:
-        assert int(st.capacity) == expected_capacity(config, counts)
+    assert int(st.capacity) == expected_capacity(config, counts, capacities)
     # Every distinct remote id must cross the wire, and its answer must come back.
     assert float(st.wire_bytes) >= counts.sum() * (4 + ROW_BYTES)
     if config.strategy.value == "ragged_all_to_all":      # exact sizes: nothing more
@@ -838,7 +837,7 @@ def test_scheduled_gather_in_chunks_of_2_and_its_scatter_add_equal_numpy(once, w
     for name in ("skewed", "one_peer", "out_of_range"):
         data = make_case(name)
         out = run(SCHEDULED, data, once, {n: 2}, weights)
-        check_gather(SCHEDULED, data, out, weights)
+        check_gather(SCHEDULED, data, out, weights, {n: 2})
         assert int(out["gstats"].capacity) == 2
         grown = Exchange(OFFSETS, SCHEDULED, capacities={own(n): 2}).grown(out["gstats"])
         assert grown.capacities == {own(n): 2}
@@ -864,7 +863,7 @@ def test_scheduled_scatter_add_is_calibrated_under_its_own_key_apart_from_the_ch
     assert grown.capacities == {own(n): 2, straight(n): with_headroom(need, SCHEDULED.headroom)}
     assert ex.fitted([st]).capacities[straight(n)] == grown.capacities[straight(n)]
     again = run(SCHEDULED, data, False, grown.capacities)
-    check_gather(SCHEDULED, data, again)
+    check_gather(SCHEDULED, data, again, capacities={n: 2})
     assert int(again["sstats"].overflow) == 0
     assert int(again["sstats"].capacity) == grown.capacities[straight(n)] < n
     owned, mask, sums = again["owned"], again["mask"], again["sums"]
@@ -882,7 +881,7 @@ def test_scheduled_wire_is_the_exact_bytes_up_to_a_chunk_per_loaded_pair():
     so each is padded only to its last chunk: 4k + 3 ids in chunks of 2 cost one slot
     more than exact, per pair."""
     out = run(SCHEDULED, TO_ONE_OWNER, True, {n: 2}, WEIGHTS)
-    check_gather(SCHEDULED, TO_ONE_OWNER, out, WEIGHTS)
+    check_gather(SCHEDULED, TO_ONE_OWNER, out, WEIGHTS, {n: 2})
     exact = WEIGHTS.sum() * (4 + ROW_BYTES)
     assert float(out["gstats"].wire_bytes) == exact + 7 * (4 + ROW_BYTES)
 

@@ -12,6 +12,7 @@ import pytest
 
 from jgraph.config import load
 from jgraph.exchange.sizing import Key, Route
+from jgraph.jobs import kind
 from jgraph.jobs.experiment import Experiment
 from jgraph.progress import Progress
 from jgraph.train import loop
@@ -43,7 +44,7 @@ def test_steps_refused_for_their_capacities_are_run_again_with_the_same_losses(
         job = run.job
         return dataclasses.replace(job, sampler=dataclasses.replace(
             job.sampler, capacities=(40, 48)))
-    monkeypatch.setattr(loop, "calibrated_sampler", tiny)
+    monkeypatch.setattr(kind, "calibrated_sampler", tiny)    # what JobKind.sized calls
     config = load(Experiment, EXPERIMENT, SMALL)
     result = loop.train_and_evaluate(config, str(tmp_path), Progress(enabled=False))
     growths = result["capacity_growths"]
@@ -94,14 +95,14 @@ def test_exchange_capacities_calibrated_low_give_the_losses_of_worst_case_ones(
     embedding gradients' capacities, keyed apart from them, grow."""
     ref_dir, ref = bound(inputs)
     assert ref["exchange_capacities"] == {} and ref["capacity_growths"] == []
-    measured = loop.calibrated_exchange
+    measured = kind.calibrated_exchange
 
     def low(job, graph, embeddings=None, progress=None):
         job = measured(job, graph, embeddings, progress)
         assert job.exchange.capacities, "nothing was measured"
         return dataclasses.replace(job, exchange=job.exchange.calibrated(
             dict.fromkeys(job.exchange.capacities, 8)))
-    monkeypatch.setattr(loop, "calibrated_exchange", low)
+    monkeypatch.setattr(kind, "calibrated_exchange", low)
     got_dir = tmp_path / "low"
     result = loop.train_and_evaluate(
         load(Experiment, EXPERIMENT, inputs_of(inputs) + [f"exchange.strategy={strategy}"]),

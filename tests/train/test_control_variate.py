@@ -219,13 +219,13 @@ def test_one_step_on_8_devices_equals_one_device_over_the_same_blocks(cora8):
 
     # The step itself: the same loss, and the histories of every row it computed.
     state = job.init(run.params)
-    state = dataclasses.replace(state, histories=tables(),
+    state = dataclasses.replace(state, extra=tables(),
                                 step=jax.device_put(jnp.int32(step), state.step.sharding))
     state, metrics = job.compile_train(graph)(state, data, order, jnp.int32(index),
                                               job.stop_votes())
     assert bool(metrics["applied"])
     assert_close(metrics["loss"], sum(float(loss) for loss, _ in outs) / total, "step loss")
-    for layer, table in enumerate(state.histories, start=1):
+    for layer, table in enumerate(state.extra, start=1):
         sums = np.zeros_like(histories[layer - 1], np.float64)
         count = np.zeros(sums.shape[0])
         for k, (_, (_, fresh)) in enumerate(outs):
@@ -281,7 +281,7 @@ def test_with_fixed_parameters_the_forward_is_exact_after_one_epoch_per_history(
         for index in range(job.loader.steps_per_epoch):
             state, metrics = train(state, data, order, jnp.int32(index), job.stop_votes())
             assert bool(metrics["applied"])
-        _, _, blocks, logits, _ = forward(state.params, state.histories, data,
+        _, _, blocks, logits, _ = forward(state.params, state.extra, data,
                                           job.loader.epoch_order(epoch + 1), jnp.int32(0),
                                           state.step)
         seeds, got = seed_logits(logits, blocks)
@@ -309,7 +309,7 @@ def test_a_refresh_makes_the_forward_exact_at_once(cora8):
                                           jnp.int32(3))
         seeds, got = seed_logits(logits, blocks)
         return float(np.max(np.abs(got - exact[seeds]))) / float(np.max(np.abs(exact[seeds])))
-    stale = error(state.histories)
+    stale = error(state.extra)
     # The loop refreshes with a job it replaced (calibrated capacities): it shares the
     # one compiled program with the job that made the first histories.
     calibrated = dataclasses.replace(job, exchange=job.exchange)
@@ -432,7 +432,7 @@ def test_cvd_averages_to_exact_dropout_with_exact_dropouts_variance(cora8):
     order = job.loader.epoch_order(0)
     draws = {"cvd": [], "exact dropout": []}
     for step in range(40):
-        _, _, seeds, got = cvd(run.params, state.histories, job.data(graph), order,
+        _, _, seeds, got = cvd(run.params, state.extra, job.data(graph), order,
                                jnp.int32(0), jnp.int32(step))
         draws["cvd"].append(np.asarray(got))
         _, _, want_seeds, want = dropped(run.params, plain.data(graph), order, jnp.int32(0),

@@ -209,11 +209,20 @@ RUN_ONLY = {"seconds", "edges_per_s", "resumed_from_step", "checkpoints", "compi
 TIMINGS = {"epoch_seconds", "edges_per_s", "compile_seconds"}
 
 
+# Settings under which the two epochs of the resumed run learn: raw (not row-normalised)
+# features, no input dropout, each positive against 5 negatives by softmax. (With
+# sage_cora.yaml's normalised features and BCE against 1 negative, two epochs ranked
+# cora's validation edges at an MRR of 0.16 among 50 negatives: chance is 0.089.)
+LEARNS = ["data.normalize_features=false", "model.input_dropout=0", "link.loss=contrastive",
+          "link.negatives=5"]
+
+
 @pytest.mark.slow      # three training runs
-def test_a_link_run_stopped_mid_epoch_resumes_with_the_same_losses_and_metrics(tmp_path):
+def test_a_link_run_stopped_mid_epoch_resumes_with_the_same_losses_and_metrics(
+        tmp_path, chance_ranking):
     # Cora's 4,222 training pairs on 2 devices, batch 256: 9 steps per epoch, 2 epochs,
     # a checkpoint every 4 steps; SIGTERM during step 5 stops it after step 8.
-    extra = ["data.num_parts=2", "train.epochs=2", "checkpoint.every_steps=4"]
+    extra = ["data.num_parts=2", "train.epochs=2", "checkpoint.every_steps=4", *LEARNS]
     quiet = Progress(enabled=False)
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     reference = train_and_evaluate(cora_config(*extra), str(ref_dir), quiet)
@@ -231,7 +240,11 @@ def test_a_link_run_stopped_mid_epoch_resumes_with_the_same_losses_and_metrics(t
     assert rows(cut_dir) == rows(ref_dir)
     assert {k: v for k, v in result.items() if k not in RUN_ONLY} == \
         {k: v for k, v in reference.items() if k not in RUN_ONLY}
-    assert reference["val_mrr"] > 0 and reference["test_hits@10"] > 0
+    # The runs learn: chance among 50 negatives (`chance_ranking`) is an MRR of 0.089;
+    # these two epochs rank at 0.41-0.45 (val) and 0.44-0.47 (test) over train.seed 0-4,
+    # the untrained model (train.lr=1e-12) at 0.10-0.14.
+    floor = chance_ranking("mrr", 50) + 0.2
+    assert reference["val_mrr"] > floor and reference["test_mrr"] > floor, reference
     files = sorted(f for f in os.listdir(ref_dir)
                    if not f.startswith((".", "events.out.tfevents.")))
     assert files == ["checkpoints", "config.yaml", "curves.png", "metrics.jsonl", "model",

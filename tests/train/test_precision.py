@@ -32,7 +32,7 @@ def jobs(tmp_path_factory):
     f32 = NodeClassification(graphdef, optax.adam(1e-2), NeighborSampler((5, 3)),
                              NodeLoader.from_split(dg, "train", batch_size=32),
                              dg.exchange(ExchangeConfig(max_rungs=1, relay=False)),
-                             inputs, dg.ndata("label"), seed=3)
+                             inputs, labels=dg.ndata("label"), seed=3)
     return dg, f32, dataclasses.replace(f32, compute_dtype=jnp.bfloat16), params
 
 

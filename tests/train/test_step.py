@@ -16,6 +16,7 @@ from jgraph.sharded import REPLICATED, ROWS, DistGraph, ExchangeConfig, make_mes
 from jgraph.train import NodeClassification, NodeInputs, masked_cross_entropy
 
 DEVICES = 8
+CORA_TRAIN = 140            # the Planetoid split's training nodes, all labelled
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def task(tmp_path_factory):
     exchange = dg.exchange(ExchangeConfig(growth=2.0, relay=False))
     job = NodeClassification(graphdef, optax.adam(1e-2), NeighborSampler((5, 3)),
                              NodeLoader.from_split(dg, "train", batch_size=8), exchange,
-                             inputs, dg.ndata("label"), seed=3)
+                             inputs, labels=dg.ndata("label"), seed=3)
     return dg, job, params
 
 
@@ -90,10 +91,12 @@ def test_train_step_compiles_once_and_lowers_the_loss_on_a_fixed_batch(task):
     losses = []
     for epoch in range(2):
         order = job.loader.epoch_order(epoch)
+        counts = []
         for index in range(job.loader.steps_per_epoch):
             state, metrics = run(state, data, order, jnp.int32(index), job.stop_votes())
             losses.append(float(metrics["loss"]))
-            assert int(metrics["count"]) > 0
+            counts.append(int(metrics["count"]))
+        assert sum(counts) == CORA_TRAIN          # every training seed once an epoch
     assert len(traces) == 1                    # one compilation for two epochs
     assert int(state.step) == 2 * job.loader.steps_per_epoch
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
@@ -142,7 +145,7 @@ def test_impl_pallas_runs_inside_the_training_step_and_equals_impl_xla(task):
     """impl="pallas" in the compiled, vma-checked step. On CPU the kernel is interpreted
     (by its grid over `_draw_tile`, as JAX's own Pallas interpreter cannot run inside
     shard_map); it draws what the looped XLA reference draws, so the state and metrics
-    are the same bit for bit. (The compiled GPU kernel in the step: tests/gpu_compile.)"""
+    are the same bit for bit. (The compiled GPU kernel in the step: tests/planner.)"""
     import dataclasses
     dg, job, params = task
     data, order = job.data(dg.graph), job.loader.epoch_order(0)
