@@ -24,11 +24,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # time, so they are compiled quickly.
 # - LLVM's optimisation passes are skipped (the same HLO, the same arithmetic: XLA:CPU
 #   does not reassociate floats at any level). That took the CPU time of
-#   tests/train/test_step.py and test_inference.py from 129 s to 91 s (112 s at level 1).
+#   tests/jobs/test_step.py and test_inference.py from 129 s to 91 s (112 s at level 1).
 # - On XLA 0.10, the elemental emitter writes the kernels, not the fusion emitters' MLIR
 #   pipelines: the 200k-node graph's 8-device training step compiles in 1.6 s, not 3.1 s
 #   (at level 0); tests/cli/test_link_cli.py, train/test_capacity_growth.py and
-#   train/test_full_mode.py took 120 s, not 175 s, on two workers. XLA 0.11 and later
+#   jobs/test_full_mode.py took 120 s, not 175 s, on two workers. XLA 0.11 and later
 #   have only the fusion emitters, and abort on the flag.
 # The commands the suite starts (the README's, the examples, multi-process jobs) train
 # whole epochs, where level 0 code runs 9x slower (a facebook link epoch: 76 s, against

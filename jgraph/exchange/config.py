@@ -112,12 +112,8 @@ class ExchangeConfig:
     cache_by: CacheBy = CacheBy.DEGREE
 
     def __post_init__(self):
-        object.__setattr__(self, "strategy", Strategy(self.strategy))
-        try:
-            object.__setattr__(self, "sizing", Sizing(self.sizing))
-        except ValueError:
-            raise ConfigError(f"exchange.sizing must be one of "
-                              f"{[s.value for s in Sizing]}, got {self.sizing!r}") from None
+        for name, kind in (("strategy", Strategy), ("sizing", Sizing), ("cache_by", CacheBy)):
+            object.__setattr__(self, name, _member(kind, getattr(self, name), name))
         if self.headroom < 0:
             raise ConfigError(f"exchange.headroom must be >= 0, got {self.headroom}")
         if self.cut is not None and not 0.0 <= self.cut <= 1.0:
@@ -133,11 +129,6 @@ class ExchangeConfig:
         if not 0.0 <= self.cache <= 1.0:
             raise ConfigError(f"exchange.cache is a fraction of the nodes in [0, 1], got "
                              f"{self.cache}")
-        try:
-            object.__setattr__(self, "cache_by", CacheBy(self.cache_by))
-        except ValueError:
-            raise ConfigError(f"exchange.cache_by must be one of "
-                              f"{[c.value for c in CacheBy]}, got {self.cache_by!r}") from None
 
     def ladder(self, top: int) -> tuple[int, ...]:
         """Capacities of a transfer's first round whose largest is `top`: at most
@@ -153,3 +144,10 @@ class ExchangeConfig:
         return tuple(reversed(rungs))
 
 
+def _member(kind: type[enum.Enum], value, name: str):
+    """`value` as a member of `kind`; ConfigError naming exchange.`name` otherwise."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"exchange.{name} must be one of {[m.value for m in kind]}, got "
+                          f"{value!r}") from None
