@@ -42,7 +42,7 @@ pytestmark = pytest.mark.slow     # trains a run, then full-graph programs
 def _inference_tests():
     """test_inference.py, whose dense single-device reference this module reuses (the
     suite imports test modules by path, not as a package)."""
-    path = Path(__file__).with_name("test_inference.py")
+    path = Path(__file__).parents[1] / "jobs" / "test_inference.py"
     spec = importlib.util.spec_from_file_location("jgraph_tests_inference", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
