@@ -1,5 +1,5 @@
 """A large graph as Parquet tables with string ids, and its schema: the case that
-`jgraph convert SCHEMA OUT` (`jgraph.data.tables`) is measured on.
+`jgraph convert SCHEMA OUT` (`jgraph.ingest.tables`) is measured on.
 
     python experiments/make_tables.py --nodes 10M --edges 100M --out big
     /usr/bin/time -v jgraph convert big/schema.yaml big-chunked --json

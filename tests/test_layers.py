@@ -10,9 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # independent of each other.
 LAYERS = [
     {"jgraph.progress", "jgraph.config", "jgraph.hashing", "jgraph.mesh", "jgraph.cost",
-     "jgraph.atomic", "jgraph.segments"},
+     "jgraph.atomic", "jgraph.segments", "jgraph.memory", "jgraph.npy"},
     {"jgraph.data"},
-    {"jgraph.partition"},
+    {"jgraph.partition", "jgraph.ingest"},
     {"jgraph.exchange", "jgraph.target", "jgraph.kernels"},
     {"jgraph.sharded"},
     {"jgraph.sampling", "jgraph.models"},

@@ -29,7 +29,7 @@ from jgraph.bench.profile import phase_breakdown
 from jgraph.exchange import ExchangeStats
 from jgraph.jobs import build_run, kind_of
 from jgraph.jobs.run import check_stats
-from jgraph.partition.files import peak_rss_bytes
+from jgraph.memory import peak_rss_bytes
 from jgraph.progress import Progress
 
 PROFILE_STEPS = 5

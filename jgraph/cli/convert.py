@@ -1,6 +1,6 @@
 """`jgraph convert`: write a graph as a chunked graph directory (`jgraph.data.chunked`):
 a dataset jgraph reads, or the user's own CSV / Parquet tables that a schema file
-describes (`jgraph.data.tables`)."""
+describes (`jgraph.ingest`)."""
 from __future__ import annotations
 
 import argparse
@@ -10,13 +10,13 @@ import time
 
 from jgraph.atomic import scratch_beside
 from jgraph.cli import preparation
-from jgraph.cli.partition import DefaultsShown, peak_rss_bytes
+from jgraph.cli.partition import DefaultsShown
 from jgraph.data import is_chunked_dir, open_chunked
-from jgraph.data.chunked import check_chunked_out
-from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, convert, is_streamed
-from jgraph.data.dgl import is_dgl_chunked_dir
+from jgraph.data.chunked import check_chunked_out, is_dgl_chunked_dir
 from jgraph.data.prepare_chunked import prepare_chunked
-from jgraph.data.tables import convert_tables, is_schema_file
+from jgraph.ingest import convert_tables, is_schema_file
+from jgraph.ingest.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK, convert, is_streamed
+from jgraph.memory import peak_rss_bytes
 from jgraph.progress import LOGGER, Progress
 
 

@@ -83,9 +83,8 @@ def start_distributed() -> None:
     """`jax.distributed.initialize` when this process is one of a multi-process job
     (once; a single process does nothing)."""
     import jax
-    from jax._src import distributed
     found = distributed_env()
-    if found is None or distributed.global_state.client is not None:
+    if found is None or jax.distributed.is_initialized():
         return
     launcher = found.pop("launcher")
     if launcher == "jgraph.launch" and not found["coordinator_address"]:

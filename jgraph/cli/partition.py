@@ -17,11 +17,11 @@ from jgraph.cli.devices import distributed_env, start_distributed
 from jgraph.data import GraphError, is_chunked_dir, load_dataset, open_chunked
 from jgraph.data.prepare import prepare, recorded_preparation
 from jgraph.data.prepare_chunked import prepared
+from jgraph.memory import limit_arenas, peak_rss_bytes
 from jgraph.partition import Method, PartitionError, PartitionMeta, open_partitions, partition_graph
 from jgraph.partition.assignment import check_given, read_assignment
 from jgraph.partition.build import OutputExistsError, check_out_dir
-from jgraph.partition.chunked import ChunkedOptions, partition_chunked, peak_rss_bytes
-from jgraph.partition.files import limit_arenas
+from jgraph.partition.chunked import ChunkedOptions, partition_chunked
 from jgraph.partition.group import Group
 from jgraph.partition.plan import GraphSizes, plan, plan_sizes, render
 from jgraph.progress import LOGGER, Progress

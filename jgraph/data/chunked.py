@@ -85,6 +85,7 @@ from jgraph.data.graph import (
 from jgraph.data.links import EdgeSet
 from jgraph.data.npz import DatasetError
 from jgraph.data.sparse import SparseRows
+from jgraph.npy import read_header
 
 FORMAT, VERSION = "jgraph-chunked", 1
 # The arrays of a held-out edge split besides its negatives: (key, dtype, row shape).
@@ -96,6 +97,13 @@ _ID_KINDS = "iu"
 def is_chunked_dir(path: str | os.PathLike) -> bool:
     """Whether `path` is a directory holding a chunked graph's metadata.json."""
     return metadata_object(path).get("format") == FORMAT
+
+
+def is_dgl_chunked_dir(path: str | os.PathLike) -> bool:
+    """Whether `path` is a directory with a DGL chunked graph's metadata.json (DGL's
+    format, converted by `jgraph.ingest.dgl`)."""
+    raw = metadata_object(path)
+    return all(k in raw for k in ("node_type", "edge_type", "edges"))
 
 
 def metadata_object(path: str | os.PathLike) -> dict:
@@ -163,10 +171,7 @@ def npy_header(path: str) -> tuple[tuple[int, ...], np.dtype]:
         raise DatasetError(f"{path}: missing chunk file")
     try:
         with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0)
-            shape, fortran, dtype = read(f)
+            shape, fortran, dtype = read_header(f)
             offset = f.tell()
     except (OSError, ValueError, EOFError) as e:
         raise DatasetError(f"{path}: not a readable .npy file ({e})") from None

@@ -4,8 +4,7 @@ from __future__ import annotations
 import importlib.resources
 import os
 
-from jgraph.data.chunked import is_chunked_dir, load_chunked
-from jgraph.data.dgl import is_dgl_chunked_dir
+from jgraph.data.chunked import is_chunked_dir, is_dgl_chunked_dir, load_chunked
 from jgraph.data.graph import Graph
 from jgraph.data.npz import DatasetError, load_npz
 from jgraph.data.ogb import is_ogb_dir, load_ogb

@@ -51,6 +51,8 @@ import jgraph.segments as segments
 from jgraph.atomic import clear_leftovers, publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.data.prepare import recorded_preparation
+from jgraph.memory import PhasePeak, peak_rss_bytes, release_memory, rss_bytes
+from jgraph.npy import NpyAppender, NpyRows, gather, preallocate
 from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     DiskAdjacency,
@@ -71,16 +73,6 @@ from jgraph.partition.assignment import (
 from jgraph.partition.edge_splits import write_edge_splits
 from jgraph.partition.errors import PartitionError
 from jgraph.partition.excess import within
-from jgraph.partition.files import (
-    NpyAppender,
-    NpyRows,
-    PhasePeak,
-    gather,
-    peak_rss_bytes,
-    preallocate,
-    release_memory,
-    rss_bytes,
-)
 from jgraph.partition.group import Group
 from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
 from jgraph.partition.numbering import (

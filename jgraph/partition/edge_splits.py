@@ -12,7 +12,7 @@ import numpy as np
 import jgraph.segments as segments
 from jgraph.data.chunked import ChunkedGraph
 from jgraph.data.npz import DatasetError
-from jgraph.partition.files import NpyAppender
+from jgraph.npy import NpyAppender
 from jgraph.partition.numbering import owner_of
 from jgraph.partition.store import EDGE_ARRAYS, part_dir
 

@@ -34,6 +34,25 @@ from jgraph.partition.adjacency import bucket_of
 BARRIER_TIMEOUT_MS = 24 * 3600 * 1000
 
 
+def _jax_job() -> tuple[int, int, object] | None:
+    """(this process's id, the process count, the coordination service's client) of the
+    running jax.distributed job, or None where none was started.
+
+    It reads JAX's private state, here and nowhere else in jgraph.partition: JAX has
+    no public way to the coordination client (its key-value store and barriers, which
+    `Group` is built on): `jax.distributed` exports only initialize, is_initialized and
+    shutdown, in 0.10 and in 0.11 alike, and JAX's own `multihost_utils` and array
+    serialization read this same `global_state`. The public `jax.process_index()` and
+    `jax.process_count()` would start the backends, which partitioning never uses.
+    """
+    import jax
+    if not jax.distributed.is_initialized():
+        return None
+    from jax._src import distributed  # private: see above
+    state = distributed.global_state
+    return state.process_id, state.num_processes or 1, state.client
+
+
 class Group:
     """`size` processes, this one `rank`; `client`: jax.distributed's coordination
     client (None for one process); `scratch`: a folder every process sees, for the
@@ -51,11 +70,10 @@ class Group:
     @classmethod
     def from_jax(cls) -> Group:
         """The running jax.distributed job's processes (one if none was started)."""
-        from jax._src import distributed
-        state = distributed.global_state
-        if state.client is None or (state.num_processes or 1) == 1:
+        job = _jax_job()
+        if job is None or job[1] == 1:
             return cls.single()
-        return cls(state.process_id, state.num_processes, state.client)
+        return cls(*job)
 
     @property
     def leader(self) -> bool:

@@ -161,7 +161,7 @@ def _part_in_child(folder: str, backend: Backend, arrays, num_parts: int, seed: 
     """`backend`'s METIS in a child process (this file run as a script, in `folder`,
     which holds the arrays and receives the partition); its peak memory counted in the
     phase being sampled."""
-    from jgraph.partition.files import PhasePeak  # not loaded by the child itself
+    from jgraph.memory import PhasePeak  # not loaded by the child itself
     for name, values in zip(_ARRAYS, arrays):
         np.save(os.path.join(folder, f"{name}.npy"), values)
     # -P: the script's folder (jgraph/partition) is not put on the module path.

@@ -64,6 +64,7 @@ import numpy as np
 import scipy.sparse
 
 import jgraph.segments as segments
+from jgraph.memory import release_memory
 from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     Chained,
@@ -76,7 +77,6 @@ from jgraph.partition.adjacency import (
 )
 from jgraph.partition.errors import PartitionError
 from jgraph.partition.excess import relieve, within
-from jgraph.partition.files import release_memory
 from jgraph.partition.group import Group
 from jgraph.partition.metis import part_kway
 

@@ -46,6 +46,7 @@ import numpy as np
 import jgraph.segments as segments
 from jgraph.data.ids import IdMap
 from jgraph.data.sparse import SparseRows
+from jgraph.npy import read_header
 from jgraph.partition.book import PartitionBook
 
 FORMAT_VERSION = 1
@@ -433,10 +434,7 @@ def _stored_dtype(path: str) -> np.dtype | None:
     """The dtype a .npy file's header names, or None when the header is unreadable."""
     try:
         with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0)
-            return read(f)[2]
+            return read_header(f)[2]
     except (OSError, ValueError, EOFError):
         return None
 

@@ -24,8 +24,8 @@ from jgraph.config import ConfigError
 from jgraph.data.graph import GraphError
 from jgraph.data.outputs import INDEX, What, is_outputs_dir, write_chunk, write_index
 from jgraph.jobs.inference import full_graph_rows_program
+from jgraph.memory import peak_rss_bytes
 from jgraph.mesh import host_sync
-from jgraph.partition.files import peak_rss_bytes
 from jgraph.progress import Progress
 from jgraph.train.model import open_trained
 

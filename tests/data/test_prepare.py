@@ -24,11 +24,11 @@ from jgraph.data import (
     save_chunked,
     split_edges,
 )
-from jgraph.data.convert import convert
 from jgraph.data.graph import Relation
 from jgraph.data.prepare import HeldOut, Preparation, differences, prepare
 from jgraph.data.prepare_chunked import prepare_chunked
 from jgraph.data.sparse import SparseRows
+from jgraph.ingest.convert import convert
 
 STREAMED = [
     Preparation(symmetrize=True),
@@ -356,7 +356,7 @@ def test_convert_with_a_preparation_writes_it_and_leaves_nothing_else(tmp_path, 
 def test_convert_prepares_a_chunked_graph_streamed_never_loading_it(tmp_path, monkeypatch,
                                                                       capsys):
     """papers100M's way: its chunked directory, symmetrized by `jgraph convert`."""
-    import jgraph.data.convert as convert_module
+    import jgraph.ingest.convert as convert_module
     from jgraph.cli.main import main
     src = save(load_dataset("cora"), tmp_path)
 

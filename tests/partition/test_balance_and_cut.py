@@ -132,8 +132,8 @@ def test_an_isolated_metis_keeps_its_partition_while_another_thread_calls_rand(t
     import ctypes.util
     import threading
 
+    from jgraph.memory import PhasePeak
     from jgraph.partition import metis
-    from jgraph.partition.files import PhasePeak
     rng = np.random.default_rng(0)
     n = 20_000
     src, dst = rng.integers(0, n, (2, 100_000))

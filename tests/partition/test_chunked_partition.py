@@ -27,12 +27,12 @@ from jgraph.data import (
 )
 from jgraph.data.prepare import HeldOut, Preparation, prepare
 from jgraph.data.prepare_chunked import prepare_chunked
+from jgraph.npy import gather
 from jgraph.partition import PartitionError, multilevel, open_partitions, partition_graph
 from jgraph.partition import chunked as chunked_route
 from jgraph.partition.adjacency import CSRAdjacency, Rows
 from jgraph.partition.assignment import assign, balance, constraints_for, edge_cut_fraction
 from jgraph.partition.chunked import ChunkedOptions, partition_chunked
-from jgraph.partition.files import gather
 from jgraph.partition.plan import plan, plan_sizes
 from jgraph.partition.store import PartitionFormatError
 

@@ -17,7 +17,7 @@ from jgraph.data import read_embeddings, save_chunked
 from jgraph.data.ids import decoded
 from jgraph.partition import open_partitions
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
 from tables_fixture import expected, write_tables
 
 CONFIG = """\

@@ -1,11 +1,11 @@
-"""Converting the user's tables, as a schema file names them (`jgraph.data.schema`), into
+"""Converting the user's tables, as a schema file names them (`jgraph.ingest.schema`), into
 a chunked graph directory (`jgraph.data.chunked`): `convert_tables`.
 
 A node type's nodes are numbered 0..n-1 in the order its files list them (a type
 without node files: its distinct ids in the edge files, sorted), and the user's ids
 are kept (`Graph.ids`, the directory's ids/<type>.npy). Memory follows the node count
 and the batch, never the edge count: every file is read in batches
-(`jgraph.data.table_reader`), ids are mapped a batch at a time (`IdMap`), and the
+(`jgraph.ingest.table_reader`), ids are mapped a batch at a time (`IdMap`), and the
 edges are written a chunk at a time: `edges_per_chunk` edges of one relation a chunk,
 a relation's last chunk the rest. Split fractions are drawn here (`fraction_codes`),
 from each node's number, so that a split does not depend on the batches.
@@ -20,13 +20,13 @@ import numpy as np
 
 import jgraph.segments as segments
 from jgraph.data.chunked import ChunkedWriter, check_chunked_out
-from jgraph.data.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK
 from jgraph.data.graph import GraphError, shown_id
 from jgraph.data.ids import IdMap, repeats
 from jgraph.data.links import mix64
 from jgraph.data.npz import DatasetError, as_dataset_errors
-from jgraph.data.schema import EdgeTable, IdType, NodeTable, Schema, is_schema_file, load_schema
-from jgraph.data.table_reader import (
+from jgraph.ingest.convert import EDGES_PER_CHUNK, ROWS_PER_CHUNK
+from jgraph.ingest.schema import EdgeTable, IdType, NodeTable, Schema, is_schema_file, load_schema
+from jgraph.ingest.table_reader import (
     SPLITS,
     Column,
     Table,
@@ -40,7 +40,7 @@ from jgraph.data.table_reader import (
 )
 from jgraph.progress import Progress
 
-# What callers use from here; is_schema_file and load_schema, from jgraph.data.schema,
+# What callers use from here; is_schema_file and load_schema, from jgraph.ingest.schema,
 # are kept importable from here for the CLI.
 __all__ = ["convert_tables", "fraction_codes", "is_schema_file", "load_schema"]
 

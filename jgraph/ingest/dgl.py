@@ -1,4 +1,4 @@
-"""DGL's chunked graph format (`jgraph.data.dgl_metadata`) converted to jgraph's chunked
+"""DGL's chunked graph format (`jgraph.ingest.dgl_metadata`) converted to jgraph's chunked
 format a block at a time.
 
 The jgraph graph keeps DGL's node types in their order and the edge types as its
@@ -10,7 +10,7 @@ dropped: relation names repeated across edge types, or an edge array given for s
 edge types only. Every file is found and its header read before anything is written;
 the output appears only once complete (`ChunkedWriter`).
 
-CSV and Parquet files are read through `jgraph.data.table_reader.Table`, a batch of at
+CSV and Parquet files are read through `jgraph.ingest.table_reader.Table`, a batch of at
 most a block's rows at a time (a Parquet file a run of row groups at a time), so memory
 is bounded by the blocks, not by the files.
 """
@@ -23,22 +23,16 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from jgraph.data.chunked import ChunkedWriter, check_chunked_out, metadata_object
-from jgraph.data.dgl_metadata import DGLChunked, Files, open_dgl_chunked
+from jgraph.data.chunked import ChunkedWriter, check_chunked_out
 from jgraph.data.graph import GraphError, Relation
 from jgraph.data.npz import DatasetError, as_dataset_errors
-from jgraph.data.table_reader import Column, Table, import_pyarrow, list_rows
+from jgraph.ingest.dgl_metadata import DGLChunked, Files, open_dgl_chunked
+from jgraph.ingest.table_reader import Column, Table, import_pyarrow, list_rows
 from jgraph.progress import Progress
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
 """DGL's mask arrays and the jgraph splits they become."""
 _NOTE_EVERY = 10.0              # seconds between progress lines while edges stream
-
-
-def is_dgl_chunked_dir(path: str | os.PathLike) -> bool:
-    """Whether `path` is a directory with a DGL chunked graph's metadata.json."""
-    raw = metadata_object(path)
-    return all(k in raw for k in ("node_type", "edge_type", "edges"))
 
 
 # -- reading files in blocks ------------------------------------------------------------

@@ -5,7 +5,7 @@ directories. A homogeneous OGB dataset directory is streamed: edges, features an
 pass through a chunk at a time, so memory is bounded by the chunk sizes, not by the
 graph (ogbn-papers100M: 1.6B edges and 111M x 128 features). A DGL chunked graph
 directory (DGL's or GraphStorm's metadata.json with csv / numpy / parquet files) is
-streamed too, by `jgraph.data.dgl.convert_dgl`. Anything else (built-in graphs, `.npz`
+streamed too, by `jgraph.ingest.dgl.convert_dgl`. Anything else (built-in graphs, `.npz`
 files, synthetic specs, ogbn-mag) is loaded whole and written by `save_chunked`.
 
 papers100M's binary layout keeps its arrays in `.npz` files, zip archives of `.npy`
@@ -28,9 +28,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jgraph.data.chunked import ChunkedWriter, check_chunked_out, is_chunked_dir, save_chunked
+from jgraph.data.chunked import (
+    ChunkedWriter,
+    check_chunked_out,
+    is_chunked_dir,
+    is_dgl_chunked_dir,
+    save_chunked,
+)
 from jgraph.data.datasets import load_dataset
-from jgraph.data.dgl import convert_dgl, is_dgl_chunked_dir
 from jgraph.data.graph import GraphError
 from jgraph.data.npz import DatasetError, as_dataset_errors
 from jgraph.data.ogb import (
@@ -44,6 +49,8 @@ from jgraph.data.ogb import (
 )
 from jgraph.data.prepare import Preparation
 from jgraph.data.prepare_chunked import prepare_chunked
+from jgraph.ingest.dgl import convert_dgl
+from jgraph.npy import read_header
 from jgraph.progress import Progress
 
 EDGES_PER_CHUNK, ROWS_PER_CHUNK = 1 << 24, 1 << 20
@@ -77,9 +84,6 @@ class NpzMember:
                 raise DatasetError(f"{self.path}: no array {key!r}; it holds "
                                    f"{sorted(n.removesuffix('.npy') for n in names)}")
             self._file = self._zip.open(member)
-            version = np.lib.format.read_magic(self._file)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
             shape, fortran, stored = read_header(self._file)
             if stored.hasobject:
                 raise DatasetError(f"{self.where}: holds Python objects, not numbers")

@@ -39,7 +39,7 @@ the schema gives no `id_type`, a type's ids are integers if its first file is Pa
 with an integer id column, else strings (a CSV file's ids are kept as written: "0042"
 stays "0042"; give `id_type: int` to read them as integers).
 
-Errors in the schema are `ConfigError`s naming the key. `jgraph.data.tables` converts
+Errors in the schema are `ConfigError`s naming the key. `jgraph.ingest.tables` converts
 the tables a schema names.
 """
 from __future__ import annotations

@@ -13,10 +13,10 @@ import yaml
 
 from jgraph.cli import main
 from jgraph.config import ConfigError
-from jgraph.data import DatasetError, Graph, load_chunked, open_chunked, save_chunked, table_reader
-from jgraph.data import tables as tables_module
-from jgraph.data.schema import load_schema
-from jgraph.data.tables import convert_tables, fraction_codes
+from jgraph.data import DatasetError, Graph, load_chunked, open_chunked, save_chunked
+from jgraph.ingest import convert_tables, load_schema, table_reader
+from jgraph.ingest import tables as tables_module
+from jgraph.ingest.tables import fraction_codes
 
 from .tables_fixture import expected, schema, write_tables
 
@@ -248,8 +248,8 @@ def test_without_pyarrow_the_error_names_the_extra(monkeypatch):
         table_reader.import_pyarrow()
 
 
-def test_importing_the_tables_module_imports_neither_pyarrow_nor_jax(tmp_path):
-    code = ("import sys, jgraph.data, jgraph.data.tables, jgraph.cli.convert; "
+def test_importing_the_ways_in_imports_neither_pyarrow_nor_jax(tmp_path):
+    code = ("import sys, jgraph.data, jgraph.ingest, jgraph.cli.convert; "
             "print(sorted(m for m in ('pyarrow', 'jax') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, check=True)

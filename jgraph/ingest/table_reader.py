@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jgraph.data.npz import DatasetError
-from jgraph.data.schema import Label
+from jgraph.ingest.schema import Label
 
 CSV_BLOCK_BYTES = 1 << 24       # bytes of a CSV file parsed at a time
 SPLITS = ("train", "val", "test")

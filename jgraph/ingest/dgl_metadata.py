@@ -33,7 +33,7 @@ read by pyarrow where installed, else by numpy.
 
 Here the directory is opened and checked: metadata.json parsed into `DGLChunked`, and
 every file it names found, its header (numpy) or footer (parquet) read and its rows
-checked against the counts, before anything is converted (`jgraph.data.dgl`).
+checked against the counts, before anything is converted (`jgraph.ingest.dgl`).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from typing import NamedTuple
 from jgraph.data.chunked import METADATA, npy_header
 from jgraph.data.graph import GraphError, Relation, check_name
 from jgraph.data.npz import DatasetError
-from jgraph.data.table_reader import import_pyarrow
+from jgraph.ingest.table_reader import import_pyarrow
 
 EDGE_FORMATS, DATA_FORMATS = ("csv", "numpy", "parquet"), ("numpy", "parquet")
 

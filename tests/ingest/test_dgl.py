@@ -10,9 +10,9 @@ import pytest
 
 from jgraph.cli.main import main
 from jgraph.data import DatasetError, Graph, load_chunked, load_dataset, load_npz, save_npz
-from jgraph.data.chunked import is_chunked_dir, open_chunked
-from jgraph.data.convert import convert
-from jgraph.data.dgl import convert_dgl, is_dgl_chunked_dir
+from jgraph.data.chunked import is_chunked_dir, is_dgl_chunked_dir, open_chunked
+from jgraph.ingest import convert_dgl
+from jgraph.ingest.convert import convert
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
