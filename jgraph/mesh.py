@@ -160,6 +160,12 @@ def shard_rows(mesh: Mesh, rows_per_part: int, row_shape: tuple[int, ...], dtype
     return jax.make_array_from_callback(shape, rows_sharding(mesh), block)
 
 
+def struct_on(mesh: Mesh, spec, shape, dtype) -> jax.ShapeDtypeStruct:
+    """An array's shape and dtype, placed on `mesh` by `spec` (`ROWS`, `REPLICATED`):
+    what a program is built from without the array."""
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
+
+
 def replicate(mesh: Mesh, value: np.ndarray) -> jax.Array:
     """A host array placed whole on every device of `mesh`."""
     value = np.asarray(value)

@@ -1,9 +1,11 @@
-"""Row helpers of the exchange: pytrees of arrays whose leading axis is rows (ids), and
-the owner's answers to ids packed by their running count. Traced inside `shard_map`."""
+"""Row helpers of the exchange: pytrees of arrays whose leading axis is rows (ids), the
+owner's answers to ids packed by their running count, an owned id's row in this
+device's block (`owned_index`, `owned_rows`), and rows sent to their ids' owners, then
+written there (`route_rows`, `store_rows`). Traced inside `shard_map`."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,9 @@ import numpy as np
 from jax import lax
 
 from jgraph.exchange.segments import running_count
+
+if TYPE_CHECKING:
+    from jgraph.exchange.exchange import Exchange, ExchangeStats
 
 PyTree = Any
 OwnerFn = Callable[[jnp.ndarray, jnp.ndarray], PyTree]
@@ -102,3 +107,67 @@ def answer_filled(owner_fn: OwnerFn, ids: jnp.ndarray, chunks: int = 8) -> PyTre
     filled = lax.div(slot[-1] + size, jnp.int32(size))
     buffers = lax.fori_loop(0, filled, answer, buffers)
     return take(buffers, slot, present)
+
+
+# -- this device's rows ------------------------------------------------------------------
+
+
+def owned_index(ids: jnp.ndarray, mask: jnp.ndarray, starts, axis: str,
+                fill=0) -> jnp.ndarray:
+    """int32: the row of each id in this device's block where `mask` (ids it owns; the
+    block of partition p starts at global id `starts[p]`), `fill` elsewhere: 0 to read
+    (a row that exists; its value is discarded), the block's length to write with
+    `mode="drop"`."""
+    first = jnp.asarray(starts, jnp.int32)[lax.axis_index(axis)]
+    return jnp.where(mask, ids - first, fill)
+
+
+def owned_rows(block, starts, axis: str) -> OwnerFn:
+    """owner_fn reading this device's `block` (a pytree of [n, ...] rows, partition p's
+    from global id `starts[p]` on) by owned global id."""
+    def fn(ids, mask):
+        at = owned_index(ids, mask, starts, axis)
+        return jax.tree.map(lambda x: x[at], block)
+    return fn
+
+
+class Routed(NamedTuple):
+    """Rows `route_rows` brought to their owner. M: the exchange's scatter length.
+
+    ids: int32[M] the distinct owned ids any device sent, -1 where not mask;
+    rows: [M, ...] each id's rows combined (their mean or sum); mask: bool[M].
+    """
+
+    ids: jnp.ndarray
+    rows: jnp.ndarray
+    mask: jnp.ndarray
+
+
+def route_rows(exchange: Exchange, ids, valid, rows, mean: bool = True, contains=None
+               ) -> tuple[Routed, ExchangeStats]:
+    """`rows` ([n, ...]; bool rows as int32) sent to the owners of `ids` where `valid`,
+    in one `scatter_add` round (what does not fit is counted in `overflow`, not sent).
+    An id sent several times, by one device or many, gets the mean of its rows (mean:
+    a count travels beside them) or their sum. contains: as `Exchange.gather`'s."""
+    if rows.dtype == jnp.bool_:
+        rows = rows.astype(jnp.int32)
+    if not mean:
+        (owned, sums, mask), stats = exchange.scatter_add(ids, valid, rows, contains=contains)
+        return Routed(owned, sums, mask), stats
+    payload = (rows, jnp.ones((ids.shape[0],), jnp.float32))
+    (owned, (sums, count), mask), stats = exchange.scatter_add(ids, valid, payload,
+                                                               contains=contains)
+    count = count.reshape(count.shape + (1,) * (sums.ndim - 1))
+    return Routed(owned, sums / jnp.maximum(count, 1).astype(sums.dtype), mask), stats
+
+
+def store_rows(block: jnp.ndarray, routed: Routed, starts, axis: str, add: bool = False,
+               where=True) -> jnp.ndarray:
+    """This device's `block` of rows (partition p's from global id `starts[p]` on) with
+    the rows `route_rows` brought set (or added) at their ids, if `where` (a bool
+    scalar; else as it was). Written in place: a copy of the block would cost its size."""
+    at = owned_index(routed.ids, routed.mask & where, starts, axis, fill=block.shape[0])
+    rows = routed.rows.astype(block.dtype)
+    if add:
+        return block.at[at].add(rows, mode="drop")
+    return block.at[at].set(rows, mode="drop")

@@ -1,28 +1,23 @@
 """Segment arithmetic, in one place: runs of entries laid end to end (an owner's group of
-a request, a node's in-edges, a round's chunks) and the block of rows a device owns of a
-partitioned id range. Traced inside `shard_map`; where the lowering platform matters,
-each primitive makes its choice here, once.
+a request, a node's in-edges, a round's chunks) and the partition that owns an id.
+Traced inside `shard_map`; where the lowering platform matters, each primitive makes
+its choice here, once.
 
 - `running_count`, `exclusive_sum`: running counts, and where segments of given sizes
   start;
-- `segment_of`, `owner_of`: which segment holds a position (which partition owns an id);
-- `owned_index`, `owned_rows`: an owned id's row in this device's block, and the
-  owner_fn that reads such rows;
-- `route_rows`, `store_rows`: rows sent to their ids' owners, then written there.
+- `segment_of`, `owner_of`: which segment holds a position (which partition owns an id).
+
+Rows (an owned id's row in this device's block, rows routed to their owners) are
+`jgraph.exchange.rows`'.
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-
-if TYPE_CHECKING:
-    from jgraph.exchange.exchange import Exchange, ExchangeStats
-    from jgraph.exchange.rows import OwnerFn
 
 FEW_SEGMENTS = 16
 """Up to this many segments (partitions, rounds), programs for CPU compare every position
@@ -202,67 +197,3 @@ def owner_of(offsets: np.ndarray, ids: jnp.ndarray) -> jnp.ndarray:
     `offsets[p] <= id < offsets[p + 1]` (ids below the first go to 0, past the last to
     P - 1)."""
     return segment_of(np.asarray(offsets)[:-1], ids)
-
-
-# -- this device's rows ------------------------------------------------------------------
-
-
-def owned_index(ids: jnp.ndarray, mask: jnp.ndarray, starts, axis: str,
-                fill=0) -> jnp.ndarray:
-    """int32: the row of each id in this device's block where `mask` (ids it owns; the
-    block of partition p starts at global id `starts[p]`), `fill` elsewhere: 0 to read
-    (a row that exists; its value is discarded), the block's length to write with
-    `mode="drop"`."""
-    first = jnp.asarray(starts, jnp.int32)[lax.axis_index(axis)]
-    return jnp.where(mask, ids - first, fill)
-
-
-def owned_rows(block, starts, axis: str) -> OwnerFn:
-    """owner_fn reading this device's `block` (a pytree of [n, ...] rows, partition p's
-    from global id `starts[p]` on) by owned global id."""
-    def fn(ids, mask):
-        at = owned_index(ids, mask, starts, axis)
-        return jax.tree.map(lambda x: x[at], block)
-    return fn
-
-
-class Routed(NamedTuple):
-    """Rows `route_rows` brought to their owner. M: the exchange's scatter length.
-
-    ids: int32[M] the distinct owned ids any device sent, -1 where not mask;
-    rows: [M, ...] each id's rows combined (their mean or sum); mask: bool[M].
-    """
-
-    ids: jnp.ndarray
-    rows: jnp.ndarray
-    mask: jnp.ndarray
-
-
-def route_rows(exchange: Exchange, ids, valid, rows, mean: bool = True, contains=None
-               ) -> tuple[Routed, ExchangeStats]:
-    """`rows` ([n, ...]; bool rows as int32) sent to the owners of `ids` where `valid`,
-    in one `scatter_add` round (what does not fit is counted in `overflow`, not sent).
-    An id sent several times, by one device or many, gets the mean of its rows (mean:
-    a count travels beside them) or their sum. contains: as `Exchange.gather`'s."""
-    if rows.dtype == jnp.bool_:
-        rows = rows.astype(jnp.int32)
-    if not mean:
-        (owned, sums, mask), stats = exchange.scatter_add(ids, valid, rows, contains=contains)
-        return Routed(owned, sums, mask), stats
-    payload = (rows, jnp.ones((ids.shape[0],), jnp.float32))
-    (owned, (sums, count), mask), stats = exchange.scatter_add(ids, valid, payload,
-                                                               contains=contains)
-    count = count.reshape(count.shape + (1,) * (sums.ndim - 1))
-    return Routed(owned, sums / jnp.maximum(count, 1).astype(sums.dtype), mask), stats
-
-
-def store_rows(block: jnp.ndarray, routed: Routed, starts, axis: str, add: bool = False,
-               where=True) -> jnp.ndarray:
-    """This device's `block` of rows (partition p's from global id `starts[p]` on) with
-    the rows `route_rows` brought set (or added) at their ids, if `where` (a bool
-    scalar; else as it was). Written in place: a copy of the block would cost its size."""
-    at = owned_index(routed.ids, routed.mask & where, starts, axis, fill=block.shape[0])
-    rows = routed.rows.astype(block.dtype)
-    if add:
-        return block.at[at].add(rows, mode="drop")
-    return block.at[at].set(rows, mode="drop")

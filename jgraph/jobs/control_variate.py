@@ -60,11 +60,9 @@ from jgraph.exchange import (
     segment_of,
     store_rows,
 )
-from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
 from jgraph.jobs.experiment import Experiment, HistoryInit, Sampler
 from jgraph.jobs.kind import NodeKind
 from jgraph.jobs.metrics import masked_cross_entropy
-from jgraph.jobs.programs import Programs, struct_on
 from jgraph.jobs.run import Run, job_fields, node_parts, seed_loader, with_caches
 from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
 from jgraph.jobs.table import register
@@ -511,10 +509,11 @@ def here(exchange: Exchange, mesh) -> Exchange:
     return Exchange(exchange.offsets, config, exchange.axis, mesh.devices.flat[0].platform)
 
 
-def prepare(job: ControlVariateClassification, graph, chunk: int = CHUNK
-            ) -> ControlVariateClassification:
+def prepare(job: ControlVariateClassification, graph, chunk: int = CHUNK,
+            abstract: bool = False) -> ControlVariateClassification:
     """`job` with its P X sums and in-edge chunk ids, computed once for the partition:
-    every node's in-edges walked in windows as full-graph inference does."""
+    every node's in-edges walked in windows as full-graph inference does (abstract: a
+    graph of shapes, whose sums and chunk ids are shapes too)."""
     inputs, mesh = job.inputs, job.mesh
     exchange = here(job.exchange, mesh)
     if len(inputs.node_types) != 1 or inputs.embeddings:
@@ -541,6 +540,13 @@ def prepare(job: ControlVariateClassification, graph, chunk: int = CHUNK
     program = jax.jit(jax.shard_map(
         per_device, mesh=mesh, in_specs=(graph.specs(), inputs.specs()),
         out_specs=(ROWS, ROWS, REPLICATED, REPLICATED)))
+    if abstract:
+        # A graph of shapes: every partition's chunks at their bound, one per node
+        # plus one per `chunk` edges.
+        sums, start, _, _ = jax.eval_shape(program, graph, inputs.arrays())
+        bound = graph.nodes_per_part + graph.edges_per_part // chunk
+        return dataclasses.replace(job, graph=graph, input_sums=sums, chunk_start=start,
+                                   chunk_offsets=np.arange(mesh.size + 1) * bound)
     sums, start, totals, lost = program(graph, inputs.arrays())
     if int(lost):
         raise RuntimeError(f"control variates: {int(lost)} in-edge source id(s) are not "
@@ -611,7 +617,7 @@ class ControlVariateNodes(NodeKind):
                 history_init=t.history_init, history_dtype=t.history_precision.dtype,
                 input_hop=bool(m.input_dropout),
                 **job_fields(config, dg.exchange(config.exchange, platform), p.inputs,
-                             cv_fanouts(config))), dg.graph)
+                             cv_fanouts(config))), dg.graph, abstract=dg.abstract)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
@@ -630,30 +636,6 @@ class ControlVariateNodes(NodeKind):
         histories = jax.block_until_ready(job.inferred_histories(state))
         return (dataclasses.replace(state, extra=histories),
                 {"history_refresh_seconds": time.perf_counter() - begin})
-
-    def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
-        """The control-variate job of a graph of the counts' shapes: its P X sums and
-        chunk starts as shape structs, every partition's in-edge chunks at their bound
-        (one per node plus one per `CHUNK` edges), histories started from zeros (their
-        shapes are what the program reads)."""
-        t = config.train
-        parts = abstract_parts(config, counts, mesh, platform)
-        graph = parts.graph
-        n, e, devices = graph.nodes_per_part, graph.edges_per_part, mesh.size
-
-        def make_job(graphdef, params, labels):
-            widths = layer_widths(nnx.merge(graphdef, params).gnn)
-            common = job_fields(config, parts.common["exchange"], parts.inputs,
-                                cv_fanouts(config))
-            return ControlVariateClassification(
-                graphdef, loader=parts.seeds, labels=labels, **common, graph=graph,
-                input_sums=struct_on(mesh, ROWS, (devices * n, widths[0]), jnp.float32),
-                chunk_start=struct_on(mesh, ROWS, (devices * n,), jnp.int32),
-                chunk_offsets=np.arange(devices + 1, dtype=np.int64) * (n + e // CHUNK),
-                widths=widths[1:], history_init=HistoryInit.ZEROS,
-                history_dtype=t.history_precision.dtype,
-                input_hop=bool(config.model.input_dropout))
-        return abstract_node_programs(config, counts, parts, make_job)
 
 
 register(ControlVariateNodes())

@@ -20,16 +20,21 @@ EVALUATED = ("val", "test")
 evaluates both (`SampledEvaluator.of`)."""
 
 
+def evaluation(run: Run, split: str):
+    """The run's job evaluating `split` with the evaluation fanouts, its batches shaped
+    alike for each of `EVALUATED`."""
+    t = run.config.train
+    most = shared_shape(run.dg, EVALUATED, run.target) if split in EVALUATED else None
+    return run.job.evaluating(run.loader(split, t.eval_batch_size, most=most), t.eval_fanouts)
+
+
 class SampledEvaluator:
     """Evaluates a split with the evaluation fanouts, batch by batch: compiled at the
     first call (`compile_seconds`), once for val and test (their batches are shaped
     alike; `of` makes the other split's evaluator from the compiled one)."""
 
     def __init__(self, run: Run, split: str, on_trace=None, progress: Progress | None = None):
-        t = run.config.train
-        most = shared_shape(run.dg, EVALUATED, run.target) if split in EVALUATED else None
-        self.job = run.job.evaluating(run.loader(split, t.eval_batch_size, most=most),
-                                      t.eval_fanouts)
+        self.job = evaluation(run, split)
         self.step = self.job.compile_eval(run.dg.graph, on_trace)
         self.data = self.job.data(run.dg.graph)
         self.order = self.job.loader.epoch_order(0)

@@ -23,12 +23,10 @@ from jax import lax
 
 from jgraph.config import ConfigError
 from jgraph.exchange import owned_index
-from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
 from jgraph.jobs.experiment import Experiment, Mode
 from jgraph.jobs.inference import FullGraphEvaluator
 from jgraph.jobs.kind import NodeKind
 from jgraph.jobs.metrics import masked_cross_entropy
-from jgraph.jobs.programs import Programs
 from jgraph.jobs.run import Run, job_fields, node_parts, seed_loader, with_caches
 from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
 from jgraph.jobs.table import register
@@ -143,13 +141,6 @@ class FullBatchNodes(NodeKind):
             **job_fields(config, dg.exchange(config.exchange, platform), p.inputs))
         return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
                    p.params, self)
-
-    def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
-        parts = abstract_parts(config, counts, mesh, platform, full=True)
-        return abstract_node_programs(
-            config, counts, parts, lambda graphdef, params, labels: FullBatchClassification(
-                graphdef, loader=parts.seeds, labels=labels, **parts.common,
-                remat=config.train.rematerialize))
 
     def validation(self, run: Run, on_trace=None, progress: Progress | None = None):
         """Full-graph, as it trains."""

@@ -6,9 +6,9 @@ kind's module registers it (`jgraph.jobs.table.register`). The kind owns:
 - `check`: its settings' rules (an `Experiment` hands itself to them as it is made);
 - `preparation`: what it asks of the graph (link prediction's held-out edges);
 - `build`: the run from a partitioned graph (model, optimizer, loader, the step's job),
-  and `sized`: its capacities, restored from a checkpoint or measured;
-- `build_abstract`: the same run's programs from a graph's counts (`jgraph compile
-  --abstract`), and `output_width`;
+  or from a graph of shapes made from counts (`jgraph compile --abstract`:
+  `jgraph.sharded.abstract`), and `sized`: its capacities, restored from a checkpoint
+  or measured; `output_width`;
 - `programs`: a built run's programs (training step, sampled evaluation, full-graph
   inference) for `jgraph compile`;
 - `validation`, `evaluate`, `epoch_fields`, `epoch_scores`, `final_scores`: how the
@@ -29,7 +29,7 @@ import dataclasses
 from jgraph.config import ConfigError
 from jgraph.data.prepare import Preparation
 from jgraph.jobs.dataset import data_preparation
-from jgraph.jobs.evaluate import SampledEvaluator
+from jgraph.jobs.evaluate import SampledEvaluator, evaluation
 from jgraph.jobs.experiment import Experiment, Inference, Mode, Sampler, Task
 from jgraph.jobs.inference import full_graph_scores, split_masks
 from jgraph.jobs.programs import Programs
@@ -99,13 +99,10 @@ class JobKind:
     # -- building ----------------------------------------------------------------------
 
     def build(self, config: Experiment, dg: DistGraph, platform: str | None = None) -> Run:
-        """The run of `config` on `dg`; platform: the one its program is built for
-        (default: the mesh's), which chooses the exchange's AUTO strategy."""
-        raise NotImplementedError
-
-    def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
-        """The run's programs from `counts` (`jgraph.jobs.abstract.Counts`), every array
-        a shape struct placed on `mesh`."""
+        """The run of `config` on `dg` (a partitioned graph, or an `AbstractGraph` of
+        shapes: whatever the build reads of values it asks `dg.abstract` for); platform:
+        the one its program is built for (default: the mesh's), which chooses the
+        exchange's AUTO strategy."""
         raise NotImplementedError
 
     def output_width(self, config: Experiment, num_classes: int) -> int:
@@ -207,8 +204,8 @@ class NodeKind(JobKind):
         """Sampled evaluation of the validation split (else the test split, else the
         training one), full-graph inference of both."""
         splits = [s for s in ("val", "test") if run.has_split(s)] or ["train"]
-        return Programs(run.job, run.dg.graph, run.params,
-                        SampledEvaluator(run, splits[0]).job, split_masks(run, splits))
+        return Programs(run.job, run.dg.graph, run.params, evaluation(run, splits[0]),
+                        split_masks(run, splits))
 
     def evaluate(self, run: Run, params, embeddings, splits, inference: Inference,
                  evaluators=None, on_trace=None, progress: Progress | None = None) -> dict:

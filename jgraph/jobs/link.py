@@ -30,11 +30,10 @@ from jax import lax
 from jgraph.config import ConfigError
 from jgraph.data.outputs import What
 from jgraph.data.prepare import HeldOut, Preparation
-from jgraph.jobs.abstract import abstract_loader, abstract_parts
 from jgraph.jobs.experiment import Experiment, Inference, LinkLoss, Task
 from jgraph.jobs.inputs import NodeInputs
 from jgraph.jobs.kind import JobKind
-from jgraph.jobs.programs import Programs, struct_on
+from jgraph.jobs.programs import Programs
 from jgraph.jobs.run import (
     Run,
     build_model,
@@ -54,7 +53,6 @@ from jgraph.sampling import NodeLoader
 from jgraph.sampling.edges import (
     EdgeBatch,
     EdgeLoader,
-    EdgeOrder,
     NegativeSampler,
     TypeTable,
     exclude_pairs,
@@ -282,16 +280,20 @@ def _replicate(mesh):
     return jax.jit(lambda x: x, out_shardings=replicated(mesh))
 
 
+def embedding(run):
+    """The run's job embedding every node with the evaluation fanouts."""
+    t = run.config.train
+    return run.job.evaluating(NodeLoader.every_node(run.dg, batch_size=t.eval_batch_size),
+                              t.eval_fanouts)
+
+
 class NodeEmbedder:
     """Every node's embedding by sampled blocks with the evaluation fanouts (one
     compilation, at the first call: `compile_seconds`)."""
 
     def __init__(self, run, on_trace=None):
-        t = run.config.train
         dg = run.dg
-        every = NodeLoader.from_ids(dg.mesh, dg.book.offsets, np.arange(dg.meta.num_nodes),
-                                    batch_size=t.eval_batch_size)
-        self.job = run.job.evaluating(every, t.eval_fanouts)
+        self.job = embedding(run)
         self.loader, self.dg = self.job.loader, dg
         self.program = self.job.compile_eval(dg.graph, on_trace)
         self.data = self.job.data(dg.graph)
@@ -454,28 +456,9 @@ class LinkPredictions(JobKind):
                                           inputs))
         return Run(config, dg, None, 0, with_caches(config, dg, job), params, self)
 
-    def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
-        """The link predictor over positives dealt as the training seeds, nodes owned
-        as the partitioning of the counts says; its evaluation embeds every node."""
-        t = config.train
-        parts = abstract_parts(config, counts, mesh, platform)
-        seeds, inputs = parts.seeds, parts.inputs
-        layout = inputs.layouts["_N"]
-        graphdef, params = nnx.split(link_model(config, inputs, 1), nnx.Param)
-        column = lambda: struct_on(mesh, ROWS, seeds.seeds.shape, jnp.int32)
-        # One node type: partition p's first id, and the nodes before each partition.
-        starts = layout.offsets.astype(np.int32)
-        table = TypeTable(starts[:-1, None], starts[None], np.zeros(1, np.int32))
-        job = LinkPrediction(
-            graphdef, loader=EdgeLoader(seeds, EdgeOrder(seeds.seeds, column(), column(),
-                                                         column())),
-            **link_fields(config, table), **parts.common)
-        every = abstract_loader(mesh, layout.counts, t.eval_batch_size, False, t.seed)
-        return Programs(job, parts.graph, params, job.evaluating(every, t.eval_fanouts), None)
-
     def programs(self, run: Run) -> Programs:
         """Sampled evaluation embeds every node; full-graph inference too."""
-        return Programs(run.job, run.dg.graph, run.params, NodeEmbedder(run).job, None)
+        return Programs(run.job, run.dg.graph, run.params, embedding(run), None)
 
     def describe(self, run: Run) -> str:
         return f"{run.job.loader.num_seeds:,} positive training edges"

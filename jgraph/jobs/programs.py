@@ -10,10 +10,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
 
 from jgraph.jobs.step import Job
-from jgraph.mesh import REPLICATED, ROWS
+from jgraph.mesh import REPLICATED, ROWS, struct_on
 from jgraph.sharded.graph import ShardedGraph
 from jgraph.target import abstract_like
 
@@ -48,7 +47,7 @@ class Lowering(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class Programs:
     """What a run's programs are built from: a partitioned graph (`JobKind.programs`)
-    or a graph's counts (`JobKind.build_abstract`).
+    or a graph of shapes made from counts (`jgraph.sharded.abstract`).
 
     job: the training job (`NodeClassification` or `LinkPrediction`); graph: its
     `ShardedGraph` (arrays or shape structs); params: the model's parameters (arrays or
@@ -86,11 +85,6 @@ class Programs:
         # Node classification's scores the masks' splits; link prediction's embeds.
         masks = () if self.masks is None else (abstract_like(self.masks, ROWS, mesh),)
         return Lowering(job.full_graph_program(graph, self.masks, mesh), (*model, *masks), 1)
-
-
-def struct_on(mesh, spec, shape, dtype) -> jax.ShapeDtypeStruct:
-    """An array's shape and dtype, placed on `mesh` by `spec`."""
-    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
 
 
 def _index(mesh):

@@ -159,7 +159,7 @@ def node_parts(config: Experiment, dg: DistGraph) -> NodeParts:
     check_mesh_fits(sizes["train"], dg.mesh.size, config.data.path)
     check_features(config, dg)
     labels = dg.ndata(config.data.label, target)
-    num_classes = check_labels(config, dg, target, labels.to_numpy())
+    num_classes = check_labels(config, dg, target, labels)
     num_relations = dg.graph.num_relations
     inputs = NodeInputs.of(dg, feature=config.data.feature,
                            embedding_dim=input_width(config, num_classes, num_relations),
@@ -184,6 +184,11 @@ def seed_loader(config: Experiment, dg: DistGraph, target: str, batch_size: int,
 def with_caches(config: Experiment, dg: DistGraph, job: Job) -> Job:
     """`job` with its inputs' hot-node caches (exchange.cache > 0 and features)."""
     if config.exchange.cache > 0 and job.inputs.features:
+        if dg.abstract:
+            raise ConfigError(f"exchange.cache={config.exchange.cache}: the cached nodes are "
+                              f"chosen by their degrees or requests, which a graph of "
+                              f"shapes ({dg.parts.root}) does not have; set "
+                              f"exchange.cache=0")
         job = dataclasses.replace(job, inputs=dataclasses.replace(
             job.inputs, caches=hot_caches(config, dg, job)))
     return job
@@ -311,15 +316,19 @@ def check_features(config: Experiment, dg: DistGraph) -> None:
                 f"([N, width])")
 
 
-def check_labels(config: Experiment, dg: DistGraph, target: str, labels: np.ndarray) -> int:
+def check_labels(config: Experiment, dg: DistGraph, target: str, labels: DistTensor) -> int:
     """The number of classes, after checking data.label: integer classes 0..C-1 (-1 =
-    unlabelled), and a label on every node of the train, val and test splits."""
+    unlabelled), and a label on every node of the train, val and test splits (a graph
+    of shapes: the classes its counts give)."""
     name, root = config.data.label, dg.parts.root
     spec = dg.meta.node_data[target][name]
     if spec.shape or not np.issubdtype(np.dtype(spec.dtype), np.integer):
         raise ConfigError(f"data.label {name!r} of node type {target!r} in {root} is "
                           f"{spec.dtype}{['N', *spec.shape]}; labels are one integer "
                           f"class per node")
+    if dg.abstract:
+        return dg.shapes.classes
+    labels = labels.to_numpy()
     if labels.size and labels.min() < -1:
         raise ConfigError(f"data.label {name!r} of node type {target!r} in {root} holds "
                           f"{int(labels.min())}; labels are classes 0..C-1, or -1 for "

@@ -3,10 +3,8 @@
 template the others fill in."""
 from __future__ import annotations
 
-from jgraph.jobs.abstract import abstract_node_programs, abstract_parts
 from jgraph.jobs.experiment import Experiment
 from jgraph.jobs.kind import NodeKind
-from jgraph.jobs.programs import Programs
 from jgraph.jobs.run import Run, job_fields, node_parts, seed_loader, with_caches
 from jgraph.jobs.step import NodeClassification
 from jgraph.jobs.table import register
@@ -28,12 +26,6 @@ class SampledNodes(NodeKind):
             **job_fields(config, dg.exchange(config.exchange, platform), p.inputs))
         return Run(config, dg, p.target, p.num_classes, with_caches(config, dg, job),
                    p.params, self)
-
-    def build_abstract(self, config: Experiment, counts, mesh, platform: str) -> Programs:
-        parts = abstract_parts(config, counts, mesh, platform)
-        return abstract_node_programs(config, counts, parts, lambda graphdef, params, labels:
-                                      self.job_class(graphdef, loader=parts.seeds,
-                                                     labels=labels, **parts.common))
 
 
 register(SampledNodes())

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from jgraph.cost import Costs, roofline
 from jgraph.jobs import build_run, kind_of
-from jgraph.jobs.abstract import check_fanouts, counts_of
+from jgraph.jobs.abstract import abstract_graph, check_fanouts, counts_of
 from jgraph.jobs.dataset import open_graph
 from jgraph.jobs.experiment import Experiment
 from jgraph.jobs.programs import Program, Programs
@@ -135,17 +135,22 @@ def compile_abstract(config: Experiment, target: Target, devices: int,
     devices of `target` from the counts its synthetic data.path names; the report of
     `compile_step`, plus the counts and what each device holds of the graph."""
     progress = progress or Progress(enabled=False)
+    kind = kind_of(config)
+    if kind.samples:
+        check_fanouts("train.fanouts", config.train.fanouts)
     if program is Program.EVAL:
         check_fanouts("train.eval_fanouts", config.train.eval_fanouts)
     counts = counts_of(config, devices)
     mesh = target_mesh(target, devices)
-    platform = "gpu" if target.is_gpu else "cpu"
-    programs = kind_of(config).build_abstract(config, counts, mesh, platform)
+    run = kind.build(config, abstract_graph(config, counts, mesh),
+                     platform="gpu" if target.is_gpu else "cpu")
+    programs = kind.programs(run)
+    seeds = counts.positives or counts.splits["train"]
     report = {"ok": False, "target": target.value, "devices": devices, "abstract": True,
               "config": config.name, "graph": config.data.path, "nodes": counts.nodes,
               "edges": counts.edges, "nodes_per_device": programs.graph.nodes_per_part,
               "edges_per_device": programs.graph.edges_per_part,
-              "train_seeds_per_device": int(counts.split(counts.train).max()),
+              "train_seeds_per_device": int(counts.split(seeds).max()),
               "strategy": programs.job.exchange.config.strategy.value}
     return compile_into(report, target, programs, program, config, progress,
                         " from counts")

@@ -30,7 +30,7 @@ from jax.sharding import Mesh
 import jgraph.segments as segments
 from jgraph.exchange import running_count
 from jgraph.hashing import fmix32, hash32
-from jgraph.mesh import ROWS, shard_rows
+from jgraph.mesh import ROWS
 from jgraph.sampling.blocks import first_occurrence
 from jgraph.sampling.loader import LoaderState, NodeLoader
 from jgraph.sharded.graph import DistGraph
@@ -78,10 +78,10 @@ class EdgeLoader:
         counts = np.array([p.edge_splits[split] for p in dg.meta.parts], np.int64)
         arrays = lambda k: dg.parts.part(k).edge_splits[split]
         ids = NodeLoader.from_parts(dg.mesh, counts, lambda k: arrays(k)["eid"],
-                                    batch_size=batch_size, drop_last=drop_last, seed=seed)
+                                    batch_size=batch_size, drop_last=drop_last, seed=seed,
+                                    rows=dg.rows)
         per = ids.per_device
-        column = lambda name: shard_rows(dg.mesh, per, (), np.int32,
-                                         lambda k: arrays(k)[name], fill=-1)
+        column = lambda name: dg.rows(per, (), np.int32, lambda k: arrays(k)[name], fill=-1)
         return cls(ids, EdgeOrder(ids.seeds, column("src"), column("dst"), column("etype")))
 
     # -- shape of an epoch (as NodeLoader) --------------------------------------------

@@ -66,7 +66,15 @@ class NodeLoader:
         counts = split_counts(dg, split, ntype)
         return cls.from_parts(dg.mesh, counts, lambda k: dg.parts.part(k).splits[ntype][split],
                               batch_size=batch_size, drop_last=drop_last, seed=seed,
-                              most=most)
+                              most=most, rows=dg.rows)
+
+    @classmethod
+    def every_node(cls, dg: DistGraph, *, batch_size: int) -> NodeLoader:
+        """Every node of the graph, each on its owner."""
+        book = dg.book
+        return cls.from_parts(dg.mesh, book.part_sizes(),
+                              lambda k: np.arange(*book.part_range(k)),
+                              batch_size=batch_size, rows=dg.rows)
 
     @classmethod
     def from_ids(cls, mesh: Mesh, offsets, ids, *, batch_size: int, drop_last: bool = False,
@@ -84,13 +92,14 @@ class NodeLoader:
 
     @classmethod
     def from_parts(cls, mesh: Mesh, counts, part_ids, *, batch_size: int,
-                   drop_last: bool = False, seed: int = 0, most: int | None = None
-                   ) -> NodeLoader:
+                   drop_last: bool = False, seed: int = 0, most: int | None = None,
+                   rows=None) -> NodeLoader:
         """Distinct ids dealt by partition: `part_ids(k)` (called for this process's
         partitions only) holds partition k's `counts[k]` ids. most: shape the batches
         for this many seeds on the busiest device (at least its own), so that loaders
         of several sets of seeds share their shapes, and a program compiled for one
-        runs the others (`shared_shape`)."""
+        runs the others (`shared_shape`). rows: what builds the seeds' array
+        (`DistGraph.rows`; default `shard_rows` on `mesh`)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if counts.size != mesh.size:
@@ -106,8 +115,9 @@ class NodeLoader:
         if not drop_last and most:
             batch_size = -(-most // -(-most // batch_size))     # as many steps, evenly
         per_device = max(-(-most // batch_size), 1) * batch_size
-        seeds = shard_rows(mesh, per_device, (), np.int32,
-                           lambda k: np.asarray(part_ids(k), np.int32), fill=-1)
+        rows = rows or functools.partial(shard_rows, mesh)
+        seeds = rows(per_device, (), np.int32, lambda k: np.asarray(part_ids(k), np.int32),
+                     fill=-1)
         return cls(seeds, counts.astype(np.int64), batch_size, drop_last, seed, mesh)
 
     # -- shape of an epoch ---------------------------------------------------------------

@@ -138,8 +138,12 @@ class DistGraph:
 
     graph: the `ShardedGraph`; book: the `PartitionBook`; ndata(name, ntype): a node
     array as a `DistTensor`; exchange(config): the owner-routed `Exchange` for this
-    book; degrees(): global in-/out-degree counts (host numpy).
+    book; degrees(): global in-/out-degree counts (host numpy); rows(...): a row-sharded
+    array of this process's partitions' blocks. abstract: False (an `AbstractGraph`,
+    made from counts for `jgraph compile --abstract`, holds shapes, not values).
     """
+
+    abstract = False
 
     def __init__(self, root: str | os.PathLike | PartitionedGraph, mesh: Mesh):
         self.parts = root if isinstance(root, PartitionedGraph) else open_partitions(root)
@@ -165,6 +169,11 @@ class DistGraph:
             raise KeyError(f"the graph has node types {list(self.node_types)}; name one "
                            f"with ntype=")
         return self.node_types[0]
+
+    def rows(self, rows_per_part: int, row_shape: tuple[int, ...], dtype, load, fill=0):
+        """A row-sharded array of partition k's rows `load(k)` in block k, padded with
+        `fill` (`jgraph.mesh.shard_rows`)."""
+        return shard_rows(self.mesh, rows_per_part, row_shape, dtype, load, fill)
 
     def ndata(self, name: str, ntype: str | None = None):
         """The node array `name` of `ntype` (the only type, if there is one) as a

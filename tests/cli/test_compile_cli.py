@@ -22,7 +22,7 @@ from jgraph.cli import main
 from jgraph.config import load
 from jgraph.cost import Costs, roofline
 from jgraph.jobs import build_run, kind_of
-from jgraph.jobs.abstract import counts_of
+from jgraph.jobs.abstract import abstract_graph, counts_of
 from jgraph.jobs.dataset import open_graph
 from jgraph.jobs.experiment import Experiment
 from jgraph.jobs.programs import Program
@@ -217,8 +217,9 @@ def test_compile_builds_the_program_asked_for_from_counts(capsys, config, progra
     # The same program built from the same counts in Python.
     experiment = load(Experiment, config,
                       ["data.path=synthetic:nodes=5k,edges=20k,feat=8,classes=3", *ONE_LAYER])
-    programs = kind_of(experiment).build_abstract(experiment, counts_of(experiment, 2),
-                                                  target_mesh(Target.CPU, 2), "cpu")
+    kind = kind_of(experiment)
+    graph = abstract_graph(experiment, counts_of(experiment, 2), target_mesh(Target.CPU, 2))
+    programs = kind.programs(kind.build(experiment, graph, "cpu"))
     assert_the_bytes_are_xlas(report, xla_memory(programs, Program(program), 2))
 
 

@@ -188,9 +188,11 @@ def test_powerlaw_homophily_08_gives_mostly_same_label_edges():
     classes = 5
     g = generate(f"synthetic:nodes=5000,edges=40000,kind=powerlaw,homophily=0.8,"
                  f"classes={classes},feat=0")
-    h = _homophily(g)
-    assert h > 0.75
-    assert h > 3.5 / classes
+    # A source of dst's class w.p. 0.8, else one drawn from everyone (of dst's class 1 in
+    # `classes` times): 0.84 of the edges drawn. Duplicates are redrawn, and more
+    # same-class edges repeat (fewer nodes to draw from): seeds 0-3 keep 0.811-0.814.
+    drawn = 0.8 + 0.2 / classes
+    assert drawn - 0.04 < _homophily(g) <= drawn + 0.005
 
 
 def test_powerlaw_homophily_0_gives_chance_level_same_label_edges():

@@ -15,7 +15,7 @@ from jgraph.bench.config import TrainBench
 from jgraph.bench.train import bench_train
 from jgraph.config import ConfigError
 from jgraph.jobs import kind_of, register, unregister
-from jgraph.jobs.abstract import counts_of
+from jgraph.jobs.abstract import abstract_graph, counts_of
 from jgraph.jobs.experiment import DataConfig, Experiment, ModelConfig, TrainConfig
 from jgraph.jobs.sampled import SampledNodes
 from jgraph.jobs.step import NodeClassification, Outcome
@@ -117,8 +117,10 @@ def test_it_benches(smoothed):
 
 def test_it_compiles_abstractly(smoothed):
     config = config_of("synthetic:nodes=20k,edges=200k,feat=16,classes=5")
-    programs = smoothed.build_abstract(config, counts_of(config, 2),
-                                       target_mesh(Target.CPU, 2), "cpu")
-    assert type(programs.job) is SmoothedClassification
+    # Its own build, over a graph of shapes: nothing of it is written for compiling.
+    graph = abstract_graph(config, counts_of(config, 2), target_mesh(Target.CPU, 2))
+    run = smoothed.build(config, graph, "cpu")
+    assert type(run.job) is SmoothedClassification and run.dg.abstract
+    assert isinstance(run.job.labels.array, jax.ShapeDtypeStruct)
     report = compile_abstract(config, Target.CPU, 2)
     assert report["ok"] and report["devices"] == 2
