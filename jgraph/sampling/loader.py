@@ -165,10 +165,7 @@ class NodeLoader:
 
 def split_counts(dg: DistGraph, split: str, ntype: str) -> np.ndarray:
     """int64[P]: the nodes of `split` of `ntype` on each partition."""
-    names = dg.meta.splits.get(ntype, [])
-    if split not in names:
-        raise KeyError(f"split {split!r} of type {ntype!r} is not in {dg.parts.root}; "
-                       f"it has {sorted(names)}")
+    dg.split_type(split, ntype)
     return np.array([p.splits[ntype][split] for p in dg.meta.parts], np.int64)
 
 

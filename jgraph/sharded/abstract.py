@@ -157,21 +157,13 @@ class AbstractGraph(DistGraph):
                          dtype)
 
     def ndata(self, name: str, ntype: str | None = None) -> DistTensor:
-        ntype = ntype or self._single_type()
-        specs = self.meta.node_data.get(ntype, {})
-        if name not in specs:
-            raise KeyError(f"node data {name!r} of type {ntype!r} is not in "
-                           f"{self.parts.root}; it has {sorted(specs)}")
+        ntype, spec = self.node_spec(name, ntype)
         layout = self.layout(ntype)
-        array = self.rows(layout.rows_per_part, specs[name].shape,
-                          jnp.dtype(specs[name].dtype), None)
+        array = self.rows(layout.rows_per_part, spec.shape, jnp.dtype(spec.dtype), None)
         return DistTensor(array, layout, name, self.mesh)
 
     def split_mask(self, split: str, ntype: str | None = None) -> DistTensor:
-        ntype = ntype or self._single_type()
-        if split not in self.meta.splits.get(ntype, []):
-            raise KeyError(f"split {split!r} of type {ntype!r} is not in {self.parts.root}")
-        layout = self.layout(ntype)
+        layout = self.layout(self.split_type(split, ntype))
         return DistTensor(self.rows(layout.rows_per_part, (), jnp.bool_, None), layout,
                           f"{split}_mask", self.mesh)
 

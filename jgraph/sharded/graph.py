@@ -26,6 +26,7 @@ from jgraph.mesh import (
     shard_rows,
 )
 from jgraph.partition import PartitionBook, PartitionedGraph, PartitionFormatError, open_partitions
+from jgraph.partition.store import ArraySpec
 from jgraph.sharded.layout import RowLayout
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -179,12 +180,7 @@ class DistGraph:
         """The node array `name` of `ntype` (the only type, if there is one) as a
         DistTensor (of `SparseRows` where the partition stores sparse rows)."""
         from jgraph.sharded.tensor import DistTensor
-        ntype = ntype or self._single_type()
-        specs = self.meta.node_data.get(ntype, {})
-        if name not in specs:
-            raise KeyError(f"node data {name!r} of type {ntype!r} is not in {self.parts.root}; "
-                           f"it has {sorted(specs)}")
-        spec = specs[name]
+        ntype, spec = self.node_spec(name, ntype)
 
         def load(k):
             return self.parts.part(k).node_data[ntype][name]
@@ -195,14 +191,29 @@ class DistGraph:
         return DistTensor.load(self.mesh, self.layout(ntype), name, load, spec.shape,
                                np.dtype(spec.dtype))
 
-    def split_mask(self, split: str, ntype: str | None = None):
-        """bool DistTensor: True for the nodes of `ntype` in `split` (train/val/test)."""
-        from jgraph.sharded.tensor import DistTensor
+    def node_spec(self, name: str, ntype: str | None = None) -> tuple[str, ArraySpec]:
+        """(the node type, meta.json's spec) of node array `name` of `ntype` (the only
+        type, if there is one); KeyError naming what there is."""
+        ntype = ntype or self._single_type()
+        specs = self.meta.node_data.get(ntype, {})
+        if name not in specs:
+            raise KeyError(f"node data {name!r} of type {ntype!r} is not in {self.parts.root}; "
+                           f"it has {sorted(specs)}")
+        return ntype, specs[name]
+
+    def split_type(self, split: str, ntype: str | None = None) -> str:
+        """The node type (`ntype`, or the only type) after checking it has `split`."""
         ntype = ntype or self._single_type()
         names = self.meta.splits.get(ntype, [])
         if split not in names:
             raise KeyError(f"split {split!r} of type {ntype!r} is not in {self.parts.root}; "
                            f"it has {sorted(names)}")
+        return ntype
+
+    def split_mask(self, split: str, ntype: str | None = None):
+        """bool DistTensor: True for the nodes of `ntype` in `split` (train/val/test)."""
+        from jgraph.sharded.tensor import DistTensor
+        ntype = self.split_type(split, ntype)
         layout = self.layout(ntype)
 
         def load(k):
