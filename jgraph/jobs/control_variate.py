@@ -66,25 +66,22 @@ from jgraph.jobs.metrics import masked_cross_entropy
 from jgraph.jobs.run import Run, job_fields, node_parts, seed_loader, with_caches
 from jgraph.jobs.step import NodeClassification, Outcome, TrainState, Writes
 from jgraph.jobs.table import register
-from jgraph.jobs.windows import edge_window, full_graph_layers, local_inputs, window_aggregate
+from jgraph.jobs.windows import (
+    Summed,
+    edge_window,
+    full_graph_layers,
+    local_inputs,
+    window_aggregate,
+)
 from jgraph.mesh import REPLICATED, ROWS, rows_sharding, vary_like
 from jgraph.models.gat import GATConv
 from jgraph.models.sage import Aggregator, SAGEConv
-from jgraph.models.stack import MessagePassing, layer_input
+from jgraph.models.stack import layer_input
 from jgraph.sampling.blocks import Block
 from jgraph.sharded import DistGraph
 
 CHUNK = 16
 """In-edges one request of the history fetch reads (see the module)."""
-
-
-class Summed(MessagePassing):
-    """A layer without parameters whose partial is the sum of its neighbours' rows and
-    their count: what `prepare` walks the in-edges with."""
-
-    def reduce(self, m_nbr, mask, etype=None, **context) -> dict:
-        return {"sum": jnp.sum(m_nbr, axis=1),
-                "count": jnp.sum(mask, axis=1).astype(m_nbr.dtype)}
 
 
 class ControlVariateData(NamedTuple):

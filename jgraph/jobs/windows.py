@@ -37,10 +37,20 @@ from jax import lax
 
 from jgraph.exchange import owned_index, owned_rows, segment_of
 from jgraph.mesh import vary_like
-from jgraph.models.stack import conv_key, layer_input
+from jgraph.models.stack import MessagePassing, conv_key, layer_input
 
 # Floats (window edges x the widest message) one window fetches: bounds its buffers.
 WINDOW_FLOATS = 1 << 22
+
+
+class Summed(MessagePassing):
+    """A layer without parameters whose partial is the sum of its neighbours' rows and
+    their count: what walks the in-edges where no model does (the control variates'
+    input sums, label propagation)."""
+
+    def reduce(self, m_nbr, mask, etype=None, **context) -> dict:
+        return {"sum": jnp.sum(m_nbr, axis=1),
+                "count": jnp.sum(mask, axis=1).astype(m_nbr.dtype)}
 
 
 def edge_window(edges_per_part: int, width: int, budget: int = WINDOW_FLOATS,
