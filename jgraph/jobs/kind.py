@@ -13,7 +13,8 @@ kind's module registers it (`jgraph.jobs.table.register`). The kind owns:
   inference) for `jgraph compile`;
 - `validation`, `evaluate`, `epoch_fields`, `epoch_scores`, `final_scores`: how the
   run scores a split per epoch and at the end, and how those scores become the
-  epoch's log row and the result's fields;
+  epoch's log row and the result's fields; `baselines`: what a model that learns
+  nothing scores, beside them (node classification's majority class);
 - `bench_fields`: what `jgraph bench train` reports of it;
 - `end_epoch` and its job's `TrainState.extra`: state of its own (control variates'
   histories).
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from jgraph.config import ConfigError
 from jgraph.data.prepare import Preparation
 from jgraph.jobs.dataset import data_preparation
@@ -33,7 +36,7 @@ from jgraph.jobs.evaluate import SampledEvaluator, evaluation
 from jgraph.jobs.experiment import Experiment, Inference, Mode, Sampler, Task
 from jgraph.jobs.inference import full_graph_scores, split_masks
 from jgraph.jobs.programs import Programs
-from jgraph.jobs.run import Run, calibrated_exchange, calibrated_sampler
+from jgraph.jobs.run import Run, calibrated_exchange, calibrated_sampler, split_labels
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph
 
@@ -181,6 +184,10 @@ class JobKind:
         """The result's score fields from `evaluate`'s {split: scores or None}."""
         raise NotImplementedError
 
+    def baselines(self, run: Run) -> dict:
+        """The result's fields of what a model that learns nothing scores (none)."""
+        return {}
+
 
 class NodeKind(JobKind):
     """Node classification: scored by accuracy and macro-F1 of the labelled node type,
@@ -234,6 +241,21 @@ class NodeKind(JobKind):
     def epoch_scores(self, scores: dict) -> tuple[dict, float]:
         return ({"val_acc": scores["acc"], "val_macro_f1": scores["macro_f1"],
                  "val_loss": scores["loss"]}, scores["acc"])
+
+    def baselines(self, run: Run) -> dict:
+        """The majority baseline: the most frequent class of the training nodes (the
+        lowest of those tied), predicted for every node; its accuracy on val and test
+        (None without the split), beside the model's."""
+        labels = run.job.labels.to_numpy()
+        train = split_labels(run.dg, run.target, "train", labels)
+        majority = int(np.argmax(np.bincount(train, minlength=run.num_classes)))
+        out = {"majority_class": majority}
+        for split in ("val", "test"):
+            held = (split_labels(run.dg, run.target, split, labels) if run.has_split(split)
+                    else None)
+            out[f"majority_{split}_acc"] = (None if held is None or not held.size else
+                                            float(np.mean(held == majority)))
+        return out
 
     def final_scores(self, final: dict, config: Experiment) -> dict:
         def pick(split, key):

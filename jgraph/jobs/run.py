@@ -336,15 +336,22 @@ def check_labels(config: Experiment, dg: DistGraph, target: str, labels: DistTen
     for split in ("train", "val", "test"):
         if split not in dg.meta.splits.get(target, []):
             continue
-        ids = np.concatenate([np.asarray(dg.parts.part(k).splits[target][split])
-                              for k in range(dg.num_parts)])
-        _, rows = dg.book.to_type_local(ids)
-        missing = int(np.sum(labels[rows] < 0))
+        held = split_labels(dg, target, split, labels)
+        missing = int(np.sum(held < 0))
         if missing:
             raise ConfigError(f"split {split!r} of node type {target!r} in {root} has "
-                              f"{missing} of its {ids.size} nodes without a label (-1 in "
+                              f"{missing} of its {held.size} nodes without a label (-1 in "
                               f"data.label {name!r})")
     return int(labels.max(initial=0)) + 1
+
+
+def split_labels(dg: DistGraph, target: str, split: str, labels: np.ndarray) -> np.ndarray:
+    """The labels (`labels`: every row of node type `target`, host) of the nodes of
+    `split`, in partition order."""
+    ids = np.concatenate([np.asarray(dg.parts.part(k).splits[target][split])
+                          for k in range(dg.num_parts)])
+    _, rows = dg.book.to_type_local(ids)
+    return labels[rows]
 
 
 def check_stats(stats) -> None:

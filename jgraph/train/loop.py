@@ -446,6 +446,7 @@ class Loop:
         rate = self.kind.rate
         result = {
             **self.kind.final_scores(final, config),
+            **self.kind.baselines(self.run),
             "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
             "compiles": self.traces["train_step"], "compiles_by_step": dict(self.traces),
             "capacities": list(s.job.sampler.capacities or ()),

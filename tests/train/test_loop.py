@@ -7,9 +7,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jgraph.config import ConfigError, load, to_dict
+from jgraph.data import load_dataset
 from jgraph.jobs.experiment import Experiment, Inference
 from jgraph.progress import Progress
 from jgraph.train.events import read_scalars
@@ -58,6 +60,22 @@ def test_small_cora_run_on_4_devices_reaches_test_accuracy_0_75(trained):
     assert result["test_acc"] >= 0.75, result
     assert result["val_acc"] >= 0.7, result
     assert 0 < result["test_macro_f1"] <= 1 and 0 < result["val_macro_f1"] <= 1
+
+
+def test_the_result_sets_the_majority_baseline_beside_the_model(trained):
+    """The most frequent class of the training nodes (cora's Planetoid split: 20 of
+    each, so the lowest, 0), predicted everywhere, scored on val and test from the
+    dataset's own labels and splits; the model is well above it."""
+    _, _, result, _ = trained
+    cora = load_dataset("cora")
+    (ntype,) = cora.num_nodes
+    labels, splits = cora.node_data[ntype]["label"], cora.splits[ntype]
+    majority = int(np.argmax(np.bincount(labels[splits["train"]])))
+    assert result["majority_class"] == majority == 0
+    for split in ("val", "test"):
+        want = float(np.mean(labels[splits[split]] == majority))
+        assert result[f"majority_{split}_acc"] == pytest.approx(want, abs=1e-12)
+        assert result[f"{split}_acc"] > result[f"majority_{split}_acc"] + 0.4
 
 
 def test_metrics_jsonl_has_one_line_per_epoch_with_the_logged_fields(trained):
