@@ -2,7 +2,7 @@
 
 A kind of job is one module holding its job class (filling in the step template of
 `Job.train_step`) and its `JobKind` (its settings' rules, the graph it
-prepares, build, abstract build, programs, evaluation, bench fields), ending with one
+prepares, build, programs, evaluation, baselines, bench fields), ending with one
 line: `register(TheKind())`. `jgraph.jobs` imports the modules of the kinds jgraph
 ships; a kind defined elsewhere registers itself when its module is imported.
 
