@@ -26,9 +26,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jgraph.jobs.windows import Summed, window_aggregate
+from jgraph.jobs.windows import Summed, edge_window, window_aggregate
+from jgraph.mesh import REPLICATED, ROWS
+from jgraph.sharded.tensor import DistTensor
 
 
 class Norm(str, enum.Enum):
@@ -62,3 +65,56 @@ def propagate(y0: jax.Array, graph, exchange, *, steps: int, alpha: float, norm:
 
     y, lost = lax.scan(step, y0, None, length=steps)
     return y, jnp.sum(lost)
+
+
+def label_propagation(dg, labels, train, num_classes: int, *, steps: int, alpha: float,
+                      norm: Norm = Norm.SYMMETRIC, window: int | None = None):
+    """Class scores of every node of the labelled type by label propagation (Zhou et
+    al., 2004), a `DistTensor` float32 [rows, num_classes] in the labels' layout.
+
+    Y0 holds the training nodes' one-hot labels (`labels`: the labelled type's int
+    `DistTensor`, `train`: its bool mask) and zeros everywhere else, nodes of every
+    other type included; `steps` steps propagate it, the training rows clamped back to
+    their labels after each. A row no label reaches holds the class prior instead of
+    zeros (the training labels' frequencies: predicting their majority class), never
+    class 0 by default."""
+
+    layout, graph, mesh = labels.layout, dg.graph, dg.mesh
+    exchange = dg.exchange()
+    window = window or edge_window(graph.edges_per_part, num_classes)
+    # This device's labelled rows sit in its block of every node from `first` on.
+    first = jnp.asarray(layout.starts - layout.offsets[:-1], jnp.int32)
+    count = jnp.asarray(layout.counts, jnp.int32)
+    rows = layout.rows_per_part
+    prior = jnp.asarray(class_prior(labels, train, num_classes))
+
+    def body(graph, label, known):
+        me = lax.axis_index(exchange.axis)
+        held = jnp.arange(rows) < count[me]
+        at = jnp.where(held, first[me] + jnp.arange(rows), graph.nodes_per_part)
+        seen = known & held
+        onehot = jax.nn.one_hot(label, num_classes, dtype=jnp.float32) * seen[:, None]
+        y0 = jnp.zeros((graph.nodes_per_part, num_classes), jnp.float32).at[at].set(
+            onehot, mode="drop")
+        clamp = jnp.zeros(graph.nodes_per_part, bool).at[at].set(seen, mode="drop")
+        y, lost = propagate(y0, graph, exchange, steps=steps, alpha=alpha, norm=norm,
+                            window=window,
+                            after=lambda y: jnp.where(clamp[:, None], y0, y))
+        out = y[jnp.where(held, at, 0)]
+        out = jnp.where(jnp.any(out > 0, axis=1, keepdims=True), out, prior[None])
+        return jnp.where(held[:, None], out, 0.0), lost
+
+    program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(graph.specs(), ROWS, ROWS),
+                                    out_specs=(ROWS, REPLICATED)))
+    scores, lost = program(graph, labels.array, train.array)
+    if int(lost):
+        raise RuntimeError(f"label propagation: {int(lost)} in-edge source id(s) are not "
+                           f"nodes of the graph")
+    return DistTensor(scores, layout, "label propagation", mesh)
+
+
+def class_prior(labels, train, num_classes: int):
+    """float32[C]: the training nodes' class frequencies."""
+    held = labels.to_numpy()[train.to_numpy()]
+    counts = np.bincount(held[held >= 0], minlength=num_classes).astype(np.float32)
+    return counts / max(counts.sum(), 1.0)
