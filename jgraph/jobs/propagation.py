@@ -78,7 +78,6 @@ def label_propagation(dg, labels, train, num_classes: int, *, steps: int, alpha:
     their labels after each. A row no label reaches holds the class prior instead of
     zeros (the training labels' frequencies: predicting their majority class), never
     class 0 by default."""
-
     layout, graph, mesh = labels.layout, dg.graph, dg.mesh
     exchange = dg.exchange()
     window = window or edge_window(graph.edges_per_part, num_classes)
