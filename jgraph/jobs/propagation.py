@@ -67,8 +67,52 @@ def propagate(y0: jax.Array, graph, exchange, *, steps: int, alpha: float, norm:
     return y, jnp.sum(lost)
 
 
+class Placed:
+    """Where a device's rows of the labelled type sit in its block of every node (the
+    rows of type t of partition p start `starts[p] - offsets[p]` into the block), so
+    that they can be written there before a propagation and read back after it."""
+
+    def __init__(self, layout):
+        self.first = jnp.asarray(layout.starts - layout.offsets[:-1], jnp.int32)
+        self.count = jnp.asarray(layout.counts, jnp.int32)
+        self.rows = layout.rows_per_part
+
+    def positions(self, graph, axis: str) -> tuple[jax.Array, jax.Array]:
+        """Inside `shard_map`: (held bool[r], at int32[r]): which of this device's r
+        labelled rows are real, and each one's row in the block of every node (the
+        block's length, out of range, for padding)."""
+        me = lax.axis_index(axis)
+        held = jnp.arange(self.rows) < self.count[me]
+        return held, jnp.where(held, self.first[me] + jnp.arange(self.rows),
+                               graph.nodes_per_part)
+
+    @staticmethod
+    def put(rows, at, n: int):
+        """The block of n nodes' rows holding `rows` at `at`, zeros elsewhere."""
+        return jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[at].set(rows, mode="drop")
+
+    @staticmethod
+    def take(y, held, at):
+        """The labelled rows of the block y (zeros for padding)."""
+        out = y[jnp.where(held, at, 0)]
+        return jnp.where(held.reshape(-1, *(1,) * (out.ndim - 1)), out, 0)
+
+
+def _program(body, dg, inputs: int):
+    """`body(graph, *row-sharded inputs) -> (rows, lost)` compiled on dg's mesh."""
+    return jax.jit(jax.shard_map(body, mesh=dg.mesh,
+                                 in_specs=(dg.graph.specs(), *(ROWS,) * inputs),
+                                 out_specs=(ROWS, REPLICATED)))
+
+
+def _checked(what: str, lost) -> None:
+    if int(lost):
+        raise RuntimeError(f"{what}: {int(lost)} in-edge source id(s) are not nodes of "
+                           f"the graph")
+
+
 def label_propagation(dg, labels, train, num_classes: int, *, steps: int, alpha: float,
-                      norm: Norm = Norm.SYMMETRIC, window: int | None = None):
+                      norm: Norm = Norm.SYMMETRIC, window: int | None = None) -> DistTensor:
     """Class scores of every node of the labelled type by label propagation (Zhou et
     al., 2004), a `DistTensor` float32 [rows, num_classes] in the labels' layout.
 
@@ -78,38 +122,27 @@ def label_propagation(dg, labels, train, num_classes: int, *, steps: int, alpha:
     their labels after each. A row no label reaches holds the class prior instead of
     zeros (the training labels' frequencies: predicting their majority class), never
     class 0 by default."""
-    layout, graph, mesh = labels.layout, dg.graph, dg.mesh
-    exchange = dg.exchange()
+    graph, exchange = dg.graph, dg.exchange()
     window = window or edge_window(graph.edges_per_part, num_classes)
-    # This device's labelled rows sit in its block of every node from `first` on.
-    first = jnp.asarray(layout.starts - layout.offsets[:-1], jnp.int32)
-    count = jnp.asarray(layout.counts, jnp.int32)
-    rows = layout.rows_per_part
+    placed = Placed(labels.layout)
     prior = jnp.asarray(class_prior(labels, train, num_classes))
 
     def body(graph, label, known):
-        me = lax.axis_index(exchange.axis)
-        held = jnp.arange(rows) < count[me]
-        at = jnp.where(held, first[me] + jnp.arange(rows), graph.nodes_per_part)
+        held, at = placed.positions(graph, exchange.axis)
         seen = known & held
         onehot = jax.nn.one_hot(label, num_classes, dtype=jnp.float32) * seen[:, None]
-        y0 = jnp.zeros((graph.nodes_per_part, num_classes), jnp.float32).at[at].set(
-            onehot, mode="drop")
-        clamp = jnp.zeros(graph.nodes_per_part, bool).at[at].set(seen, mode="drop")
+        y0 = placed.put(onehot, at, graph.nodes_per_part)
+        clamp = placed.put(seen, at, graph.nodes_per_part)
         y, lost = propagate(y0, graph, exchange, steps=steps, alpha=alpha, norm=norm,
                             window=window,
                             after=lambda y: jnp.where(clamp[:, None], y0, y))
-        out = y[jnp.where(held, at, 0)]
+        out = placed.take(y, held, at)
         out = jnp.where(jnp.any(out > 0, axis=1, keepdims=True), out, prior[None])
         return jnp.where(held[:, None], out, 0.0), lost
 
-    program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(graph.specs(), ROWS, ROWS),
-                                    out_specs=(ROWS, REPLICATED)))
-    scores, lost = program(graph, labels.array, train.array)
-    if int(lost):
-        raise RuntimeError(f"label propagation: {int(lost)} in-edge source id(s) are not "
-                           f"nodes of the graph")
-    return DistTensor(scores, layout, "label propagation", mesh)
+    scores, lost = _program(body, dg, 2)(graph, labels.array, train.array)
+    _checked("label propagation", lost)
+    return DistTensor(scores, labels.layout, "label propagation", dg.mesh)
 
 
 def class_prior(labels, train, num_classes: int):
@@ -117,3 +150,63 @@ def class_prior(labels, train, num_classes: int):
     held = labels.to_numpy()[train.to_numpy()]
     counts = np.bincount(held[held >= 0], minlength=num_classes).astype(np.float32)
     return counts / max(counts.sum(), 1.0)
+
+
+def correct_and_smooth(dg, probs, labels, train, *, correct_steps: int,
+                       correct_alpha: float, smooth_steps: int, smooth_alpha: float,
+                       autoscale: bool = True, scale: float = 1.0,
+                       norm: Norm = Norm.SYMMETRIC, window: int | None = None
+                       ) -> DistTensor:
+    """A base predictor's class probabilities (`probs`: float32 [rows, C] of the
+    labelled type, a `DistTensor` in the labels' layout) corrected and smoothed
+    (Huang et al., ICLR 2021, as PyG's `CorrectAndSmooth`):
+
+    - correct: the training rows' errors (one-hot label - probability; zeros
+      elsewhere) propagated `correct_steps` steps with `correct_alpha`, then added.
+      autoscale: clipped to [-1, 1] after each step, and each row's scaled to the
+      training rows' mean absolute error (sigma / the row's own; 1 where a row has
+      none, or where that would exceed 1000); else the training rows are reset to
+      their errors after each step and every row is scaled by `scale`;
+    - smooth: the corrected rows, the training rows set to their one-hot labels,
+      propagated `smooth_steps` steps with `smooth_alpha`, clipped to [0, 1] after
+      each.
+    """
+    graph, exchange = dg.graph, dg.exchange()
+    classes = int(probs.array.shape[1])
+    window = window or edge_window(graph.edges_per_part, classes)
+    placed = Placed(labels.layout)
+    n = graph.nodes_per_part
+
+    def body(graph, soft, label, known):
+        held, at = placed.positions(graph, exchange.axis)
+        seen = (known & held)[:, None]
+        truth = jax.nn.one_hot(label, classes, dtype=jnp.float32)
+        error = jnp.where(seen, truth - soft, 0.0)
+        e0, fixed = placed.put(error, at, n), placed.put(seen[:, 0], at, n)[:, None]
+        if autoscale:
+            spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
+                                      alpha=correct_alpha, norm=norm, window=window,
+                                      after=lambda y: jnp.clip(y, -1.0, 1.0))
+            spread = placed.take(spread, held, at)
+            total = lax.psum(jnp.sum(jnp.abs(error)), exchange.axis)
+            sigma = total / lax.psum(jnp.sum(seen), exchange.axis)
+            own = jnp.sum(jnp.abs(spread), axis=1, keepdims=True)
+            factor = sigma / own
+            factor = jnp.where(jnp.isinf(factor) | (factor > 1000), 1.0, factor)
+            corrected = soft + factor * spread
+            corrected = jnp.where(jnp.isnan(corrected), soft, corrected)
+        else:
+            spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
+                                      alpha=correct_alpha, norm=norm, window=window,
+                                      after=lambda y: jnp.where(fixed, e0, y))
+            corrected = soft + scale * placed.take(spread, held, at)
+        start = placed.put(jnp.where(seen, truth, corrected), at, n)
+        smooth, lost2 = propagate(start, graph, exchange, steps=smooth_steps,
+                                  alpha=smooth_alpha, norm=norm, window=window,
+                                  after=lambda y: jnp.clip(y, 0.0, 1.0))
+        out = placed.take(smooth, held, at)
+        return jnp.where(held[:, None], out, 0.0), lost1 + lost2
+
+    out, lost = _program(body, dg, 3)(graph, probs.array, labels.array, train.array)
+    _checked("correct and smooth", lost)
+    return DistTensor(out, labels.layout, "correct and smooth", dg.mesh)

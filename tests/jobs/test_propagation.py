@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jgraph.data import Graph, load_dataset
-from jgraph.jobs.propagation import Norm, label_propagation, propagate
+from jgraph.jobs.propagation import Norm, correct_and_smooth, label_propagation, propagate
 from jgraph.jobs.windows import edge_window
 from jgraph.mesh import REPLICATED, ROWS, first_devices, make_mesh
 from jgraph.partition import partition_graph
@@ -173,3 +173,83 @@ def test_a_node_no_label_reaches_predicts_the_class_prior(tmp_path):
     assert far.sum() == 3
     np.testing.assert_allclose(got[far], np.tile([0.0, 1 / 3, 2 / 3], (3, 1)), rtol=1e-6)
     assert (got[far].argmax(1) == 2).all() and (got[~far].sum(1) > 0).all()
+
+
+# -- Correct & Smooth ----------------------------------------------------------------------
+
+
+def cs_reference(a, soft, labels, train, rows, *, steps1, alpha1, steps2, alpha2,
+                 autoscale, scale=1.0):
+    """PyG's CorrectAndSmooth (correct, then smooth) over the dense adjacency of every
+    node; soft, labels, train: the labelled type's rows, at global ids `rows`."""
+    n, classes = a.shape[0], soft.shape[1]
+    truth = np.eye(classes)[labels]
+    error = np.zeros((n, classes))
+    error[rows[train]] = truth[train] - soft[train]
+    degree = a.sum(axis=1)
+    inv = np.where(degree > 0, 1 / np.maximum(degree, 1), 0)
+    s = np.sqrt(inv)[:, None] * a * np.sqrt(inv)[None]
+
+    def prop(y0, steps, alpha, after):
+        y = y0.copy()
+        for _ in range(steps):
+            y = after((1 - alpha) * y0 + alpha * s @ y)
+        return y
+
+    if autoscale:
+        spread = prop(error, steps1, alpha1, lambda y: np.clip(y, -1, 1))[rows]
+        sigma = np.abs(error[rows[train]]).sum() / train.sum()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = sigma / np.abs(spread).sum(axis=1, keepdims=True)
+        factor[np.isinf(factor) | (factor > 1000)] = 1.0
+        corrected = soft + factor * spread
+        corrected = np.where(np.isnan(corrected), soft, corrected)
+    else:
+        def fix(y):
+            y[rows[train]] = error[rows[train]]
+            return y
+        corrected = soft + scale * prop(error, steps1, alpha1, fix)[rows]
+    start = np.zeros((n, classes))
+    start[rows] = np.where(train[:, None], truth, corrected)
+    return prop(start, steps2, alpha2, lambda y: np.clip(y, 0, 1))[rows]
+
+
+@pytest.mark.parametrize("name,parts,autoscale", [
+    ("cora", 4, True), pytest.param("cora", 1, False, marks=SLOW),
+    pytest.param("two_types", 4, True, marks=SLOW)])
+def test_correct_and_smooth_equals_pygs_formulas_and_lifts_a_weak_base(
+        tmp_path_factory, name, parts, autoscale):
+    """A weak base predictor (softmax of small random logits) corrected and smoothed on
+    the mesh equals the dense reference of PyG's formulas, autoscaled or with a fixed
+    scale; on cora, autoscaled, it gains what the graph's labels carry (test accuracy
+    from chance to label propagation's level)."""
+    dg = opened(name, parts, str(tmp_path_factory.getbasetemp()))
+    ntype = "paper" if name == "two_types" else dg.node_types[0]
+    layout = dg.layout(ntype)
+    rows = layout.global_ids()
+    rng = np.random.default_rng(1)
+    if name == "cora":
+        labels = dg.ndata("label").to_numpy()
+        train = dg.split_mask("train").to_numpy()
+    else:
+        labels = rng.integers(0, 3, rows.size)
+        train = rng.random(rows.size) < 0.2
+    classes = int(labels.max()) + 1
+    logits = 0.5 * rng.normal(size=(rows.size, classes))
+    soft = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    on = lambda x: DistTensor.from_numpy(dg.mesh, layout, x)
+    settings = dict(steps1=10, alpha1=0.8, steps2=10, alpha2=0.7, autoscale=autoscale,
+                    scale=0.9)
+    got = correct_and_smooth(dg, on(soft.astype(np.float32)), on(labels.astype(np.int32)),
+                             on(train), correct_steps=10, correct_alpha=0.8,
+                             smooth_steps=10, smooth_alpha=0.7, autoscale=autoscale,
+                             scale=0.9).to_numpy()
+    want = cs_reference(adjacency(dg), soft, labels, train, rows, **settings)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if name == "cora" and autoscale:
+        # The default (autoscaled) correction carries the labels as far as label
+        # propagation does (its test accuracy here: 0.71): measured 0.146 -> 0.706.
+        test = dg.split_mask("test").to_numpy()
+        base = np.mean(soft.argmax(1)[test] == labels[test])
+        lifted = np.mean(want.argmax(1)[test] == labels[test])
+        assert base < 0.25 and lifted > 0.65, (base, lifted)
