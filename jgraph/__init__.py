@@ -16,7 +16,8 @@ The Python API, in the order of a run (each name is documented where it lives):
                  register_model                                       (jgraph.models)
   training       Experiment, DataConfig, ModelConfig, TrainConfig, CheckpointConfig,
                  LinkConfig, load_config, train(config, workdir),
-                 evaluate(workdir)                                    (jgraph.train)
+                 evaluate(workdir), smooth(workdir) (Correct & Smooth
+                 after a node classification run)                     (jgraph.train)
   outputs        embed(workdir, out) (every node's embedding or prediction on disk),
                  read_embeddings(out), load_run(workdir) (a trained model: predict,
                  embed or score a few nodes)             (jgraph.train, jgraph.data)
@@ -57,6 +58,7 @@ _LAZY = {
                      "ModelConfig", "TrainConfig"], "jgraph.jobs.experiment"),
     **dict.fromkeys(["TrainedRun", "load_run"], "jgraph.train.trained"),
     "embed": "jgraph.train.api",
+    "smooth": "jgraph.train.api",
     "evaluate": "jgraph.train.api",
     "load_config": "jgraph.train.api",
     "use_devices": "jgraph.cli.devices",
@@ -86,6 +88,6 @@ __all__ = [  # noqa: RUF022  (in the docstring's order)
     "NodeLoader", "NeighborSampler",
     "GraphSAGE", "RGCN", "LayerStack", "MessagePassing", "ModelSpec", "register_model",
     "Experiment", "DataConfig", "ModelConfig", "TrainConfig", "CheckpointConfig",
-    "LinkConfig", "load_config", "train", "evaluate", "embed", "read_embeddings",
+    "LinkConfig", "load_config", "train", "evaluate", "smooth", "embed", "read_embeddings",
     "__version__",
 ]

@@ -199,9 +199,14 @@ def test_the_shell_blocks_run(tmp_path, page, line, commands, epoch_bound_flags)
                            "".join(printed), masked=shortened)
 
 
-def printed_two_accuracies(printed: list[str]) -> None:
-    accuracies = [float(x) for x in printed[-1].split()]   # jgraph.train, then jgraph.evaluate
+def printed_accuracies_then_smoothed(printed: list[str]) -> None:
+    accuracies = [float(x) for x in printed[-2].split()]   # jgraph.train, then jgraph.evaluate
     assert accuracies[0] > 0.5 and accuracies[1] == pytest.approx(accuracies[0], abs=0.002)
+    # jgraph.smooth: its base is the model (full-graph inference: every neighbour, as
+    # the run's evaluation), then the smoothed accuracy and alphas from the grid.
+    base, smoothed, correct, smooth = (float(x) for x in printed[-1].split())
+    assert base == pytest.approx(accuracies[0], abs=0.002) and 0.5 < smoothed <= 1
+    assert correct in (0.0, 0.5, 0.8, 1.0) and smooth in (0.0, 0.5, 0.8, 1.0)
 
 
 def printed_four_classes(printed: list[str]) -> None:
@@ -211,14 +216,14 @@ def printed_four_classes(printed: list[str]) -> None:
 
 # What a page's learned figures must meet (the comparison with the page masks them).
 PRINTS = {
-    "docs/training.md": printed_two_accuracies,
+    "docs/training.md": printed_accuracies_then_smoothed,
     "docs/outputs.md": printed_four_classes,
 }
 # The Python blocks whose printed figures are learned (their numbers masked when compared
-# with the page), by a piece of their code: {page: piece}.
+# with the page), by pieces of their code: {page: (piece, ...)}.
 LEARNED = {
-    "docs/training.md": "jgraph.evaluate(",
-    "docs/outputs.md": "run.predict(",
+    "docs/training.md": ("jgraph.evaluate(", "jgraph.smooth("),
+    "docs/outputs.md": ("run.predict(",),
 }
 # Printed after each Python block of a page, to tell the blocks' output apart.
 END_OF_BLOCK = "<<<end of a docs block>>>"
@@ -231,9 +236,10 @@ def python_pages() -> list[str]:
 
 def test_the_pages_whose_output_is_checked_have_python_blocks():
     assert set(PRINTS) <= set(python_pages())
-    for page, piece in LEARNED.items():
-        assert any(lang == "python" and piece in code
-                   for lang, _, code in code_blocks(ROOT / page)), (page, piece)
+    for page, pieces in LEARNED.items():
+        for piece in pieces:
+            assert any(lang == "python" and piece in code
+                       for lang, _, code in code_blocks(ROOT / page)), (page, piece)
 
 
 def test_every_shown_output_follows_a_block_the_suite_runs():
@@ -261,7 +267,7 @@ def test_a_pages_python_blocks_run_in_order_in_one_process(tmp_path, page):
     shown, learned = shown_outputs(ROOT / page), LEARNED.get(page)
     for (line, code), text in zip(blocks, printed):
         assert_prints_as_shown(f"{page} line {line}", shown.get(line), text,
-                               masked=learned is not None and learned in code)
+                               masked=any(piece in code for piece in learned or ()))
     PRINTS.get(page, lambda printed: None)("".join(printed).splitlines())
 
 

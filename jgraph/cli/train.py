@@ -1,4 +1,4 @@
-"""`jgraph train CONFIG` and `jgraph eval WORKDIR`."""
+"""`jgraph train CONFIG`, `jgraph eval WORKDIR` and `jgraph smooth WORKDIR`."""
 from __future__ import annotations
 
 import os
@@ -42,6 +42,40 @@ def add_commands(sub) -> None:
     ev.add_argument("--devices", type=int, help="simulate this many devices on CPU "
                     "(default: as many as the run trained on)")
     ev.set_defaults(run=run_eval)
+
+    sm = sub.add_parser(
+        "smooth", help="Correct & Smooth a trained node classification run",
+        description="Correct the saved model's class probabilities with the training "
+                    "labels' errors and smooth them over the graph (Correct & Smooth, "
+                    "Huang et al. 2021), on the run's devices; the alphas are chosen on "
+                    "the validation split from a grid holding the base predictions "
+                    "(both 0). Writes WORKDIR/correct_and_smooth.json and prints its "
+                    "scores.")
+    sm.add_argument("workdir")
+    sm.add_argument("--correct-steps", type=int, default=50,
+                    help="steps of the error propagation (default 50)")
+    sm.add_argument("--smooth-steps", type=int, default=50,
+                    help="steps of the smoothing propagation (default 50)")
+    sm.add_argument("--correct-alphas", type=_alphas, default=(0.0, 0.5, 0.8, 1.0),
+                    help="comma-separated alphas to try for the correction "
+                         "(default 0,0.5,0.8,1)")
+    sm.add_argument("--smooth-alphas", type=_alphas, default=(0.0, 0.5, 0.8, 1.0),
+                    help="comma-separated alphas to try for the smoothing "
+                         "(default 0,0.5,0.8,1)")
+    sm.add_argument("--scale", type=float,
+                    help="scale every row's correction by this instead of autoscaling it "
+                         "to the training rows' mean error")
+    sm.add_argument("--devices", type=int, help="simulate this many devices on CPU "
+                    "(default: as many as the run trained on)")
+    sm.set_defaults(run=run_smooth)
+
+
+def _alphas(text: str) -> tuple[float, ...]:
+    import argparse
+    try:
+        return tuple(float(a) for a in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not comma-separated numbers") from None
 
 
 def run_train(args) -> int:
@@ -131,4 +165,24 @@ def run_eval(args) -> int:
         return 0
     print(strict_json({"workdir": args.workdir, **{
         f"{split}_{k}": v for split, s in scores.items() for k, v in s.items()}}))
+    return 0
+
+
+def run_smooth(args) -> int:
+    from jgraph.cli.devices import use_devices
+    use_devices(args.devices if args.devices is not None else run_devices(args.workdir))
+    import jax
+
+    from jgraph.train.api import smooth
+    from jgraph.train.report import strict_json
+
+    first = jax.process_index() == 0          # one process speaks for a multi-process job
+    result = smooth(args.workdir, correct_steps=args.correct_steps,
+                    smooth_steps=args.smooth_steps, correct_alphas=args.correct_alphas,
+                    smooth_alphas=args.smooth_alphas, scale=args.scale,
+                    progress=first and not args.quiet)
+    if first:
+        print(strict_json({"workdir": args.workdir, **{
+            k: result[k] for k in ("base_val_acc", "base_test_acc", "val_acc", "test_acc",
+                                   "correct_alpha", "smooth_alpha", "seconds")}}))
     return 0

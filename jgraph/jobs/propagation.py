@@ -157,56 +157,107 @@ def correct_and_smooth(dg, probs, labels, train, *, correct_steps: int,
                        autoscale: bool = True, scale: float = 1.0,
                        norm: Norm = Norm.SYMMETRIC, window: int | None = None
                        ) -> DistTensor:
-    """A base predictor's class probabilities (`probs`: float32 [rows, C] of the
-    labelled type, a `DistTensor` in the labels' layout) corrected and smoothed
-    (Huang et al., ICLR 2021, as PyG's `CorrectAndSmooth`):
+    """A base predictor's class probabilities corrected and smoothed once
+    (`CorrectAndSmooth`, whose arguments these are)."""
+    return CorrectAndSmooth(dg, labels, train, int(probs.array.shape[1]),
+                            correct_steps=correct_steps, smooth_steps=smooth_steps,
+                            autoscale=autoscale, norm=norm, window=window)(
+        probs, correct_alpha, smooth_alpha, scale)
+
+
+class CorrectAndSmooth:
+    """A base predictor's class probabilities (float32 [rows, C] of the labelled type,
+    a `DistTensor` in the labels' layout) corrected and smoothed (Huang et al., ICLR
+    2021, as PyG's `CorrectAndSmooth` computes them); one program for the graph, the
+    labels (`labels`: the labelled type's int `DistTensor`, `train`: its bool mask)
+    and the steps, called with any alphas and scale:
 
     - correct: the training rows' errors (one-hot label - probability; zeros
-      elsewhere) propagated `correct_steps` steps with `correct_alpha`, then added.
-      autoscale: clipped to [-1, 1] after each step, and each row's scaled to the
-      training rows' mean absolute error (sigma / the row's own; 1 where a row has
+      elsewhere) propagated `correct_steps` steps with the correction's alpha, then
+      added. autoscale: clipped to [-1, 1] after each step, and each row's scaled to
+      the training rows' mean absolute error (sigma / the row's own; 1 where a row has
       none, or where that would exceed 1000); else the training rows are reset to
       their errors after each step and every row is scaled by `scale`;
     - smooth: the corrected rows, the training rows set to their one-hot labels,
-      propagated `smooth_steps` steps with `smooth_alpha`, clipped to [0, 1] after
-      each.
+      propagated `smooth_steps` steps with the smoothing's alpha, clipped to [0, 1]
+      after each.
     """
-    graph, exchange = dg.graph, dg.exchange()
-    classes = int(probs.array.shape[1])
-    window = window or edge_window(graph.edges_per_part, classes)
-    placed = Placed(labels.layout)
-    n = graph.nodes_per_part
 
-    def body(graph, soft, label, known):
-        held, at = placed.positions(graph, exchange.axis)
-        seen = (known & held)[:, None]
-        truth = jax.nn.one_hot(label, classes, dtype=jnp.float32)
-        error = jnp.where(seen, truth - soft, 0.0)
-        e0, fixed = placed.put(error, at, n), placed.put(seen[:, 0], at, n)[:, None]
-        if autoscale:
-            spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
-                                      alpha=correct_alpha, norm=norm, window=window,
-                                      after=lambda y: jnp.clip(y, -1.0, 1.0))
-            spread = placed.take(spread, held, at)
-            total = lax.psum(jnp.sum(jnp.abs(error)), exchange.axis)
-            sigma = total / lax.psum(jnp.sum(seen), exchange.axis)
-            own = jnp.sum(jnp.abs(spread), axis=1, keepdims=True)
-            factor = sigma / own
-            factor = jnp.where(jnp.isinf(factor) | (factor > 1000), 1.0, factor)
-            corrected = soft + factor * spread
-            corrected = jnp.where(jnp.isnan(corrected), soft, corrected)
-        else:
-            spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
-                                      alpha=correct_alpha, norm=norm, window=window,
-                                      after=lambda y: jnp.where(fixed, e0, y))
-            corrected = soft + scale * placed.take(spread, held, at)
-        start = placed.put(jnp.where(seen, truth, corrected), at, n)
-        smooth, lost2 = propagate(start, graph, exchange, steps=smooth_steps,
-                                  alpha=smooth_alpha, norm=norm, window=window,
-                                  after=lambda y: jnp.clip(y, 0.0, 1.0))
-        out = placed.take(smooth, held, at)
-        return jnp.where(held[:, None], out, 0.0), lost1 + lost2
+    def __init__(self, dg, labels, train, classes: int, *, correct_steps: int,
+                 smooth_steps: int, autoscale: bool = True, norm: Norm = Norm.SYMMETRIC,
+                 window: int | None = None):
+        graph, exchange = dg.graph, dg.exchange()
+        window = window or edge_window(graph.edges_per_part, classes)
+        placed = Placed(labels.layout)
+        n = graph.nodes_per_part
 
-    out, lost = _program(body, dg, 3)(graph, probs.array, labels.array, train.array)
-    _checked("correct and smooth", lost)
-    return DistTensor(out, labels.layout, "correct and smooth", dg.mesh)
+        def body(graph, soft, label, known, alphas):
+            correct_alpha, smooth_alpha, scale = alphas[0], alphas[1], alphas[2]
+            held, at = placed.positions(graph, exchange.axis)
+            seen = (known & held)[:, None]
+            truth = jax.nn.one_hot(label, classes, dtype=jnp.float32)
+            error = jnp.where(seen, truth - soft, 0.0)
+            e0, fixed = placed.put(error, at, n), placed.put(seen[:, 0], at, n)[:, None]
+            if autoscale:
+                spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
+                                          alpha=correct_alpha, norm=norm, window=window,
+                                          after=lambda y: jnp.clip(y, -1.0, 1.0))
+                spread = placed.take(spread, held, at)
+                total = lax.psum(jnp.sum(jnp.abs(error)), exchange.axis)
+                sigma = total / lax.psum(jnp.sum(seen), exchange.axis)
+                factor = sigma / jnp.sum(jnp.abs(spread), axis=1, keepdims=True)
+                factor = jnp.where(jnp.isinf(factor) | (factor > 1000), 1.0, factor)
+                corrected = soft + factor * spread
+                corrected = jnp.where(jnp.isnan(corrected), soft, corrected)
+            else:
+                spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
+                                          alpha=correct_alpha, norm=norm, window=window,
+                                          after=lambda y: jnp.where(fixed, e0, y))
+                corrected = soft + scale * placed.take(spread, held, at)
+            start = placed.put(jnp.where(seen, truth, corrected), at, n)
+            smooth, lost2 = propagate(start, graph, exchange, steps=smooth_steps,
+                                      alpha=smooth_alpha, norm=norm, window=window,
+                                      after=lambda y: jnp.clip(y, 0.0, 1.0))
+            out = placed.take(smooth, held, at)
+            return jnp.where(held[:, None], out, 0.0), lost1 + lost2
+
+        self.program = jax.jit(jax.shard_map(
+            body, mesh=dg.mesh, in_specs=(graph.specs(), ROWS, ROWS, ROWS, REPLICATED),
+            out_specs=(ROWS, REPLICATED)))
+        self.dg, self.labels, self.train = dg, labels, train
+
+    def __call__(self, probs, correct_alpha: float, smooth_alpha: float,
+                 scale: float = 1.0) -> DistTensor:
+        alphas = jnp.asarray([correct_alpha, smooth_alpha, scale], jnp.float32)
+        out, lost = self.program(self.dg.graph, probs.array, self.labels.array,
+                                 self.train.array, alphas)
+        _checked("correct and smooth", lost)
+        return DistTensor(out, self.labels.layout, "correct and smooth", self.dg.mesh)
+
+
+def labelled_rows(dg, layout, rows) -> DistTensor:
+    """The rows of `layout`'s node type (a `DistTensor` in that layout) of `rows`, a
+    row-sharded array of every node's rows [P * nodes_per_part, ...] (what full-graph
+    inference gives)."""
+    placed = Placed(layout)
+    graph = dg.graph
+
+    def body(graph, rows):
+        held, at = placed.positions(graph, dg.exchange().axis)
+        return placed.take(rows, held, at)
+
+    out = jax.jit(jax.shard_map(body, mesh=dg.mesh, in_specs=(graph.specs(), ROWS),
+                                out_specs=ROWS))(graph, rows)
+    return DistTensor(out, layout, "labelled rows", dg.mesh)
+
+
+def accuracy(scores, labels, mask) -> float:
+    """The share of `mask`'s rows whose highest score is their label (row-sharded
+    arrays of one layout), counted on the devices."""
+    right, total = _counted(scores, labels, mask)
+    return int(right) / max(int(total), 1)
+
+
+@jax.jit
+def _counted(scores, labels, mask):
+    return jnp.sum((jnp.argmax(scores, axis=1) == labels) & mask), jnp.sum(mask)

@@ -66,6 +66,21 @@ def evaluate(workdir: str, splits: Sequence[str] = ("val", "test"),
                         Progress(enabled=progress))
 
 
+def smooth(workdir: str, *, correct_steps: int = 50, smooth_steps: int = 50,
+           correct_alphas: Sequence[float] = (0.0, 0.5, 0.8, 1.0),
+           smooth_alphas: Sequence[float] = (0.0, 0.5, 0.8, 1.0),
+           scale: float | None = None, progress: bool = False) -> dict:
+    """Correct & Smooth of the node classification run `train` saved in `workdir` (`jgraph
+    smooth`): the alphas chosen on validation, the result also written to
+    WORKDIR/correct_and_smooth.json. scale: a fixed scale of the correction instead
+    of autoscaling it. See `jgraph.train.smooth`."""
+    from jgraph.train.smooth import SmoothSettings, smooth_run
+    settings = SmoothSettings(correct_steps, smooth_steps, tuple(correct_alphas),
+                              tuple(smooth_alphas), autoscale=scale is None,
+                              scale=1.0 if scale is None else scale)
+    return smooth_run(workdir, settings, Progress(enabled=progress))
+
+
 def embed(workdir: str, out: str, *, what: str = "embeddings", layer: int | None = None,
           node_type: str | None = None, nodes=None, overwrite: bool = False,
           progress: bool = False) -> dict:
