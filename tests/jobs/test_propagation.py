@@ -112,6 +112,18 @@ def test_propagation_on_the_mesh_equals_the_dense_reference(tmp_path_factory, na
 # -- label propagation ---------------------------------------------------------------------
 
 
+def labelled(dg: DistGraph, name: str, rng):
+    """(layout, global ids, labels, train mask) of the labelled type's rows: cora's own
+    labels and Planetoid split, or the two-type graph's papers with 3 classes drawn
+    from `rng` and a fifth of them for training."""
+    layout = dg.layout("paper" if name == "two_types" else dg.node_types[0])
+    rows = layout.global_ids()
+    if name == "cora":
+        return layout, rows, dg.ndata("label").to_numpy(), dg.split_mask("train").to_numpy()
+    labels = rng.integers(0, 3, rows.size)
+    return layout, rows, labels, rng.random(rows.size) < 0.2
+
+
 def label_reference(a, labels, train, classes, steps, alpha, norm, rows):
     """Dense label propagation over every node; `rows`: the labelled type's global ids
     (labels and train indexed by them)."""
@@ -129,16 +141,8 @@ def test_label_propagation_equals_the_dense_reference(tmp_path_factory, name, pa
     and an accuracy far above the majority class's; on two node types, the papers'
     labels propagate through the authors."""
     dg = opened(name, parts, str(tmp_path_factory.getbasetemp()))
-    ntype = "paper" if name == "two_types" else dg.node_types[0]
-    layout = dg.layout(ntype)
-    rows = layout.global_ids()
     rng = np.random.default_rng(0)
-    if name == "cora":
-        labels = dg.ndata("label").to_numpy()
-        train = dg.split_mask("train").to_numpy()
-    else:
-        labels = rng.integers(0, 3, rows.size)
-        train = rng.random(rows.size) < 0.2
+    layout, rows, labels, train = labelled(dg, name, rng)
     classes = int(labels.max()) + 1
     scores = label_propagation(
         dg, DistTensor.from_numpy(dg.mesh, layout, labels.astype(np.int32)),
@@ -224,16 +228,8 @@ def test_correct_and_smooth_equals_pygs_formulas_and_lifts_a_weak_base(
     scale; on cora, autoscaled, it gains what the graph's labels carry (test accuracy
     from chance to label propagation's level)."""
     dg = opened(name, parts, str(tmp_path_factory.getbasetemp()))
-    ntype = "paper" if name == "two_types" else dg.node_types[0]
-    layout = dg.layout(ntype)
-    rows = layout.global_ids()
     rng = np.random.default_rng(1)
-    if name == "cora":
-        labels = dg.ndata("label").to_numpy()
-        train = dg.split_mask("train").to_numpy()
-    else:
-        labels = rng.integers(0, 3, rows.size)
-        train = rng.random(rows.size) < 0.2
+    layout, rows, labels, train = labelled(dg, name, rng)
     classes = int(labels.max()) + 1
     logits = 0.5 * rng.normal(size=(rows.size, classes))
     soft = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
