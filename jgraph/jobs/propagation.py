@@ -26,7 +26,6 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jgraph.jobs.windows import Summed, edge_window, window_aggregate
@@ -98,11 +97,11 @@ class Placed:
         return jnp.where(held.reshape(-1, *(1,) * (out.ndim - 1)), out, 0)
 
 
-def _program(body, dg, inputs: int):
-    """`body(graph, *row-sharded inputs) -> (rows, lost)` compiled on dg's mesh."""
-    return jax.jit(jax.shard_map(body, mesh=dg.mesh,
-                                 in_specs=(dg.graph.specs(), *(ROWS,) * inputs),
-                                 out_specs=(ROWS, REPLICATED)))
+def _program(body, dg, in_specs: tuple, out_specs=(ROWS, REPLICATED)):
+    """`body(graph, *inputs)` (by default `-> (rows, lost)`) compiled on dg's mesh, the
+    inputs placed as `in_specs` say."""
+    return jax.jit(jax.shard_map(body, mesh=dg.mesh, in_specs=(dg.graph.specs(), *in_specs),
+                                 out_specs=out_specs))
 
 
 def _checked(what: str, lost) -> None:
@@ -125,12 +124,14 @@ def label_propagation(dg, labels, train, num_classes: int, *, steps: int, alpha:
     graph, exchange = dg.graph, dg.exchange()
     window = window or edge_window(graph.edges_per_part, num_classes)
     placed = Placed(labels.layout)
-    prior = jnp.asarray(class_prior(labels, train, num_classes))
 
     def body(graph, label, known):
         held, at = placed.positions(graph, exchange.axis)
         seen = known & held
         onehot = jax.nn.one_hot(label, num_classes, dtype=jnp.float32) * seen[:, None]
+        # The training labels' frequencies, over every device.
+        counts = lax.psum(jnp.sum(onehot, axis=0), exchange.axis)
+        prior = counts / jnp.maximum(jnp.sum(counts), 1.0)
         y0 = placed.put(onehot, at, graph.nodes_per_part)
         clamp = placed.put(seen, at, graph.nodes_per_part)
         y, lost = propagate(y0, graph, exchange, steps=steps, alpha=alpha, norm=norm,
@@ -140,16 +141,9 @@ def label_propagation(dg, labels, train, num_classes: int, *, steps: int, alpha:
         out = jnp.where(jnp.any(out > 0, axis=1, keepdims=True), out, prior[None])
         return jnp.where(held[:, None], out, 0.0), lost
 
-    scores, lost = _program(body, dg, 2)(graph, labels.array, train.array)
+    scores, lost = _program(body, dg, (ROWS, ROWS))(graph, labels.array, train.array)
     _checked("label propagation", lost)
     return DistTensor(scores, labels.layout, "label propagation", dg.mesh)
-
-
-def class_prior(labels, train, num_classes: int):
-    """float32[C]: the training nodes' class frequencies."""
-    held = labels.to_numpy()[train.to_numpy()]
-    counts = np.bincount(held[held >= 0], minlength=num_classes).astype(np.float32)
-    return counts / max(counts.sum(), 1.0)
 
 
 def correct_and_smooth(dg, probs, labels, train, *, correct_steps: int,
@@ -221,9 +215,7 @@ class CorrectAndSmooth:
             out = placed.take(smooth, held, at)
             return jnp.where(held[:, None], out, 0.0), lost1 + lost2
 
-        self.program = jax.jit(jax.shard_map(
-            body, mesh=dg.mesh, in_specs=(graph.specs(), ROWS, ROWS, ROWS, REPLICATED),
-            out_specs=(ROWS, REPLICATED)))
+        self.program = _program(body, dg, (ROWS, ROWS, ROWS, REPLICATED))
         self.dg, self.labels, self.train = dg, labels, train
 
     def __call__(self, probs, correct_alpha: float, smooth_alpha: float,
@@ -239,25 +231,11 @@ def labelled_rows(dg, layout, rows) -> DistTensor:
     """The rows of `layout`'s node type (a `DistTensor` in that layout) of `rows`, a
     row-sharded array of every node's rows [P * nodes_per_part, ...] (what full-graph
     inference gives)."""
-    placed = Placed(layout)
-    graph = dg.graph
+    placed, axis = Placed(layout), dg.exchange().axis
 
     def body(graph, rows):
-        held, at = placed.positions(graph, dg.exchange().axis)
+        held, at = placed.positions(graph, axis)
         return placed.take(rows, held, at)
 
-    out = jax.jit(jax.shard_map(body, mesh=dg.mesh, in_specs=(graph.specs(), ROWS),
-                                out_specs=ROWS))(graph, rows)
+    out = _program(body, dg, (ROWS,), ROWS)(dg.graph, rows)
     return DistTensor(out, layout, "labelled rows", dg.mesh)
-
-
-def accuracy(scores, labels, mask) -> float:
-    """The share of `mask`'s rows whose highest score is their label (row-sharded
-    arrays of one layout), counted on the devices."""
-    right, total = _counted(scores, labels, mask)
-    return int(right) / max(int(total), 1)
-
-
-@jax.jit
-def _counted(scores, labels, mask):
-    return jnp.sum((jnp.argmax(scores, axis=1) == labels) & mask), jnp.sum(mask)

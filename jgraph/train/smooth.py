@@ -19,7 +19,8 @@ import jax
 from jgraph.config import ConfigError
 from jgraph.data.outputs import What
 from jgraph.jobs.inference import full_graph_rows_program
-from jgraph.jobs.propagation import CorrectAndSmooth, accuracy, labelled_rows
+from jgraph.jobs.metrics import accuracy
+from jgraph.jobs.propagation import CorrectAndSmooth, labelled_rows
 from jgraph.progress import Progress
 from jgraph.train.model import open_trained
 from jgraph.train.report import write_json
