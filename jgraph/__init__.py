@@ -15,7 +15,7 @@ The Python API, in the order of a run (each name is documented where it lives):
   models         GraphSAGE, RGCN, LayerStack, MessagePassing, ModelSpec,
                  register_model                                       (jgraph.models)
   training       Experiment, DataConfig, ModelConfig, TrainConfig, CheckpointConfig,
-                 LinkConfig, load_config, train(config, workdir),
+                 LinkConfig, SmoothConfig, load_config, train(config, workdir),
                  evaluate(workdir), smooth(workdir) (Correct & Smooth
                  after a node classification run)                     (jgraph.train)
   outputs        embed(workdir, out) (every node's embedding or prediction on disk),
@@ -55,7 +55,7 @@ _LAZY = {
     **dict.fromkeys(["GraphSAGE", "LayerStack", "MessagePassing", "ModelSpec", "RGCN",
                      "register_model"], "jgraph.models"),
     **dict.fromkeys(["CheckpointConfig", "DataConfig", "Experiment", "LinkConfig",
-                     "ModelConfig", "TrainConfig"], "jgraph.jobs.experiment"),
+                     "ModelConfig", "SmoothConfig", "TrainConfig"], "jgraph.jobs.experiment"),
     **dict.fromkeys(["TrainedRun", "load_run"], "jgraph.train.trained"),
     "embed": "jgraph.train.api",
     "smooth": "jgraph.train.api",
@@ -88,6 +88,7 @@ __all__ = [  # noqa: RUF022  (in the docstring's order)
     "NodeLoader", "NeighborSampler",
     "GraphSAGE", "RGCN", "LayerStack", "MessagePassing", "ModelSpec", "register_model",
     "Experiment", "DataConfig", "ModelConfig", "TrainConfig", "CheckpointConfig",
-    "LinkConfig", "load_config", "train", "evaluate", "smooth", "embed", "read_embeddings",
+    "LinkConfig", "SmoothConfig", "load_config", "train", "evaluate", "smooth", "embed",
+    "read_embeddings",
     "__version__",
 ]

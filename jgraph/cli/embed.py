@@ -10,7 +10,9 @@ def add_commands(sub) -> None:
                     "a list of nodes) by layer-wise full-graph inference on the run's "
                     "devices, and write them in original node ids to DIR: row-chunked .npy "
                     "files and DIR/index.json (read them with jgraph.read_embeddings). Each "
-                    "process writes the rows its devices computed.")
+                    "process writes the rows its devices computed. A run of label "
+                    "propagation, or --smoothed, gives the labelled type's class "
+                    "probabilities or predictions.")
     embed.add_argument("workdir", help="the run's WORKDIR (jgraph train --workdir)")
     embed.add_argument("--out", required=True, help="output directory")
     embed.add_argument("--what", default=What.EMBEDDINGS.value,
@@ -25,6 +27,10 @@ def add_commands(sub) -> None:
     embed.add_argument("--nodes", metavar="FILE",
                        help="only these nodes: original ids of --node-type (or of the only "
                             "type), a .npy array or a text file with one id a line")
+    embed.add_argument("--smoothed", action="store_true",
+                       help="with --what probabilities or predictions: those after the "
+                            "Correct & Smooth that `jgraph smooth` (or "
+                            "smooth.after_training) chose for the run, of the labelled type")
     embed.add_argument("--overwrite", action="store_true",
                        help="replace outputs that an earlier jgraph embed wrote to DIR")
     embed.add_argument("--devices", type=int, help="simulate this many devices on CPU "
@@ -45,7 +51,7 @@ def run_embed(args) -> int:
     first = jax.process_index() == 0          # one process speaks for a multi-process job
     summary = embed(args.workdir, args.out, what=args.what, layer=args.layer,
                     node_type=args.node_type, nodes=args.nodes, overwrite=args.overwrite,
-                    progress=Progress(enabled=first and not args.quiet))
+                    smoothed=args.smoothed, progress=Progress(enabled=first and not args.quiet))
     if first:
         print(strict_json(summary))
     return 0

@@ -52,19 +52,22 @@ def add_commands(sub) -> None:
                     "(both 0). Writes WORKDIR/correct_and_smooth.json and prints its "
                     "scores.")
     sm.add_argument("workdir")
-    sm.add_argument("--correct-steps", type=int, default=50,
-                    help="steps of the error propagation (default 50)")
-    sm.add_argument("--smooth-steps", type=int, default=50,
-                    help="steps of the smoothing propagation (default 50)")
-    sm.add_argument("--correct-alphas", type=_alphas, default=(0.0, 0.5, 0.8, 1.0),
-                    help="comma-separated alphas to try for the correction "
-                         "(default 0,0.5,0.8,1)")
-    sm.add_argument("--smooth-alphas", type=_alphas, default=(0.0, 0.5, 0.8, 1.0),
-                    help="comma-separated alphas to try for the smoothing "
-                         "(default 0,0.5,0.8,1)")
+    sm.add_argument("--correct-steps", type=int,
+                    help="steps of the error propagation (default: the run's "
+                         "smooth.correct_steps, 50 unless set)")
+    sm.add_argument("--smooth-steps", type=int,
+                    help="steps of the smoothing propagation (default: the run's "
+                         "smooth.smooth_steps, 50 unless set)")
+    sm.add_argument("--correct-alphas", type=_alphas,
+                    help="comma-separated alphas to try for the correction (default: "
+                         "the run's smooth.correct_alphas, 0,0.5,0.8,1 unless set)")
+    sm.add_argument("--smooth-alphas", type=_alphas,
+                    help="comma-separated alphas to try for the smoothing (default: the "
+                         "run's smooth.smooth_alphas, 0,0.5,0.8,1 unless set)")
     sm.add_argument("--scale", type=float,
                     help="scale every row's correction by this instead of autoscaling it "
-                         "to the training rows' mean error")
+                         "to the training rows' mean error (default: the run's "
+                         "smooth.autoscale and smooth.scale)")
     sm.add_argument("--devices", type=int, help="simulate this many devices on CPU "
                     "(default: as many as the run trained on)")
     sm.set_defaults(run=run_smooth)
@@ -100,10 +103,12 @@ def run_train(args) -> int:
     except RunStopped as stopped:
         get_logger("train").warning("jgraph train: %s", stopped)
         return 128 + stopped.signum
-    # The scores (val_acc ... or val_mrr, test_hits@k ...), then how the run went.
-    scores = [k for k in result if k.startswith(("val_", "test_"))]
+    # The scores (val_acc ... or val_mrr, test_hits@k ...; smoothed_val_acc ... after
+    # Correct & Smooth), then how the run went (a run that learns nothing compiles no
+    # step).
+    scores = [k for k in result if k.startswith(("val_", "test_", "smoothed_"))]
     summary = {k: result[k] for k in (*scores, "best_epoch", "final_loss", "compiles",
-                                      "seconds")}
+                                      "seconds") if k in result}
     if first:
         print(strict_json({"workdir": workdir, **summary}))
     return 0

@@ -97,6 +97,10 @@ class HistoryInit(enum.Enum):
     ZEROS = "zeros"
 
 
+LABEL_PROPAGATION = "label_propagation"
+"""model.kind of label propagation: a model that learns nothing (see `ModelConfig`)."""
+
+
 class Inference(enum.Enum):
     """How the final evaluation runs: `sampled` with `eval_fanouts`, or `full`:
     layer-wise inference over every node's whole in-neighbourhood."""
@@ -173,10 +177,12 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """kind: the model: "sage" (GraphSAGE), "rgcn" (R-GCN), a name given to
+    """kind: the model: "sage" (GraphSAGE), "rgcn" (R-GCN), "gat", a name given to
       `jgraph.models.register_model`, or "module:function" (a builder that jgraph
-      imports; see `jgraph.models.registry`). hidden, num_layers: widths and depth (one
-      layer per hop).
+      imports; see `jgraph.models.registry`); or "label_propagation", which learns
+      nothing: the training labels propagated over the graph (Zhou et al., 2004;
+      `jgraph.jobs.label_propagation`), num_layers steps with `alpha`. hidden,
+      num_layers: widths and depth (one layer per hop).
     aggregator: GraphSAGE's. decomposition, num_bases, self_loop: R-GCN's (num_bases
       is the block count for block decomposition; 0 = a full weight per relation).
     normalization: R-GCN's neighbour normalisation: `relation` (default, the paper's)
@@ -190,6 +196,8 @@ class ModelConfig:
     one_hot_inputs: R-GCN's first layer as on one-hot inputs, the paper's featureless
       model: each node learns one hidden-wide row per relation and one for itself
       (embedding_dim is then (relations + 1) x hidden; see `OneHotRelGraphConv`).
+    alpha: label propagation's: the share of each step taken from the neighbours (the
+      rest from the training labels), in (0, 1].
     """
 
     kind: str = "sage"
@@ -211,12 +219,16 @@ class ModelConfig:
     attn_dropout: float = 0.0
     negative_slope: float = 0.2
     residual: bool = False
+    alpha: float = 0.9
 
     def __post_init__(self):
-        if self.kind not in registered_models() and not is_import_path(self.kind):
+        known = [*registered_models(), LABEL_PROPAGATION]
+        if self.kind not in known and not is_import_path(self.kind):
             raise ConfigError(f"model.kind {self.kind!r} is not a model: one of "
-                              f"{registered_models()} (jgraph.models.register_model adds "
+                              f"{known} (jgraph.models.register_model adds "
                               f"one), or 'module:function' naming a model builder")
+        if not 0.0 < self.alpha <= 1.0:
+            raise ConfigError(f"model.alpha must be in (0, 1], got {self.alpha}")
         _at_least(1, model__hidden=self.hidden, model__num_layers=self.num_layers,
                   model__embedding_dim=self.embedding_dim, model__heads=self.heads,
                   model__out_heads=self.out_heads)
@@ -360,6 +372,37 @@ class LinkConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SmoothConfig:
+    """Correct & Smooth (Huang et al., ICLR 2021) of a node classification run's
+    predictions (`jgraph.train.smooth`; `jgraph smooth WORKDIR` runs it on a finished
+    run with these settings unless its flags say otherwise).
+    after_training: run it at the end of `jgraph train` (the result then holds
+      smoothed_val_acc and smoothed_test_acc beside the model's).
+    correct_steps, smooth_steps: the two propagations' steps (PyG's examples: 50).
+    correct_alphas, smooth_alphas: the grid the validation split chooses the alphas
+      from; 0 in both is the base predictions, so validation accuracy never falls.
+    autoscale: scale each row's correction to the training rows' mean absolute error
+      (the paper's "autoscale"); false: scale every row by `scale` ("FDiff-scale").
+    """
+
+    after_training: bool = False
+    correct_steps: int = 50
+    smooth_steps: int = 50
+    correct_alphas: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0)
+    smooth_alphas: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0)
+    autoscale: bool = True
+    scale: float = 1.0
+
+    def __post_init__(self):
+        _at_least(0, smooth__correct_steps=self.correct_steps,
+                  smooth__smooth_steps=self.smooth_steps)
+        for key, alphas in (("smooth.correct_alphas", self.correct_alphas),
+                            ("smooth.smooth_alphas", self.smooth_alphas)):
+            if not alphas or any(not 0.0 <= a <= 1.0 for a in alphas):
+                raise ConfigError(f"{key} are alphas in [0, 1], got {list(alphas)}")
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     """every_steps: save a checkpoint every this many training steps; 0 = at the end of
       every epoch. One is also saved at the end of training, and when SIGINT or SIGTERM
@@ -383,9 +426,9 @@ class CheckpointConfig:
 class Experiment:
     """name: for logs. task: node (classification) or link (prediction), or the task of
     a kind of job registered elsewhere (`jgraph.jobs.register`). data, model,
-    train: as above; link: link prediction's settings. exchange: how rows travel
-    between devices (its defaults compile fastest). checkpoint: when the run saves
-    itself (WORKDIR/checkpoints)."""
+    train: as above; link: link prediction's settings; smooth: Correct & Smooth's.
+    exchange: how rows travel between devices (its defaults compile fastest).
+    checkpoint: when the run saves itself (WORKDIR/checkpoints)."""
 
     name: str = "experiment"
     task: str = Task.NODE.value
@@ -395,6 +438,7 @@ class Experiment:
     exchange: ExchangeConfig = ExchangeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     link: LinkConfig = LinkConfig()
+    smooth: SmoothConfig = SmoothConfig()
 
     def __post_init__(self):
         # The rules of the kind of job it asks for (none: an error naming the kinds).

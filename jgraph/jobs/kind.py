@@ -30,15 +30,18 @@ import dataclasses
 import numpy as np
 
 from jgraph.config import ConfigError
+from jgraph.data.outputs import What
 from jgraph.data.prepare import Preparation
 from jgraph.jobs.dataset import data_preparation
 from jgraph.jobs.evaluate import SampledEvaluator, evaluation
 from jgraph.jobs.experiment import Experiment, Inference, Mode, Sampler, Task
-from jgraph.jobs.inference import full_graph_scores, split_masks
+from jgraph.jobs.inference import full_graph_rows_program, full_graph_scores, split_masks
 from jgraph.jobs.programs import Programs
+from jgraph.jobs.propagation import labelled_rows
 from jgraph.jobs.run import Run, calibrated_exchange, calibrated_sampler, split_labels
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph
+from jgraph.sharded.tensor import DistTensor
 
 
 class JobKind:
@@ -47,6 +50,8 @@ class JobKind:
     task: str
     mode: str = Mode.SAMPLED
     sampler: str = Sampler.NEIGHBOR
+    model: str | None = None
+    """The model.kind that is a job of its own (None: the kind trains any model)."""
     title: str
     """What it trains, in words ("node classification"), for messages."""
     samples: bool = True
@@ -68,12 +73,19 @@ class JobKind:
     validation_key: str = "val_acc"
     """The epoch row's validation score (None where there is no validation split)."""
 
+    learns: bool = True
+    """It trains parameters (label propagation does not: its run evaluates at once)."""
+
     @property
     def key(self) -> tuple[str, str, str]:
+        if self.model is not None:
+            return self.task, "model.kind", self.model
         return self.task, self.mode, self.sampler
 
     @property
     def name(self) -> str:
+        if self.model is not None:
+            return f"task {self.task}, model.kind {self.model}"
         return f"task {self.task}, train.mode {self.mode}, train.sampler {self.sampler}"
 
     # -- settings and graph ------------------------------------------------------------
@@ -93,6 +105,9 @@ class JobKind:
         if t.history_refresh is not None and not self.histories:
             raise ConfigError(f"train.history_refresh={t.history_refresh}: only "
                               f"train.sampler: control_variate keeps histories")
+        if config.smooth.after_training and not self.classifies:
+            raise ConfigError(f"smooth.after_training: Correct & Smooth corrects class "
+                              f"predictions; a {self.title} run has none")
 
     def preparation(self, config: Experiment) -> Preparation:
         """What the run asks of its graph (`jgraph.data.prepare`): the data section's
@@ -188,6 +203,12 @@ class JobKind:
         """The result's fields of what a model that learns nothing scores (none)."""
         return {}
 
+    def class_scores(self, run: Run, params, embeddings) -> DistTensor:
+        """What the run predicts for every labelled node, over the whole graph: float32
+        [rows, classes] class probabilities, a `DistTensor` in the labels' layout (what
+        Correct & Smooth corrects). A kind whose model gives no classes raises."""
+        raise ConfigError(f"a {self.title} run predicts no classes")
+
 
 class NodeKind(JobKind):
     """Node classification: scored by accuracy and macro-F1 of the labelled node type,
@@ -256,6 +277,17 @@ class NodeKind(JobKind):
             out[f"majority_{split}_acc"] = (None if held is None or not held.size else
                                             float(np.mean(held == majority)))
         return out
+
+    def class_scores(self, run: Run, params, embeddings) -> DistTensor:
+        """The model's softmax for every labelled node by layer-wise full-graph
+        inference."""
+        rows, lost = full_graph_rows_program(run.job, run.dg.graph, What.PROBABILITIES,
+                                             None)(params, embeddings,
+                                                   run.job.data(run.dg.graph))
+        if int(lost):
+            raise RuntimeError(f"full-graph inference: {int(lost)} id(s) were lost by the "
+                               f"exchange")
+        return labelled_rows(run.dg, run.job.labels.layout, rows)
 
     def final_scores(self, final: dict, config: Experiment) -> dict:
         def pick(split, key):

@@ -41,6 +41,24 @@ def accuracy(logits, labels, mask) -> float:
 _class_counts = jax.jit(class_counts)
 
 
+@jax.jit
+def _probability_counts(probs, labels, mask):
+    """class_counts and the summed negative log-likelihood of the rows' labels."""
+    truth = jnp.take_along_axis(probs, jnp.where(mask, labels, 0)[:, None], axis=1)[:, 0]
+    nll = -jnp.log(jnp.maximum(truth, 1e-12))
+    return class_counts(probs, labels, mask), jnp.sum(jnp.where(mask, nll, 0.0))
+
+
+def probability_scores(probs, labels, mask) -> dict[str, float]:
+    """`scores` of class probabilities (float [n, C]) against `labels` where `mask`
+    is True, with `loss`: their mean negative log-likelihood (the cross-entropy a
+    model's logits give; a probability of 0 counts as 1e-12)."""
+    classes, nll = _probability_counts(probs, labels, mask)
+    out = scores(np.asarray(classes))
+    out["loss"] = float(nll) / max(out["count"], 1)
+    return out
+
+
 def scores(classes: np.ndarray) -> dict[str, float]:
     """accuracy and macro-F1 from per-class counts [3, C] (true, predicted, correct; see
     `class_counts`): macro-F1 is the mean F1 over the classes that occur in the labels

@@ -227,6 +227,20 @@ class CorrectAndSmooth:
         return DistTensor(out, self.labels.layout, "correct and smooth", self.dg.mesh)
 
 
+def rows_summing_to_one(scores: DistTensor) -> DistTensor:
+    """`scores` (non-negative) with each row divided by its sum: class probabilities;
+    a row of zeros (nothing reached it, from a base of zeros) becomes uniform."""
+    return DistTensor(_rows_summing_to_one(scores.array), scores.layout, scores.name,
+                      scores.mesh)
+
+
+@jax.jit
+def _rows_summing_to_one(scores):
+    total = jnp.sum(scores, axis=1, keepdims=True)
+    return jnp.where(total > 0, scores / jnp.where(total > 0, total, 1.0),
+                     1.0 / scores.shape[1])
+
+
 def labelled_rows(dg, layout, rows) -> DistTensor:
     """The rows of `layout`'s node type (a `DistTensor` in that layout) of `rows`, a
     row-sharded array of every node's rows [P * nodes_per_part, ...] (what full-graph
@@ -239,3 +253,16 @@ def labelled_rows(dg, layout, rows) -> DistTensor:
 
     out = _program(body, dg, (ROWS,), ROWS)(dg.graph, rows)
     return DistTensor(out, layout, "labelled rows", dg.mesh)
+
+
+def placed_rows(dg, layout, rows):
+    """The inverse of `labelled_rows`: `rows` (row-sharded, in `layout`, the rows of its
+    node type) written into each device's block of every node, [P * nodes_per_part,
+    ...] row-sharded, zeros in other types' rows."""
+    placed, axis = Placed(layout), dg.exchange().axis
+
+    def body(graph, rows):
+        _, at = placed.positions(graph, axis)
+        return Placed.put(rows, at, graph.nodes_per_part)
+
+    return _program(body, dg, (ROWS,), ROWS)(dg.graph, rows)

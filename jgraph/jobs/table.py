@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from jgraph.sharded import DistGraph
 
 KINDS: dict[tuple, JobKind] = {}
-"""{(task, train.mode, train.sampler): its kind}, in the order registered."""
+"""{(task, train.mode, train.sampler): its kind}, in the order registered; a model that
+is a job of its own (label propagation, which learns nothing) under (task, "model.kind",
+its model.kind), whatever train.mode and train.sampler say."""
 
 
 def register(kind: JobKind) -> JobKind:
@@ -42,7 +44,11 @@ def unregister(kind: JobKind) -> None:
 
 
 def kind_of(config: Experiment) -> JobKind:
-    """The kind of job `config` asks for."""
+    """The kind of job `config` asks for: its model's own, else its task's, mode's and
+    sampler's."""
+    own = (config.task, "model.kind", config.model.kind)
+    if own in KINDS:
+        return KINDS[own]
     key = (config.task, config.train.mode, config.train.sampler)
     if key not in KINDS:
         raise ConfigError(f"no kind of job trains task {key[0]} with train.mode {key[1]} "

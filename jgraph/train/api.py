@@ -66,30 +66,36 @@ def evaluate(workdir: str, splits: Sequence[str] = ("val", "test"),
                         Progress(enabled=progress))
 
 
-def smooth(workdir: str, *, correct_steps: int = 50, smooth_steps: int = 50,
-           correct_alphas: Sequence[float] = (0.0, 0.5, 0.8, 1.0),
-           smooth_alphas: Sequence[float] = (0.0, 0.5, 0.8, 1.0),
-           scale: float | None = None, progress: bool = False) -> dict:
+def smooth(workdir: str, *, correct_steps: int | None = None,
+           smooth_steps: int | None = None, correct_alphas: Sequence[float] | None = None,
+           smooth_alphas: Sequence[float] | None = None, scale: float | None = None,
+           progress: bool = False) -> dict:
     """Correct & Smooth of the node classification run `train` saved in `workdir` (`jgraph
     smooth`): the alphas chosen on validation, the result also written to
-    WORKDIR/correct_and_smooth.json. scale: a fixed scale of the correction instead
-    of autoscaling it. See `jgraph.train.smooth`."""
-    from jgraph.train.smooth import SmoothSettings, smooth_run
-    settings = SmoothSettings(correct_steps, smooth_steps, tuple(correct_alphas),
-                              tuple(smooth_alphas), autoscale=scale is None,
-                              scale=1.0 if scale is None else scale)
-    return smooth_run(workdir, settings, Progress(enabled=progress))
+    WORKDIR/correct_and_smooth.json. Settings left None are the run's `smooth` section's
+    (`jgraph.jobs.experiment.SmoothConfig`); scale: a fixed scale of the correction
+    instead of autoscaling it. See `jgraph.train.smooth`."""
+    from jgraph.train.smooth import smooth_run
+    given = {"correct_steps": correct_steps, "smooth_steps": smooth_steps,
+             "correct_alphas": None if correct_alphas is None else tuple(correct_alphas),
+             "smooth_alphas": None if smooth_alphas is None else tuple(smooth_alphas)}
+    if scale is not None:
+        given.update(autoscale=False, scale=scale)
+    return smooth_run(workdir, {k: v for k, v in given.items() if v is not None},
+                      Progress(enabled=progress))
 
 
 def embed(workdir: str, out: str, *, what: str = "embeddings", layer: int | None = None,
           node_type: str | None = None, nodes=None, overwrite: bool = False,
-          progress: bool = False) -> dict:
+          smoothed: bool = False, progress: bool = False) -> dict:
     """Write every node's output of the model `train` saved in `workdir` to `out`, in
     original node ids (read it back with `jgraph.read_embeddings(out)`); returns a
     summary (rows, width, seconds, ...). what: "embeddings" (the rows of `layer`,
     counted from 1; default the last hidden layer, or the last for link prediction),
     "logits", "probabilities" or "predictions"; node_type, nodes: only that type's
-    nodes, only these original ids (an array or a file). See `jgraph embed --help`."""
+    nodes, only these original ids (an array or a file); smoothed: the probabilities or
+    predictions after the run's Correct & Smooth (`smooth`). See `jgraph embed --help`."""
     from jgraph.train.embed import embed as embed_run
     return embed_run(workdir, out, what=what, layer=layer, node_type=node_type, nodes=nodes,
-                     overwrite=overwrite, progress=Progress(enabled=progress))
+                     overwrite=overwrite, smoothed=smoothed,
+                     progress=Progress(enabled=progress))

@@ -28,6 +28,7 @@ from jgraph.memory import peak_rss_bytes
 from jgraph.mesh import host_sync
 from jgraph.progress import Progress
 from jgraph.train.model import open_trained
+from jgraph.train.smooth import every_node_rows, predicted_scores
 
 
 class OutputExists(ConfigError):
@@ -37,7 +38,7 @@ class OutputExists(ConfigError):
 def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
           layer: int | None = None, node_type: str | None = None,
           nodes: np.ndarray | Sequence[int] | str | None = None, overwrite: bool = False,
-          progress: Progress | None = None) -> dict:
+          smoothed: bool = False, progress: Progress | None = None) -> dict:
     """Write the outputs of the model saved in `workdir` to `out`; returns a summary
     (rows, width, seconds, rows_per_s, peak_rss_bytes of this process, ...).
 
@@ -46,7 +47,10 @@ def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
     probabilities or predictions. node_type: only that type's nodes (default: every
     type's). nodes: only these original (type-local) ids of `node_type` (or of the only
     type), an array or a file (`.npy`, or text with one id a line). overwrite: replace
-    an earlier `jgraph embed` output at `out`.
+    an earlier `jgraph embed` output at `out`. smoothed: probabilities or predictions
+    after the Correct & Smooth that `jgraph smooth` (or smooth.after_training) chose
+    (WORKDIR/correct_and_smooth.json), of the labelled node type. A run of label
+    propagation gives its probabilities or predictions, of the labelled type.
     """
     progress = progress or Progress()
     what = parse_what(what)
@@ -54,23 +58,31 @@ def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
     check_out(out, overwrite)
     begin = time.perf_counter()
     run, params, embeddings = open_trained(workdir, progress)
-    depth = nnx.merge(run.job.graphdef, run.params).gnn.num_layers
-    layer = checked_layer(run, what, layer, depth)
     book = run.dg.book
-    types = checked_types(book.node_types, node_type)
+    predicted = predicted_scores(run, params, embeddings, workdir, smoothed, progress)
+    if predicted is None:
+        depth = nnx.merge(run.job.graphdef, run.params).gnn.num_layers
+        layer = checked_layer(run, what, layer, depth)
+        types = checked_types(book.node_types, node_type)
+        program = full_graph_rows_program(run.job, run.dg.graph, what, layer)
+        data = run.job.data(run.dg.graph)
+        compute = lambda: program(params, embeddings, data)
+        shape = jax.eval_shape(compute)[0].shape
+    else:
+        depth = layer = checked_predicted(run, what, layer, node_type, smoothed)
+        types = [run.target]
+        compute = lambda: (every_node_rows(run.dg, predicted, what), 0)
+        shape = (0, run.num_classes) if what is What.PROBABILITIES else (0,)
     wanted = None if nodes is None else _nodes(run.dg, types, nodes)
     rows = {t: {p: int(_rows(book, p, t, wanted).size) for p in range(book.num_parts)}
             for t in types}
-    program = full_graph_rows_program(run.job, run.dg.graph, what, layer)
-    data = run.job.data(run.dg.graph)
-    shape = jax.eval_shape(program, params, embeddings, data)[0].shape
     width = int(shape[1]) if len(shape) > 1 else 1
     dtype = np.int32 if what is What.PREDICTIONS else np.float32
     total = sum(sum(r.values()) for r in rows.values())
     check_disk(out, total * (8 + width * np.dtype(dtype).itemsize))
     staging = _shared_staging(out)
     with progress.phase(f"{what.value} of {total:,} nodes (layer {layer} of {depth})"):
-        values, lost = program(params, embeddings, data)
+        values, lost = compute()
         if int(lost):
             from jgraph.exchange import ExchangeOverflowError
             raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost "
@@ -128,6 +140,26 @@ def checked_layer(run, what: What, layer: int | None, depth: int) -> int:
         raise ConfigError(f"--layer {layer!r}: the model has layers 1 to {depth} (the "
                           f"last gives the {'embeddings' if embeds else 'logits'})")
     return int(layer)
+
+
+def checked_predicted(run, what: What, layer: int | None, node_type: str | None,
+                      smoothed: bool) -> int:
+    """The layer recorded for class predictions that are not the model's layers' own
+    (Correct & Smooth's, label propagation's: `predicted_scores`), after checking that
+    they are what is asked: probabilities or predictions of the labelled type."""
+    source = "Correct & Smooth" if smoothed else run.kind.title
+    if what not in (What.PROBABILITIES, What.PREDICTIONS):
+        raise ConfigError(f"--what {what.value}: {source} gives class probabilities and "
+                          f"predictions, not {what.value}")
+    if node_type is not None and node_type != run.target:
+        raise ConfigError(f"--node-type {node_type!r}: {source} predicts the labelled "
+                          f"node type, {run.target!r}")
+    depth = (nnx.merge(run.job.graphdef, run.params).gnn.num_layers if run.kind.learns
+             else run.config.model.num_layers)
+    if layer is not None and layer != depth:
+        raise ConfigError(f"--layer {layer} with --what {what.value}: {what.value} come "
+                          f"from the last layer ({depth})")
+    return depth
 
 
 def checked_types(node_types: Sequence[str], node_type: str | None) -> list[str]:

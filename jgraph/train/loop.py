@@ -53,6 +53,7 @@ from jgraph.train.resume import (
     starting_point,
     state_dict,
 )
+from jgraph.train.smooth import smooth_trained
 from jgraph.train.trace import StepTrace
 from jgraph.train.workdir import RunWorkdir
 
@@ -106,14 +107,17 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
     dg = open_graph(config, mesh, workdir, progress, reuse=bool(ckpts.steps()))
     run = build_run(config, dg)
     job = run.job
+    if not run.kind.learns:
+        progress.note(f"{config.name}: {dg.meta.num_nodes:,} nodes on {mesh.size} "
+                      f"device(s), {run.kind.describe(run)}")
+        _write_config(config, workdir)
+        held.training()
+        return _without_training(run, workdir, progress, start)
     progress.note(f"{config.name}: {dg.meta.num_nodes:,} nodes on {mesh.size} device(s), "
                   f"{run.kind.describe(run)}, {job.loader.steps_per_epoch} steps per epoch")
     identity = run_identity(config, dg)
     begin = starting_point(run, mesh, ckpts, resume, identity, workdir, progress)
-    if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.yaml"), "w") as f:
-            # Its data.path absolute: loading this file resolves paths against its folder.
-            yaml.safe_dump(to_dict(config.relative_to(os.getcwd())), f, sort_keys=False)
+    _write_config(config, workdir)
     # The capacities the checkpoint's run had grown to, else measured.
     meta = begin.restored.meta if begin.restored is not None else {}
     job = run.kind.sized(run, job, meta, begin.state.embeddings, progress)
@@ -125,6 +129,53 @@ def _train_and_evaluate(config: Experiment, workdir: str, progress: Progress,
         return loop.report(time.perf_counter() - start)
     finally:
         loop.events.close()             # what a stopped run logged stays readable
+
+
+def _write_config(config: Experiment, workdir: str) -> None:
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.yaml"), "w") as f:
+            # Its data.path absolute: loading this file resolves paths against its folder.
+            yaml.safe_dump(to_dict(config.relative_to(os.getcwd())), f, sort_keys=False)
+
+
+def _without_training(run: Run, workdir: str, progress: Progress, start: float) -> dict:
+    """The run of a kind that learns nothing (label propagation): its splits scored at
+    once, logged as one epoch of no steps, and its result written (with Correct &
+    Smooth's where smooth.after_training asks)."""
+    kind, config = run.kind, run.config
+    with progress.phase(f"{kind.title}: scoring the splits"):
+        begin = time.perf_counter()
+        final = evaluate_splits(run, None, None, ("train", "val", "test"),
+                                config.train.inference, progress=progress)
+        seconds = time.perf_counter() - begin
+    row = {"epoch": 0, "step": 0,
+           "loss": final["train"]["loss"] if final["train"] else None,
+           kind.train_key: final["train"]["acc"] if final["train"] else None,
+           kind.validation_key: None, "epoch_seconds": seconds}
+    if final["val"] is not None:
+        row.update(kind.epoch_scores(final["val"])[0])
+    writer = jax.process_index() == 0
+    JsonLog(os.path.join(workdir, "metrics.jsonl"), writer).write(row)
+    progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                           for k, v in row.items()))
+    result = {**kind.final_scores(final, config), **kind.baselines(run),
+              "best_epoch": None, "final_loss": row["loss"], "steps": 0,
+              **after_training(run, None, None, workdir, progress),
+              "seconds": time.perf_counter() - start, "devices": run.dg.mesh.size,
+              "graph": run.dg.meta.graph_name, "config": to_dict(config)}
+    if writer:
+        write_json(os.path.join(workdir, "result.json"), result)
+    return result
+
+
+def after_training(run: Run, params, embeddings, workdir: str, progress: Progress) -> dict:
+    """The result's fields of what runs after training: Correct & Smooth where
+    smooth.after_training asks (its val and test accuracy, also written to
+    WORKDIR/correct_and_smooth.json), else none."""
+    if not run.config.smooth.after_training:
+        return {}
+    smoothed = smooth_trained(run, params, embeddings, workdir, run.config.smooth, progress)
+    return {"smoothed_val_acc": smoothed["val_acc"], "smoothed_test_acc": smoothed["test_acc"]}
 
 
 @dataclasses.dataclass
@@ -464,6 +515,8 @@ class Loop:
             "config": to_dict(config),
         }
         save_model(self.workdir, params, embeddings)
+        result.update(after_training(self.run, params, embeddings, self.workdir,
+                                     self.progress))
         if jax.process_index() == 0:
             write_json(os.path.join(self.workdir, "result.json"), result)
             if rows and not plot_curves(rows, os.path.join(self.workdir, "curves.png"),

@@ -128,7 +128,8 @@ def load_model(workdir: str, run: Run):
 
 def open_trained(workdir: str, progress: Progress | None = None):
     """(run, params, embeddings) of the model a run saved in `workdir`, on the mesh of
-    its config (its partitions: as many devices as it trained on)."""
+    its config (its partitions: as many devices as it trained on); params and
+    embeddings are None for a kind that learns nothing."""
     from jgraph.config import load
     progress = progress or Progress()
     if not os.path.exists(os.path.join(workdir, "config.yaml")):
@@ -139,6 +140,8 @@ def open_trained(workdir: str, progress: Progress | None = None):
     dg = open_graph(config, mesh, workdir, progress) if is_partition_dir(config.data.path) \
         else DistGraph(os.path.join(workdir, PARTITION_DIR), mesh)
     run = build_run(config, dg)
+    if not run.kind.learns:
+        return run, None, None          # its config is the whole model (label propagation)
     params, embeddings = load_model(workdir, run)
     return run, params, embeddings
 

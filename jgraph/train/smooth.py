@@ -1,65 +1,63 @@
-"""Correct & Smooth after a node-classification run: `jgraph smooth WORKDIR`.
+"""Correct & Smooth after a node-classification run: `jgraph smooth WORKDIR`, or
+`smooth.after_training` at the end of `jgraph train`.
 
-The run's saved model gives every labelled node's class probabilities by layer-wise
-full-graph inference (the base predictor). Correct & Smooth
-(`jgraph.jobs.propagation.CorrectAndSmooth`, Huang et al., ICLR 2021) then spreads the
-training nodes' errors and smooths with their labels, over the partitioned graph on the
-run's devices. Its two alphas are chosen on the validation split from a grid that holds
-both at 0, the base predictions themselves, so the validation accuracy never falls
-below the base's. Writes WORKDIR/correct_and_smooth.json.
+The run's class probabilities for every labelled node (the base predictor: the model's
+by layer-wise full-graph inference, or label propagation's; `JobKind.class_scores`) are
+corrected and smoothed (`jgraph.jobs.propagation.CorrectAndSmooth`, Huang et al., ICLR
+2021): the training nodes' errors spread, then their labels, over the partitioned graph
+on the run's devices. The two alphas are chosen on the validation split from a grid
+that holds both at 0, the base predictions themselves, so the validation accuracy never
+falls below the base's. Writes WORKDIR/correct_and_smooth.json, which `jgraph embed
+--smoothed` and `jgraph.load_run(WORKDIR, smoothed=True)` read to answer with the
+smoothed predictions.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
+from collections.abc import Mapping
 
 import jax
+import jax.numpy as jnp
 
 from jgraph.config import ConfigError
 from jgraph.data.outputs import What
-from jgraph.jobs.inference import full_graph_rows_program
+from jgraph.jobs.experiment import SmoothConfig
 from jgraph.jobs.metrics import accuracy
-from jgraph.jobs.propagation import CorrectAndSmooth, labelled_rows
+from jgraph.jobs.propagation import CorrectAndSmooth, placed_rows, rows_summing_to_one
+from jgraph.jobs.run import Run
 from jgraph.progress import Progress
+from jgraph.sharded.tensor import DistTensor
 from jgraph.train.model import open_trained
 from jgraph.train.report import write_json
 
 RESULT = "correct_and_smooth.json"
 
 
-@dataclasses.dataclass(frozen=True)
-class SmoothSettings:
-    """correct_steps, smooth_steps: the propagations' steps (PyG's examples: 50);
-    correct_alphas, smooth_alphas: the grid the validation split chooses from (0 in
-    both: the base predictions); autoscale: scale each row's correction to the
-    training rows' mean absolute error (else by `scale`)."""
-
-    correct_steps: int = 50
-    smooth_steps: int = 50
-    correct_alphas: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0)
-    smooth_alphas: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0)
-    autoscale: bool = True
-    scale: float = 1.0
-
-    def __post_init__(self):
-        for name in ("correct_steps", "smooth_steps"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("correct_alphas", "smooth_alphas"):
-            alphas = getattr(self, name)
-            if not alphas or any(not 0.0 <= a <= 1.0 for a in alphas):
-                raise ConfigError(f"{name} are alphas in [0, 1], got {list(alphas)}")
-
-
-def smooth_run(workdir: str, settings: SmoothSettings = SmoothSettings(),
+def smooth_run(workdir: str, changes: Mapping | None = None,
                progress: Progress | None = None) -> dict:
-    """Correct & Smooth of the run in `workdir` (see the module); returns and writes
-    its result: the base's and the chosen alphas' val and test accuracy, the alphas,
-    every grid point's validation accuracy and the seconds it took."""
+    """Correct & Smooth of the run in `workdir` (see the module) with the run's `smooth`
+    settings, `changes` (fields of `SmoothConfig`) replacing some; returns and writes
+    its result."""
     progress = progress or Progress()
-    start = time.perf_counter()
     run, params, embeddings = open_trained(workdir, progress)
+    try:
+        settings = dataclasses.replace(run.config.smooth, **(changes or {}))
+    except ConfigError as e:
+        raise ConfigError(f"Correct & Smooth of {workdir}: {e}") from None
+    return smooth_trained(run, params, embeddings, workdir, settings, progress)
+
+
+def smooth_trained(run: Run, params, embeddings, workdir: str, settings: SmoothConfig,
+                   progress: Progress | None = None) -> dict:
+    """Correct & Smooth of `run`'s predictions with `params` and `embeddings`; returns
+    and writes (WORKDIR/correct_and_smooth.json) the base's and the chosen alphas' val
+    and test accuracy, the alphas, the settings, every grid point's validation accuracy
+    and the seconds it took."""
+    progress = progress or Progress(enabled=False)
+    start = time.perf_counter()
     if not run.kind.classifies:
         raise ConfigError(f"{workdir}: a {run.kind.title} run has no classes to correct; "
                           f"Correct & Smooth follows node classification")
@@ -67,20 +65,13 @@ def smooth_run(workdir: str, settings: SmoothSettings = SmoothSettings(),
         raise ConfigError(f"{workdir}: the graph has no validation split, which chooses "
                           f"Correct & Smooth's alphas")
     dg, labels = run.dg, run.job.labels
-    with progress.phase("the base predictions, by full-graph inference"):
-        rows, lost = full_graph_rows_program(run.job, dg.graph, What.PROBABILITIES, None)(
-            params, embeddings, run.job.data(dg.graph))
-        if int(lost):
-            raise RuntimeError(f"{workdir}: full-graph inference lost {int(lost)} ids")
-        probs = labelled_rows(dg, labels.layout, rows)
+    with progress.phase("the base predictions, over the whole graph"):
+        probs = run.kind.class_scores(run, params, embeddings)
     masks = {s: dg.split_mask(s, run.target).array for s in ("val", "test")
              if run.has_split(s)}
     score = lambda scores, split: (accuracy(scores.array, labels.array, masks[split])
                                    if split in masks else None)
-    corrected = CorrectAndSmooth(dg, labels, dg.split_mask("train", run.target),
-                                 run.num_classes, correct_steps=settings.correct_steps,
-                                 smooth_steps=settings.smooth_steps,
-                                 autoscale=settings.autoscale)
+    corrected = _corrector(run, settings)
     grid = []
     with progress.phase(f"correcting and smoothing: {len(settings.correct_alphas)} x "
                         f"{len(settings.smooth_alphas)} alphas"):
@@ -91,11 +82,69 @@ def smooth_run(workdir: str, settings: SmoothSettings = SmoothSettings(),
                              "val_acc": score(out, "val")})
     best = max(grid, key=lambda point: point["val_acc"])     # the first of those tied
     out = corrected(probs, best["correct_alpha"], best["smooth_alpha"], settings.scale)
+    chosen = {k: v for k, v in dataclasses.asdict(settings).items() if k != "after_training"}
     result = {"base_val_acc": score(probs, "val"), "base_test_acc": score(probs, "test"),
               "val_acc": best["val_acc"], "test_acc": score(out, "test"),
               "correct_alpha": best["correct_alpha"], "smooth_alpha": best["smooth_alpha"],
-              **dataclasses.asdict(settings), "grid": grid,
-              "seconds": time.perf_counter() - start}
+              **chosen, "grid": grid, "seconds": time.perf_counter() - start}
     if jax.process_index() == 0:
         write_json(os.path.join(workdir, RESULT), result)
     return result
+
+
+def smoothed_scores(run: Run, params, embeddings, workdir: str) -> DistTensor:
+    """The run's class probabilities after the Correct & Smooth that
+    WORKDIR/correct_and_smooth.json records (its settings and chosen alphas): float32
+    [rows, classes] of every labelled node, each row divided by its sum."""
+    path = os.path.join(workdir, RESULT)
+    if not os.path.exists(path):
+        raise ConfigError(f"{workdir}: not smoothed ({RESULT} is missing); run `jgraph "
+                          f"smooth {workdir}` first, or train with "
+                          f"smooth.after_training=true")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        fields = {f.name for f in dataclasses.fields(SmoothConfig)} - {"after_training"}
+        settings = SmoothConfig(**{k: (tuple(v) if isinstance(v, list) else v)
+                                   for k, v in record.items() if k in fields})
+        alphas = float(record["correct_alpha"]), float(record["smooth_alpha"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path} is unreadable ({type(e).__name__}: {e}); run `jgraph "
+                          f"smooth {workdir}` again") from None
+    probs = run.kind.class_scores(run, params, embeddings)
+    return rows_summing_to_one(_corrector(run, settings)(probs, *alphas, settings.scale))
+
+
+def _corrector(run: Run, settings: SmoothConfig) -> CorrectAndSmooth:
+    return CorrectAndSmooth(run.dg, run.job.labels, run.dg.split_mask("train", run.target),
+                            run.num_classes, correct_steps=settings.correct_steps,
+                            smooth_steps=settings.smooth_steps,
+                            autoscale=settings.autoscale)
+
+
+
+def predicted_scores(run: Run, params, embeddings, workdir: str, smoothed: bool,
+                     progress: Progress | None = None) -> DistTensor | None:
+    """The class probabilities of every labelled node where they are not the model's
+    layers' own: Correct & Smooth's (`smoothed`: as WORKDIR/correct_and_smooth.json
+    chose), or those of a kind that learns nothing (label propagation's); None: the
+    model's (full-graph inference gives them, with its other outputs)."""
+    progress = progress or Progress(enabled=False)
+    if smoothed:
+        with progress.phase("correcting and smoothing, as chosen"):
+            return smoothed_scores(run, params, embeddings, workdir)
+    if not run.kind.learns:
+        with progress.phase(run.kind.title):
+            return run.kind.class_scores(run, params, embeddings)
+    return None
+
+
+def every_node_rows(dg, scores: DistTensor, what: What):
+    """`scores` (class probabilities of the labelled type) as `what` asks (themselves,
+    or their argmax for predictions), in each device's block of every node
+    (row-sharded [P * nodes_per_part, ...]; zeros in other types' rows), as full-graph
+    inference gives a model's outputs."""
+    rows = scores.array
+    if What(what) is What.PREDICTIONS:
+        rows = jnp.argmax(rows, axis=-1).astype(jnp.int32)
+    return placed_rows(dg, scores.layout, rows)

@@ -16,6 +16,11 @@ every hop (the default eval fanouts) the answer is exact: the rows `jgraph embed
 writes by full-graph inference, to float rounding. Other fanouts give the sampled
 estimate a sampled evaluation scores, drawn the same way on every call. For every
 node, or millions of them, `jgraph embed` (`jgraph.embed`) is the faster route.
+
+A run of label propagation, or one loaded with `smoothed=True` (after `jgraph
+smooth`), answers `predict` and `probabilities` for the labelled type from its
+propagated scores, computed once over the whole graph when it is loaded: exact, with
+no fanouts.
 """
 from __future__ import annotations
 
@@ -33,19 +38,30 @@ from jgraph.jobs.link import to_host
 from jgraph.jobs.run import check_stats
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
-from jgraph.train.embed import checked_layer, checked_types, new_ids, parse_what, read_pairs
+from jgraph.train.embed import (
+    checked_layer,
+    checked_predicted,
+    checked_types,
+    new_ids,
+    parse_what,
+    read_pairs,
+)
 from jgraph.train.model import open_trained
+from jgraph.train.smooth import predicted_scores
 
 # Seeds on the busiest device are padded to a power of two, at least this many, so a
 # few shapes of program serve every call.
 SMALLEST_BATCH = 16
 
 
-def load_run(workdir: str, progress: bool = False) -> TrainedRun:
+def load_run(workdir: str, progress: bool = False, smoothed: bool = False) -> TrainedRun:
     """The model `jgraph train` saved in `workdir`, on the devices it trained on (its
     partitions: as many devices as the run had; under `jgraph.launch`, every process
-    of the job calls this and the methods alike)."""
-    return TrainedRun(workdir, Progress(enabled=progress))
+    of the job calls this and the methods alike). smoothed: `predict` and
+    `probabilities` answer with the predictions after the run's Correct & Smooth
+    (`jgraph smooth`, or smooth.after_training), computed once for every labelled node
+    when the run is loaded."""
+    return TrainedRun(workdir, Progress(enabled=progress), smoothed)
 
 
 class TrainedRun:
@@ -53,13 +69,22 @@ class TrainedRun:
     run's `Experiment`), task (the config's), node_types, relations,
     num_layers."""
 
-    def __init__(self, workdir: str, progress: Progress | None = None):
+    def __init__(self, workdir: str, progress: Progress | None = None,
+                 smoothed: bool = False):
         self.workdir = workdir
         self._run, self._params, self._embeddings = open_trained(workdir, progress)
         self.config = self._run.config
         self.task = self.config.task
         self.node_types = tuple(self._run.dg.book.node_types)
         self.relations = tuple(tuple(r) for r in self._run.dg.meta.relations)
+        self._smoothed = smoothed
+        # Class probabilities of every labelled node that are not the model's layers'
+        # own (Correct & Smooth's, label propagation's), else None.
+        self._predicted = predicted_scores(self._run, self._params, self._embeddings,
+                                           workdir, smoothed, progress)
+        if not self._run.kind.learns:
+            self.num_layers = self.config.model.num_layers
+            return
         self.num_layers = nnx.merge(self._run.job.graphdef, self._params).gnn.num_layers
         self._programs: dict = {}           # by shape: (program, the data it reads)
         graphdef = self._run.job.graphdef
@@ -101,6 +126,14 @@ class TrainedRun:
         list, or a file (`.npy`, or text with one id a line)."""
         run = self._run
         what = parse_what(what, "what=")
+        if self._predicted is not None:
+            checked_predicted(run, what, layer, node_type, self._smoothed)
+            new = new_ids(run.dg, [run.target], nodes, "nodes")
+            if not new.size:
+                raise ConfigError("nodes: give at least one node id")
+            probs = self._predicted[run.dg.book.to_type_local(new)[1]]
+            return (probs if what is What.PROBABILITIES
+                    else np.argmax(probs, axis=1).astype(np.int32))
         layer = checked_layer(run, what, layer, self.num_layers)
         types = checked_types(self.node_types, node_type) if node_type is not None \
             else list(self.node_types)
