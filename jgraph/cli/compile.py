@@ -7,7 +7,8 @@ import json
 import os
 
 TARGETS = ["h100", "h200", "cpu"]   # jgraph.target.Target's values (no JAX import here)
-PROGRAMS = ["train", "eval", "full_graph"]   # jgraph.jobs.programs.Program's values
+# jgraph.jobs.programs.Program's values
+PROGRAMS = ["train", "eval", "full_graph", "correct_and_smooth"]
 
 
 def add_commands(sub) -> None:
@@ -34,7 +35,9 @@ def add_commands(sub) -> None:
                         "(default); eval, one batch of sampled evaluation "
                         "(train.eval_batch_size seeds, train.eval_fanouts; link prediction: "
                         "a batch of node embeddings); full_graph, layer-wise full-graph "
-                        "inference over every node")
+                        "inference over every node; correct_and_smooth, Correct & Smooth "
+                        "of node classification's class probabilities (the smooth "
+                        "section's steps), one grid point")
     c.add_argument("--abstract", action="store_true",
                    help="build shapes from the graph's counts instead of partitioning it "
                         "(data.path must be synthetic:nodes=...,edges=...; nothing is "

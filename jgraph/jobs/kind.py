@@ -230,10 +230,10 @@ class NodeKind(JobKind):
 
     def programs(self, run: Run) -> Programs:
         """Sampled evaluation of the validation split (else the test split, else the
-        training one), full-graph inference of both."""
+        training one), full-graph inference of both, Correct & Smooth."""
         splits = [s for s in ("val", "test") if run.has_split(s)] or ["train"]
         return Programs(run.job, run.dg.graph, run.params, evaluation(run, splits[0]),
-                        split_masks(run, splits))
+                        split_masks(run, splits), run.config.smooth, run.num_classes)
 
     def evaluate(self, run: Run, params, embeddings, splits, inference: Inference,
                  evaluators=None, on_trace=None, progress: Progress | None = None) -> dict:

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jgraph.config import ConfigError
+from jgraph.jobs.propagation import smoothing_program
 from jgraph.jobs.step import Job
 from jgraph.mesh import REPLICATED, ROWS, struct_on
 from jgraph.sharded.graph import ShardedGraph
@@ -27,11 +29,14 @@ class Program(str, enum.Enum):
                                 # the embeddings of a batch of nodes, which ranking reads)
     FULL_GRAPH = "full_graph"   # layer-wise full-graph inference (train.inference full):
                                 # every owned node, in windows of in-edges
+    SMOOTH = "correct_and_smooth"   # Correct & Smooth of node classification's class
+                                    # probabilities (the smooth section's steps)
 
     @property
     def title(self) -> str:
         return {Program.TRAIN: "training step", Program.EVAL: "sampled evaluation step",
-                Program.FULL_GRAPH: "full-graph inference"}[self]
+                Program.FULL_GRAPH: "full-graph inference",
+                Program.SMOOTH: "Correct & Smooth"}[self]
 
 
 class Lowering(NamedTuple):
@@ -54,18 +59,24 @@ class Programs:
     shape structs); evaluation: the job of sampled evaluation (`job.evaluating`: a
     split's nodes, or every node for link prediction's embeddings); masks: {split:
     bool row-sharded [P * rows]} of the labelled nodes full-graph inference scores
-    (None for link prediction, whose full-graph program embeds every node)."""
+    (None for link prediction, whose full-graph program embeds every node); smooth:
+    Correct & Smooth's settings (`SmoothConfig`; None for link prediction, which has no
+    classes to correct) and classes, the labels' count."""
 
     job: Job
     graph: ShardedGraph
     params: Any
     evaluation: Job
     masks: dict | None
+    smooth: Any = None
+    classes: int = 0
 
     def lowering(self, program: Program, mesh) -> Lowering:
         """`program` built for `mesh` (the job's, or one of other hardware described by
         `jgraph.target`)."""
         job, graph = self.job, self.graph
+        if program is Program.SMOOTH:
+            return self._smoothing(mesh)
         state = jax.eval_shape(job.init, self.params)
         data = abstract_like(job.data(graph), job.data_specs(graph), mesh)
         if program is Program.TRAIN:
@@ -85,6 +96,28 @@ class Programs:
         # Node classification's scores the masks' splits; link prediction's embeds.
         masks = () if self.masks is None else (abstract_like(self.masks, ROWS, mesh),)
         return Lowering(job.full_graph_program(graph, self.masks, mesh), (*model, *masks), 1)
+
+
+    def _smoothing(self, mesh) -> Lowering:
+        """Correct & Smooth for `mesh`: one call corrects and smooths every labelled node
+        (the grid of alphas calls it once a point)."""
+        if self.smooth is None:
+            raise ConfigError(f"--program {Program.SMOOTH.value}: Correct & Smooth corrects "
+                              f"node classification's class probabilities; this run has "
+                              f"none")
+        job, graph, s = self.job, self.graph, self.smooth
+        layout = job.labels.layout
+        classes = self.classes
+        fn = smoothing_program(graph, job.exchange, layout, classes, mesh,
+                               correct_steps=s.correct_steps, smooth_steps=s.smooth_steps,
+                               autoscale=s.autoscale)
+        rows = (layout.num_parts * layout.rows_per_part,)
+        args = (abstract_like(graph, graph.specs(), mesh),
+                struct_on(mesh, ROWS, (*rows, classes), jnp.float32),
+                struct_on(mesh, ROWS, rows, job.labels.array.dtype),
+                struct_on(mesh, ROWS, rows, bool),
+                struct_on(mesh, REPLICATED, (3,), jnp.float32))
+        return Lowering(fn, args, 1)
 
 
 def _index(mesh):

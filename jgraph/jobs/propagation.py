@@ -97,10 +97,10 @@ class Placed:
         return jnp.where(held.reshape(-1, *(1,) * (out.ndim - 1)), out, 0)
 
 
-def _program(body, dg, in_specs: tuple, out_specs=(ROWS, REPLICATED)):
-    """`body(graph, *inputs)` (by default `-> (rows, lost)`) compiled on dg's mesh, the
+def _program(body, graph, mesh, in_specs: tuple, out_specs=(ROWS, REPLICATED)):
+    """`body(graph, *inputs)` (by default `-> (rows, lost)`) compiled on `mesh`, the
     inputs placed as `in_specs` say."""
-    return jax.jit(jax.shard_map(body, mesh=dg.mesh, in_specs=(dg.graph.specs(), *in_specs),
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(graph.specs(), *in_specs),
                                  out_specs=out_specs))
 
 
@@ -141,7 +141,8 @@ def label_propagation(dg, labels, train, num_classes: int, *, steps: int, alpha:
         out = jnp.where(jnp.any(out > 0, axis=1, keepdims=True), out, prior[None])
         return jnp.where(held[:, None], out, 0.0), lost
 
-    scores, lost = _program(body, dg, (ROWS, ROWS))(graph, labels.array, train.array)
+    scores, lost = _program(body, dg.graph, dg.mesh, (ROWS, ROWS))(graph, labels.array,
+                                                                   train.array)
     _checked("label propagation", lost)
     return DistTensor(scores, labels.layout, "label propagation", dg.mesh)
 
@@ -180,42 +181,10 @@ class CorrectAndSmooth:
     def __init__(self, dg, labels, train, classes: int, *, correct_steps: int,
                  smooth_steps: int, autoscale: bool = True, norm: Norm = Norm.SYMMETRIC,
                  window: int | None = None):
-        graph, exchange = dg.graph, dg.exchange()
-        window = window or edge_window(graph.edges_per_part, classes)
-        placed = Placed(labels.layout)
-        n = graph.nodes_per_part
-
-        def body(graph, soft, label, known, alphas):
-            correct_alpha, smooth_alpha, scale = alphas[0], alphas[1], alphas[2]
-            held, at = placed.positions(graph, exchange.axis)
-            seen = (known & held)[:, None]
-            truth = jax.nn.one_hot(label, classes, dtype=jnp.float32)
-            error = jnp.where(seen, truth - soft, 0.0)
-            e0, fixed = placed.put(error, at, n), placed.put(seen[:, 0], at, n)[:, None]
-            if autoscale:
-                spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
-                                          alpha=correct_alpha, norm=norm, window=window,
-                                          after=lambda y: jnp.clip(y, -1.0, 1.0))
-                spread = placed.take(spread, held, at)
-                total = lax.psum(jnp.sum(jnp.abs(error)), exchange.axis)
-                sigma = total / lax.psum(jnp.sum(seen), exchange.axis)
-                factor = sigma / jnp.sum(jnp.abs(spread), axis=1, keepdims=True)
-                factor = jnp.where(jnp.isinf(factor) | (factor > 1000), 1.0, factor)
-                corrected = soft + factor * spread
-                corrected = jnp.where(jnp.isnan(corrected), soft, corrected)
-            else:
-                spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
-                                          alpha=correct_alpha, norm=norm, window=window,
-                                          after=lambda y: jnp.where(fixed, e0, y))
-                corrected = soft + scale * placed.take(spread, held, at)
-            start = placed.put(jnp.where(seen, truth, corrected), at, n)
-            smooth, lost2 = propagate(start, graph, exchange, steps=smooth_steps,
-                                      alpha=smooth_alpha, norm=norm, window=window,
-                                      after=lambda y: jnp.clip(y, 0.0, 1.0))
-            out = placed.take(smooth, held, at)
-            return jnp.where(held[:, None], out, 0.0), lost1 + lost2
-
-        self.program = _program(body, dg, (ROWS, ROWS, ROWS, REPLICATED))
+        self.program = smoothing_program(dg.graph, dg.exchange(), labels.layout, classes,
+                                         dg.mesh, correct_steps=correct_steps,
+                                         smooth_steps=smooth_steps, autoscale=autoscale,
+                                         norm=norm, window=window)
         self.dg, self.labels, self.train = dg, labels, train
 
     def __call__(self, probs, correct_alpha: float, smooth_alpha: float,
@@ -225,6 +194,51 @@ class CorrectAndSmooth:
                                  self.train.array, alphas)
         _checked("correct and smooth", lost)
         return DistTensor(out, self.labels.layout, "correct and smooth", self.dg.mesh)
+
+
+def smoothing_program(graph, exchange, layout, classes: int, mesh, *, correct_steps: int,
+                      smooth_steps: int, autoscale: bool = True,
+                      norm: Norm = Norm.SYMMETRIC, window: int | None = None):
+    """Correct & Smooth's program (see `CorrectAndSmooth`) on `mesh` (the graph's, or
+    one of other hardware: `jgraph compile --program correct_and_smooth`): `(graph,
+    probs, labels, train, alphas) -> (rows, ids lost)`; probs float32 [P * rows, C],
+    labels and the train mask row-sharded in `layout`, alphas float32[3] (the
+    correction's and the smoothing's alphas, the scale) replicated."""
+    window = window or edge_window(graph.edges_per_part, classes)
+    placed = Placed(layout)
+    n = graph.nodes_per_part
+
+    def body(graph, soft, label, known, alphas):
+        correct_alpha, smooth_alpha, scale = alphas[0], alphas[1], alphas[2]
+        held, at = placed.positions(graph, exchange.axis)
+        seen = (known & held)[:, None]
+        truth = jax.nn.one_hot(label, classes, dtype=jnp.float32)
+        error = jnp.where(seen, truth - soft, 0.0)
+        e0, fixed = placed.put(error, at, n), placed.put(seen[:, 0], at, n)[:, None]
+        if autoscale:
+            spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
+                                      alpha=correct_alpha, norm=norm, window=window,
+                                      after=lambda y: jnp.clip(y, -1.0, 1.0))
+            spread = placed.take(spread, held, at)
+            total = lax.psum(jnp.sum(jnp.abs(error)), exchange.axis)
+            sigma = total / lax.psum(jnp.sum(seen), exchange.axis)
+            factor = sigma / jnp.sum(jnp.abs(spread), axis=1, keepdims=True)
+            factor = jnp.where(jnp.isinf(factor) | (factor > 1000), 1.0, factor)
+            corrected = soft + factor * spread
+            corrected = jnp.where(jnp.isnan(corrected), soft, corrected)
+        else:
+            spread, lost1 = propagate(e0, graph, exchange, steps=correct_steps,
+                                      alpha=correct_alpha, norm=norm, window=window,
+                                      after=lambda y: jnp.where(fixed, e0, y))
+            corrected = soft + scale * placed.take(spread, held, at)
+        start = placed.put(jnp.where(seen, truth, corrected), at, n)
+        smooth, lost2 = propagate(start, graph, exchange, steps=smooth_steps,
+                                  alpha=smooth_alpha, norm=norm, window=window,
+                                  after=lambda y: jnp.clip(y, 0.0, 1.0))
+        out = placed.take(smooth, held, at)
+        return jnp.where(held[:, None], out, 0.0), lost1 + lost2
+
+    return _program(body, graph, mesh, (ROWS, ROWS, ROWS, REPLICATED))
 
 
 def rows_summing_to_one(scores: DistTensor) -> DistTensor:
@@ -251,7 +265,7 @@ def labelled_rows(dg, layout, rows) -> DistTensor:
         held, at = placed.positions(graph, axis)
         return placed.take(rows, held, at)
 
-    out = _program(body, dg, (ROWS,), ROWS)(dg.graph, rows)
+    out = _program(body, dg.graph, dg.mesh, (ROWS,), ROWS)(dg.graph, rows)
     return DistTensor(out, layout, "labelled rows", dg.mesh)
 
 
@@ -265,4 +279,4 @@ def placed_rows(dg, layout, rows):
         _, at = placed.positions(graph, axis)
         return Placed.put(rows, at, graph.nodes_per_part)
 
-    return _program(body, dg, (ROWS,), ROWS)(dg.graph, rows)
+    return _program(body, dg.graph, dg.mesh, (ROWS,), ROWS)(dg.graph, rows)

@@ -108,10 +108,11 @@ def test_temp_bytes_do_not_grow_with_the_device_count(strategy):
 
 
 @pytest.mark.parametrize("config_file,program", [
-    (SYNTHETIC, Program.EVAL), (SYNTHETIC, Program.FULL_GRAPH), (LINK, Program.TRAIN)])
+    (SYNTHETIC, Program.EVAL), (SYNTHETIC, Program.FULL_GRAPH), (SYNTHETIC, Program.SMOOTH),
+    (LINK, Program.TRAIN)])
 def test_evaluation_inference_and_link_prediction_do_not_grow_with_the_device_count(
         config_file, program):
-    """The default (ragged) exchange."""
+    """The default (ragged) exchange; Correct & Smooth's propagations too."""
     temps = {devices: temp_bytes(devices, config_file, program, *ONE_HOP)
              for devices in (2, 8)}
     assert temps[8] <= temps[2] * (1 + ROUNDING), temps
