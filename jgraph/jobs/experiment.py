@@ -284,6 +284,9 @@ class TrainConfig:
     history_refresh: control variates recompute every history by full-graph inference
       every this many epochs (left out: only at the start); a refresh lowers the
       estimator's variance, never its mean, and its seconds are logged.
+    patience: stop early once this many epochs in a row have not bettered the best
+      validation score (left out: train every epoch); the best epoch's model is the
+      run's either way. Needs a validation split.
     """
 
     fanouts: tuple[int, ...] = (10, 10)
@@ -310,6 +313,7 @@ class TrainConfig:
     history_init: HistoryInit = HistoryInit.INFERENCE
     history_precision: Precision = Precision.F32
     history_refresh: int | None = None
+    patience: int | None = None
 
     def __post_init__(self):
         _fanouts("train.fanouts", self.fanouts)
@@ -326,6 +330,11 @@ class TrainConfig:
                                                  or self.history_refresh < 1):
             raise ConfigError(f"train.history_refresh: a period of at least 1 epoch (or "
                               f"leave it out: no refresh), got {self.history_refresh}")
+        if self.patience is not None and (isinstance(self.patience, bool)
+                                          or self.patience < 1):
+            raise ConfigError(f"train.patience: epochs without a better validation score "
+                              f"before stopping, at least 1 (or leave it out: no early "
+                              f"stop), got {self.patience}")
 
 
 @dataclasses.dataclass(frozen=True)

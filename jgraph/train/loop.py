@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from jgraph.config import to_dict
+from jgraph.config import ConfigError, to_dict
 from jgraph.exchange import sizing
 from jgraph.jobs import build_run
 from jgraph.jobs.dataset import open_graph, run_mesh
@@ -229,6 +229,10 @@ class Loop:
         self.data = job.data(self.dg.graph)
         self.kind = run.kind
         self.val_eval = self.kind.validation(run, self.counter("eval_step"), progress)
+        if self.val_eval is None and config.train.patience is not None:
+            raise ConfigError(f"train.patience={config.train.patience}: early stopping "
+                              f"watches the validation score, and {config.data.path} has "
+                              f"no validation split; leave train.patience out")
         writer = jax.process_index() == 0
         self.log = JsonLog(os.path.join(workdir, "metrics.jsonl"), writer, begin.rows)
         steps_file = os.path.join(workdir, "steps.jsonl")
@@ -403,7 +407,7 @@ class Loop:
                           t.profile_steps)
         start_step = s.step
         with stop, contextlib.closing(trace):
-            while s.epoch < t.epochs:
+            while s.epoch < t.epochs and not self.patience_spent():
                 stopping = self.epoch(stop, trace, start_step)
                 if stopping is not None:
                     self.save(LoaderState(s.epoch, s.index), wait=True)
@@ -411,6 +415,13 @@ class Loop:
                     host_sync("jgraph stopped")
                     raise RunStopped(stopping, s.step, f"{self.ckpts.directory}/{s.step}")
                 self.end_epoch()
+
+    def patience_spent(self) -> bool:
+        """train.patience epochs in a row have not bettered the best validation score
+        (read at an epoch's start, so a resumed run stops where it stopped)."""
+        patience, best = self.config.train.patience, self.s.best
+        return (patience is not None and best.epoch is not None
+                and self.s.epoch - 1 - best.epoch >= patience)
 
     def epoch(self, stop: StopRequest, trace: StepTrace, start_step: int
               ) -> signal.Signals | None:
@@ -472,8 +483,12 @@ class Loop:
         self.progress.note(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                     for k, v in row.items()))
         s.epoch, s.index, s.sums = s.epoch + 1, 0, EpochSums()
-        if self.config.checkpoint.every_steps == 0 or self.due(s.step) or s.epoch == t.epochs:
+        if (self.config.checkpoint.every_steps == 0 or self.due(s.step)
+                or s.epoch == t.epochs or self.patience_spent()):
             self.save(LoaderState(s.epoch, 0))
+        if self.patience_spent():
+            self.progress.note(f"stopping early: {t.patience} epoch(s) without a better "
+                               f"{self.kind.validation_key} than epoch {s.best.epoch}'s")
 
     # -- the report ---------------------------------------------------------------------
 
@@ -484,7 +499,7 @@ class Loop:
         s, t, config, dg = self.s, self.config.train, self.config, self.dg
         best = s.best
         if best.state is None:
-            best = Best(best.score, t.epochs - 1, (s.state.params, s.state.embeddings))
+            best = Best(best.score, s.epoch - 1, (s.state.params, s.state.embeddings))
         params, embeddings = best.state
         with self.progress.phase(f"evaluating ({t.inference.value})"):
             # The per-epoch validation's evaluator is reused where it evaluates as
@@ -499,6 +514,7 @@ class Loop:
             **self.kind.final_scores(final, config),
             **self.kind.baselines(self.run),
             "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
+            "epochs_trained": s.epoch,
             "compiles": self.traces["train_step"], "compiles_by_step": dict(self.traces),
             "capacities": list(s.job.sampler.capacities or ()),
             "exchange_capacities": sizing.dump(s.job.exchange.capacities),
