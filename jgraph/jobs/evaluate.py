@@ -10,6 +10,7 @@ import numpy as np
 from jgraph.jobs.experiment import Inference
 from jgraph.jobs.metrics import scores
 from jgraph.jobs.run import Run
+from jgraph.jobs.signal import Reach
 from jgraph.progress import Progress
 from jgraph.sampling.loader import shared_shape
 
@@ -37,6 +38,7 @@ class SampledEvaluator:
         self.job = evaluation(run, split)
         self.step = self.job.compile_eval(run.dg.graph, on_trace)
         self.data = self.job.data(run.dg.graph)
+        self.reach = Reach(run)
         self.order = self.job.loader.epoch_order(0)
         self.progress = progress or Progress(enabled=False)
         self.split = split
@@ -62,14 +64,17 @@ class SampledEvaluator:
         return other
 
     def __call__(self, params, embeddings) -> dict:
+        # Nodes no signal reaches score the prior (None: the labelled type has features).
+        signal = self.reach(embeddings)
         if self.compiled is None:
             start = time.perf_counter()
             with self.progress.phase(f"compiling the {self.split} evaluation step for "
                                      f"{self.job.mesh.size} device(s)"):
                 self.compiled = self.step.lower(params, embeddings, self.data, self.order,
-                                                jnp.int32(0)).compile()
+                                                jnp.int32(0), signal=signal).compile()
             self.compile_seconds = time.perf_counter() - start
-        outs = [self.compiled(params, embeddings, self.data, self.order, jnp.int32(i))
+        outs = [self.compiled(params, embeddings, self.data, self.order, jnp.int32(i),
+                              signal=signal)
                 for i in range(self.job.loader.steps_per_epoch)]
         classes = sum(np.asarray(o["classes"]) for o in outs)
         loss = sum(float(o["loss"]) for o in outs)

@@ -15,6 +15,7 @@ from jax import lax
 
 from jgraph.data.outputs import What
 from jgraph.jobs.metrics import class_counts, masked_cross_entropy, scores
+from jgraph.jobs.signal import Reach, block_reached, optional_signal, with_prior
 from jgraph.jobs.windows import edge_window, full_graph_layers, full_graph_logits, labelled_rows
 from jgraph.mesh import REPLICATED, ROWS
 
@@ -24,19 +25,22 @@ __all__ = ["edge_window", "full_graph_logits", "full_graph_program", "full_graph
 
 def full_graph_program(job, graph, splits, mesh=None):
     """jit(shard_map(...)): the program of `job` (a `NodeClassification`) that scores
-    `splits` by full-graph inference on `graph`, `(params, embeddings, data, masks) ->
-    ({split: {"classes", "loss"}}, ids lost)`, on the job's mesh or on `mesh` (to build
-    it for other hardware, see `jgraph.target`); masks: {split: bool row-sharded array}
-    of the labelled type's rows (`split_masks`)."""
+    `splits` by full-graph inference on `graph`, `(params, embeddings, data, masks,
+    signal=None) -> ({split: {"classes", "loss"}}, ids lost)`, on the job's mesh or on
+    `mesh` (to build it for other hardware, see `jgraph.target`); masks: {split: bool
+    row-sharded array} of the labelled type's rows (`split_masks`); signal: a
+    `jgraph.jobs.signal.Signal`, where the nodes it does not reach score the prior."""
     inputs, exchange, layout = job.inputs, job.exchange, job.labels.layout
 
-    def per_device(params, embeddings, data, masks):
+    def per_device(params, embeddings, data, masks, signal=None):
         model = nnx.merge(job.graphdef, params)
         graph = data.graph
         logits, lost = full_graph_logits(model, inputs, data.features, embeddings, graph,
                                          exchange)
         target_logits, real = labelled_rows(logits, graph, layout, data.labels,
                                             exchange.axis)
+        if signal is not None:
+            target_logits = with_prior(target_logits, signal.reached, signal.prior)
         out = {}
         for split, mask in masks.items():
             ok = real & mask & (data.labels >= 0)
@@ -46,32 +50,38 @@ def full_graph_program(job, graph, splits, mesh=None):
         # lost is already a total over devices (exchange stats are); out is per device.
         return jax.tree.map(lambda x: lax.psum(x, exchange.axis), out), lost
 
-    return jax.jit(jax.shard_map(
-        per_device, mesh=mesh or job.mesh,
-        in_specs=(REPLICATED, inputs.embedding_specs(), job.data_specs(graph),
-                  dict.fromkeys(splits, ROWS)),
-        out_specs=REPLICATED))
+    return optional_signal(
+        per_device, mesh or job.mesh,
+        (REPLICATED, inputs.embedding_specs(), job.data_specs(graph),
+         dict.fromkeys(splits, ROWS)), REPLICATED)
 
 
 def full_graph_rows_program(job, graph, what: What, layer: int | None, mesh=None):
-    """jit(shard_map(...)): `(params, embeddings, data) -> (rows, ids lost)`, rows
-    [P * n, width] row-sharded: each device's own nodes' output of layer `layer` (1 =
-    the first; the last gives the logits) for What.EMBEDDINGS and LOGITS, the last
-    layer's softmax for PROBABILITIES, its argmax (int32[P * n]) for PREDICTIONS, by
-    layer-wise full-graph inference (evaluation: no dropout). Only the layers up to
-    the one read are computed (layer None: every layer, the last read)."""
+    """jit(shard_map(...)): `(params, embeddings, data, signal=None) -> (rows, ids
+    lost)`, rows [P * n, width] row-sharded: each device's own nodes' output of layer
+    `layer` (1 = the first; the last gives the logits) for What.EMBEDDINGS and LOGITS,
+    the last layer's softmax for PROBABILITIES, its argmax (int32[P * n]) for
+    PREDICTIONS, by layer-wise full-graph inference (evaluation: no dropout). Only the
+    layers up to the one read are computed (layer None: every layer, the last read).
+    signal: a `jgraph.jobs.signal.Signal` (of a `NodeClassification` job): the
+    labelled nodes it does not reach have the prior's logits (LOGITS, PROBABILITIES,
+    PREDICTIONS; embeddings are left as they are)."""
     what = What(what)
 
-    def per_device(params, embeddings, data):
+    def per_device(params, embeddings, data, signal=None):
         model = nnx.merge(job.graphdef, params)
         layers, lost = full_graph_layers(model, job.inputs, data.features, embeddings,
                                          data.graph, job.exchange, depth=layer)
-        return outputs_as(layers[-1], what), lost
+        h = layers[-1]
+        if signal is not None:
+            h = with_prior(h, block_reached(signal, data.graph, job.labels.layout,
+                                            job.exchange.axis), signal.prior)
+        return outputs_as(h, what), lost
 
-    return jax.jit(jax.shard_map(
-        per_device, mesh=mesh or job.mesh,
-        in_specs=(REPLICATED, job.inputs.embedding_specs(), job.data_specs(graph)),
-        out_specs=(ROWS, REPLICATED)))
+    return optional_signal(
+        per_device, mesh or job.mesh,
+        (REPLICATED, job.inputs.embedding_specs(), job.data_specs(graph)),
+        (ROWS, REPLICATED), used=what is not What.EMBEDDINGS)
 
 
 def outputs_as(h: jax.Array, what: What) -> jax.Array:
@@ -102,19 +112,22 @@ class FullGraphEvaluator:
         self.masks = split_masks(run, self.splits)
         self.data = run.job.data(run.dg.graph)
         self.program = full_graph_program(run.job, run.dg.graph, self.splits)
+        self.reach = Reach(run)
         self.on_trace = on_trace
         self.compiled = None
         self.compile_seconds = 0.0
 
     def __call__(self, params, embeddings) -> dict:
+        # Nodes no signal reaches score the prior (None: the labelled type has features).
+        signal = self.reach(embeddings)
         if self.compiled is None:
             begin = time.perf_counter()
-            self.compiled = self.program.lower(params, embeddings, self.data,
-                                               self.masks).compile()
+            self.compiled = self.program.lower(params, embeddings, self.data, self.masks,
+                                               signal=signal).compile()
             self.compile_seconds = time.perf_counter() - begin
             if self.on_trace is not None:
                 self.on_trace()
-        out, lost = self.compiled(params, embeddings, self.data, self.masks)
+        out, lost = self.compiled(params, embeddings, self.data, self.masks, signal=signal)
         if int(lost):
             from jgraph.exchange import ExchangeOverflowError
             raise ExchangeOverflowError(f"full-graph inference: {int(lost)} id(s) were lost "

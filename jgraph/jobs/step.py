@@ -32,6 +32,7 @@ from jgraph.exchange import Exchange
 from jgraph.jobs.inference import full_graph_program, outputs_as
 from jgraph.jobs.inputs import NodeInputs
 from jgraph.jobs.metrics import class_counts, masked_cross_entropy
+from jgraph.jobs.signal import optional_signal, seed_reached, with_prior
 from jgraph.mesh import REPLICATED, ROWS, replicated, shard_rows
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.sharded.graph import ShardedGraph
@@ -205,31 +206,38 @@ class Job:
         return REPLICATED
 
     def compile_eval(self, graph: ShardedGraph, on_trace=None, mesh=None):
-        """jit(shard_map(eval_step)): (params, embeddings, data, order, index) ->
-        batch `index`'s results (`eval_step`, laid out as `eval_specs` says); build
-        the job with `evaluating` first. mesh: as for `compile_train`."""
+        """jit(shard_map(eval_step)): (params, embeddings, data, order, index,
+        signal=None) -> batch `index`'s results (`eval_step`, laid out as `eval_specs`
+        says); build the job with `evaluating` first. signal: a
+        `jgraph.jobs.signal.Signal`, where unreached nodes score the prior. mesh: as
+        for `compile_train`."""
         return self._batch_program(graph, self.eval_step, self.eval_specs(), on_trace, mesh)
 
     def compile_outputs(self, graph: ShardedGraph, what: What, depth: int | None = None,
                         mesh=None):
-        """jit(shard_map(outputs_step)): (params, embeddings, data, order, index) ->
-        batch `index`'s (seeds, outputs, stats) row-sharded (stats replicated); build
-        the job with `evaluating` first, its fanouts `depth` hops."""
-        def step(params, embeddings, data, order, index):
-            return self.outputs_step(params, embeddings, data, order, index, what, depth)
-        return self._batch_program(graph, step, (ROWS, ROWS, REPLICATED), None, mesh)
+        """jit(shard_map(outputs_step)): (params, embeddings, data, order, index,
+        signal=None) -> batch `index`'s (seeds, outputs, stats) row-sharded (stats
+        replicated); build the job with `evaluating` first, its fanouts `depth` hops.
+        signal: as for `compile_eval` (it changes logits, probabilities and
+        predictions, not embeddings)."""
+        def step(params, embeddings, data, order, index, signal=None):
+            return self.outputs_step(params, embeddings, data, order, index, what, depth,
+                                     signal)
+        return self._batch_program(graph, step, (ROWS, ROWS, REPLICATED), None, mesh,
+                                   signal_used=what is not What.EMBEDDINGS)
 
-    def _batch_program(self, graph: ShardedGraph, per_device, out_specs, on_trace, mesh):
-        """jit(shard_map(per_device)) of (params, embeddings, data, order, index)."""
-        def step(params, embeddings, data, order, index):
+    def _batch_program(self, graph: ShardedGraph, per_device, out_specs, on_trace, mesh,
+                       signal_used: bool = True):
+        """jit(shard_map(per_device)) of (params, embeddings, data, order, index), and
+        of a `Signal` where one is given and used (`jgraph.jobs.signal.optional_signal`)."""
+        def step(params, embeddings, data, order, index, *signal):
             if on_trace is not None:
                 on_trace()
-            return per_device(params, embeddings, data, order, index)
-        return jax.jit(jax.shard_map(
-            step, mesh=mesh or self.mesh,
-            in_specs=(REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
-                      REPLICATED),
-            out_specs=out_specs))
+            return per_device(params, embeddings, data, order, index, *signal)
+        return optional_signal(
+            step, mesh or self.mesh,
+            (REPLICATED, self.inputs.embedding_specs(), self.data_specs(graph), ROWS,
+             REPLICATED), out_specs, signal_used)
 
     def full_graph_program(self, graph: ShardedGraph, masks: dict, mesh=None):
         """The program of layer-wise full-graph inference over every owned node
@@ -378,18 +386,22 @@ class Job:
                                    embeddings=embeddings, step=state.step + applied,
                                    halted=(~applied).astype(jnp.int32)), metrics
 
-    def eval_step(self, params, embeddings, data: StepData, order, index):
+    def eval_step(self, params, embeddings, data: StepData, order, index, signal=None):
         """Per device: batch `index`'s evaluation results (laid out as `eval_specs`
-        says), without dropout; build the job with `evaluating` first."""
+        says), without dropout; build the job with `evaluating` first. signal: a
+        `jgraph.jobs.signal.Signal` (the seeds it does not reach score the prior), or
+        None."""
         raise NotImplementedError
 
     def outputs_step(self, params, embeddings, data: StepData, order, index,
-                     what: What = What.LOGITS, depth: int | None = None):
+                     what: What = What.LOGITS, depth: int | None = None, signal=None):
         """Per device: (seeds int32[B], their outputs, stats) of batch `index` of the
         job's loader, without dropout: the rows of layer `depth` (counted from 1; None:
         the last) over the blocks its sampler draws, which must be `depth` hops (build
         the job with `evaluating` over a `NodeLoader` of the nodes), or their softmax or
-        argmax as `what` says (`jgraph.jobs.inference.outputs_as`)."""
+        argmax as `what` says (`jgraph.jobs.inference.outputs_as`). signal: a
+        `jgraph.jobs.signal.Signal`: the labelled seeds it does not reach have the
+        prior's logits (what: logits, probabilities, predictions)."""
         seeds, mask = self.loader.batch(order, index)
         sample = self.sampler.sample(data.graph, self.exchange, seeds, mask, seed=self.seed,
                                      step=jnp.int32(0), local_seeds=True)
@@ -402,8 +414,11 @@ class Job:
         h = model.encoder(rows, valid)
         for i, hood in enumerate(sample.blocks):
             h = model.gnn.layer(i, h, hood)
-        return sample.seeds, outputs_as(h.astype(jnp.float32), what), (sample.stats,
-                                                                       input_stats)
+        h = h.astype(jnp.float32)
+        if signal is not None:
+            h = with_prior(h, seed_reached(signal, sample.seeds, self.labels.layout,
+                                           self.exchange.axis), signal.prior)
+        return sample.seeds, outputs_as(h, what), (sample.stats, input_stats)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -455,16 +470,25 @@ class NodeClassification(Job):
         loss, correct, count = masked_cross_entropy(logits, batch.labels, batch.label_mask)
         return loss, Outcome(count, correct, count, logits)
 
-    def eval_step(self, params, embeddings, data: StepData, order, index):
+    def eval_step(self, params, embeddings, data: StepData, order, index, signal=None):
         """Per device: {"loss": sum, "correct", "count", "classes": int32[3, C]} of
         batch `index`, summed over devices, without dropout. Build the job with
-        `evaluating` (the evaluation split's loader and fanouts) to evaluate a split."""
+        `evaluating` (the evaluation split's loader and fanouts) to evaluate a split.
+        signal: a `jgraph.jobs.signal.Signal`: the seeds it does not reach score the
+        class prior."""
         axis = self.exchange.axis
         seeds, mask = self.loader.batch(order, index)
         batch = self.fetch(data, embeddings, seeds, mask, jnp.int32(0))
         loss, outcome = self.batch_loss(params, {}, batch)
+        logits = outcome.out
+        if signal is not None:
+            logits = with_prior(logits, seed_reached(signal, batch.blocks[-1].dst,
+                                                     self.labels.layout, axis),
+                                signal.prior)
+            loss, correct, _ = masked_cross_entropy(logits, batch.labels, batch.label_mask)
+            outcome = outcome._replace(correct=correct)
         out = {"loss": loss, "correct": outcome.correct, "count": outcome.count,
-               "classes": class_counts(outcome.out, batch.labels, batch.label_mask)}
+               "classes": class_counts(logits, batch.labels, batch.label_mask)}
         return jax.tree.map(lambda x: lax.psum(x, axis), out)
 
 
