@@ -39,6 +39,7 @@ from jgraph.jobs.inference import full_graph_rows_program, full_graph_scores, sp
 from jgraph.jobs.programs import Programs
 from jgraph.jobs.propagation import labelled_rows
 from jgraph.jobs.run import Run, calibrated_exchange, calibrated_sampler, split_labels
+from jgraph.jobs.signal import signal_of
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph
 from jgraph.sharded.tensor import DistTensor
@@ -281,9 +282,11 @@ class NodeKind(JobKind):
     def class_scores(self, run: Run, params, embeddings) -> DistTensor:
         """The model's softmax for every labelled node by layer-wise full-graph
         inference."""
+        # Nodes no signal reaches give the prior (`jgraph.jobs.signal`).
         rows, lost = full_graph_rows_program(run.job, run.dg.graph, What.PROBABILITIES,
                                              None)(params, embeddings,
-                                                   run.job.data(run.dg.graph))
+                                                   run.job.data(run.dg.graph),
+                                                   signal=signal_of(run, embeddings))
         if int(lost):
             raise RuntimeError(f"full-graph inference: {int(lost)} id(s) were lost by the "
                                f"exchange")

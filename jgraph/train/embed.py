@@ -24,6 +24,7 @@ from jgraph.config import ConfigError
 from jgraph.data.graph import GraphError
 from jgraph.data.outputs import INDEX, What, is_outputs_dir, write_chunk, write_index
 from jgraph.jobs.inference import full_graph_rows_program
+from jgraph.jobs.signal import signal_of
 from jgraph.memory import peak_rss_bytes
 from jgraph.mesh import host_sync
 from jgraph.progress import Progress
@@ -66,7 +67,9 @@ def embed(workdir: str, out: str, *, what: What | str = What.EMBEDDINGS,
         types = checked_types(book.node_types, node_type)
         program = full_graph_rows_program(run.job, run.dg.graph, what, layer)
         data = run.job.data(run.dg.graph)
-        compute = lambda: program(params, embeddings, data)
+        # Classes of nodes no signal reaches are the prior's (`jgraph.jobs.signal`).
+        signal = signal_of(run, embeddings) if what is not What.EMBEDDINGS else None
+        compute = lambda: program(params, embeddings, data, signal=signal)
         shape = jax.eval_shape(compute)[0].shape
     else:
         depth = layer = checked_predicted(run, what, layer, node_type, smoothed)

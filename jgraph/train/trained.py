@@ -36,6 +36,7 @@ from jgraph.config import ConfigError
 from jgraph.data.outputs import What
 from jgraph.jobs.link import to_host
 from jgraph.jobs.run import check_stats
+from jgraph.jobs.signal import signal_of
 from jgraph.progress import Progress
 from jgraph.sampling import NeighborSampler, NodeLoader
 from jgraph.train.embed import (
@@ -87,6 +88,8 @@ class TrainedRun:
             return
         self.num_layers = nnx.merge(self._run.job.graphdef, self._params).gnn.num_layers
         self._programs: dict = {}           # by shape: (program, the data it reads)
+        # Where no signal reaches, classes are the prior's (`jgraph.jobs.signal`).
+        self._signal = signal_of(self._run, self._embeddings)
         graphdef = self._run.job.graphdef
         self._score = jax.jit(lambda params, a, b, e: nnx.merge(graphdef, params).score(a, b, e))
 
@@ -229,7 +232,7 @@ class TrainedRun:
         found, values = [], []
         for i in range(loader.steps_per_epoch):
             seeds, h, stats = program(self._params, self._embeddings, data, order,
-                                      jnp.int32(i))
+                                      jnp.int32(i), signal=self._signal)
             check_stats(jax.device_get(stats))
             seeds, h = to_host(seeds), to_host(h)
             real = seeds >= 0
