@@ -37,7 +37,11 @@ def test_every_accepted_combination_has_its_own_kind(task, mode, sampler):
 
 def test_the_table_has_one_kind_per_key_and_each_its_own_build():
     kinds = list(KINDS.values())
-    assert len({k.key for k in kinds}) == len(kinds) == 4
+    # Sampled, full-batch and control-variate node classification, link prediction,
+    # and label propagation (keyed by its model.kind).
+    assert len({k.key for k in kinds}) == len(kinds) == 5
+    assert [k.key for k in kinds if k.model is not None] == [
+        ("node", "model.kind", "label_propagation")]
     # Every kind builds its own runs (none inherits a stub), from partitions and from
     # counts alike: there is no second constructor to keep equal.
     for kind in kinds:
