@@ -38,22 +38,28 @@ def quiet():
     return Progress(enabled=False)
 
 
+# Test accuracy measured at 20 epochs (2 devices / 1 device): sage 0.558 / 0.571, gat
+# 0.762 / 0.61; a constant guess's bound is 0.378, and the paired bounds 0.453 and 0.510.
+EPOCHS = 20
+
+
 @pytest.mark.parametrize("experiment,extra", [
-    (SAGE, ["train.epochs=60"]),
-    (GAT, ["train.epochs=60", "model.heads=4", "model.hidden=16"])], ids=["sage", "gat"])
+    (SAGE, [f"train.epochs={EPOCHS}"]),
+    (GAT, [f"train.epochs={EPOCHS}", "model.heads=4", "model.hidden=16"])],
+    ids=["sage", "gat"])
 def test_a_full_batch_run_takes_one_step_an_epoch_over_every_training_node(
         tmp_path, experiment, extra):
-    """60 steps of every training node on 2 devices lower the loss, and the model
+    """20 steps of every training node on 2 devices lower the loss, and the model
     learns: its test accuracy beats any model that ignores its input, and falls short
     of the same run's on one device by no more than chance allows two equally good
     models on cora's 1,000 test nodes."""
     result = train_and_evaluate(load(Experiment, experiment, SMALL + extra), str(tmp_path),
                                 quiet())
     steps = read_lines(tmp_path / "steps.jsonl")
-    assert [s["step"] for s in steps] == list(range(1, 61))
+    assert [s["step"] for s in steps] == list(range(1, EPOCHS + 1))
     assert all(s["count"] == 140 and s["batch"] == 0 for s in steps)  # every seed, each step
     rows = read_lines(tmp_path / "metrics.jsonl")
-    assert len(rows) == 60 and rows[-1]["loss"] < rows[0]["loss"]
+    assert len(rows) == EPOCHS and rows[-1]["loss"] < rows[0]["loss"]
     assert result["compiles"] == 1 and result["inference"] == "full"
 
     # The same run on one device (its checkpoints, which change nothing it computes,
