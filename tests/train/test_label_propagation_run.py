@@ -2,6 +2,7 @@
 exported and loaded like any node classification run, on the mesh; its scores equal a
 dense numpy label propagation over cora's own graph."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from jgraph import load_dataset, load_run, read_embeddings
 from jgraph.cli.main import main
 from jgraph.config import ConfigError, load
+from jgraph.jobs import kind_of
 from jgraph.jobs.experiment import Experiment
 from jgraph.progress import Progress
 from jgraph.train.loop import train_and_evaluate
@@ -106,9 +108,15 @@ def test_its_probabilities_are_exported_and_answered_as_the_reference(
 
 @pytest.mark.parametrize("setting,message", [
     ("model.alpha=0", "model.alpha must be in (0, 1]"),
-    ("train.mode=full", "label_propagation learns nothing, so train.mode"),
-    ("train.sampler=control_variate", "train.sampler (control_variate) do not apply")])
-def test_settings_that_do_not_apply_are_refused_naming_them(setting, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
-                       .replace("[", r"\[").replace("]", r"\]")):
+    ("train.history_refresh=2", "keeps no histories to refresh")])
+def test_bad_settings_are_refused_naming_them(setting, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load(Experiment, EXPERIMENT, [*LP, setting])
+
+
+def test_a_config_written_for_full_batch_training_propagates_labels_too():
+    # train.mode and train.sampler say how a model would train: label propagation
+    # trains nothing, so a config of either may be switched to it.
+    for setting in ("train.mode=full", "train.sampler=control_variate"):
+        config = load(Experiment, EXPERIMENT, [*LP, setting])
+        assert kind_of(config).model == "label_propagation"
