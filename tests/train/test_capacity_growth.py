@@ -20,8 +20,8 @@ from jgraph.train import loop
 pytestmark = pytest.mark.slow     # runs that recompile
 
 EXPERIMENT = str(Path(__file__).resolve().parents[2] / "experiments" / "sage_cora.yaml")
-# One device, five steps per epoch: a growth must rewind mid-epoch.
-SMALL = ["data.num_parts=1", "train.epochs=2", "train.batch_size=32", "exchange.max_rungs=1"]
+# One device, one epoch of five steps: a growth must rewind mid-epoch.
+SMALL = ["data.num_parts=1", "train.epochs=1", "train.batch_size=32", "exchange.max_rungs=1"]
 
 
 def steps(workdir):
@@ -60,8 +60,8 @@ def test_steps_refused_for_their_capacities_are_run_again_with_the_same_losses(
 
 
 
-# Four devices, two steps an epoch: every exchange moves ids between devices.
-SHARDED = ["data.num_parts=4", "train.epochs=2", "train.batch_size=16"]
+# Four devices, one epoch of two steps: every exchange moves ids between devices.
+SHARDED = ["data.num_parts=4", "train.epochs=1", "train.batch_size=16"]
 
 
 def inputs_of(inputs: str) -> list[str]:
