@@ -14,7 +14,10 @@ devices (data.num_parts set to match), two runs of `jgraph.train` in this proces
        keep them)
   lp   model.kind=label_propagation: the training labels propagated --lp-steps steps
        with --lp-alpha, fixed for every graph, not tuned (it learns nothing and draws
-       nothing, so its seeds agree)
+       nothing, so its seeds agree: it runs once, with the first seed)
+
+A graph without a validation split (AIFB) has nothing to choose C&S's alphas with: its
+GNN runs without C&S, and the C&S column says so.
 
 The majority baseline (the training split's most frequent class) is the GNN run's.
 Prints one JSON line per config and seed, then a table of mean ± standard deviation
@@ -38,11 +41,13 @@ COLUMNS = {
 }
 
 
-def run(config: str, kind: str, seed: int, args: argparse.Namespace) -> dict:
-    """Train `kind` ("gnn" or "lp") of `config` with `seed`; its result.json."""
+def run(config: str, kind: str, seed: int, args: argparse.Namespace,
+        smooth: bool = True) -> dict:
+    """Train `kind` ("gnn" or "lp") of `config` with `seed` (the GNN followed by C&S
+    where `smooth`); its result.json."""
     overrides = [f"data.num_parts={args.devices}", f"train.seed={seed}", *args.set]
     if kind == "gnn":
-        overrides.append("smooth.after_training=true")
+        overrides += ["smooth.after_training=true"] if smooth else []
     else:
         # It trains nothing: training mode and sampler back to their defaults (jgraph
         # before a92a08c refused a full-batch config's train.mode=full).
@@ -54,14 +59,16 @@ def run(config: str, kind: str, seed: int, args: argparse.Namespace) -> dict:
     jgraph.train(config, workdir, overrides=overrides, resume="fresh", progress=False)
     with open(os.path.join(workdir, "result.json")) as f:
         result = json.load(f)
-    if kind == "gnn":       # which alphas validation chose: (0, 0) kept the base
+    if kind == "gnn" and smooth:    # which alphas validation chose: (0, 0) kept the base
         with open(os.path.join(workdir, "correct_and_smooth.json")) as f:
             chosen = json.load(f)
         result["cs_alphas"] = [chosen["correct_alpha"], chosen["smooth_alpha"]]
     return result
 
 
-def summary(values: list[float]) -> str:
+def summary(values: list) -> str:
+    if None in values:
+        return "no validation split"
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{statistics.mean(values):.3f} ± {spread:.3f}"
 
@@ -83,17 +90,21 @@ def main() -> int:
     runs, table = [], []
     for config in args.configs:
         mine = []
+        lp = run(config, "lp", args.seeds[0], args)
+        smooth = lp.get("val_acc") is not None
         for seed in args.seeds:
-            got = {kind: run(config, kind, seed, args) for kind in ("gnn", "lp")}
+            got = {"gnn": run(config, "gnn", seed, args, smooth), "lp": lp}
             row = {"config": config, "graph": got["gnn"]["graph"], "seed": seed,
-                   "cs_alphas": got["gnn"]["cs_alphas"],
-                   **{column: got[kind][key] for column, (kind, key) in COLUMNS.items()}}
+                   "cs_alphas": got["gnn"].get("cs_alphas"),
+                   **{column: got[kind].get(key) for column, (kind, key) in COLUMNS.items()}}
             print(json.dumps(row), flush=True)
             mine.append(row)
         table.append({"config": os.path.basename(config), "graph": mine[0]["graph"],
                       **{column: summary([r[column] for r in mine]) for column in COLUMNS},
                       "C&S alphas (correct, smooth) per seed":
-                          " ".join(f"({a:g}, {b:g})" for a, b in (r["cs_alphas"] for r in mine))})
+                          " ".join(f"({a:g}, {b:g})" for a, b in
+                                   (r["cs_alphas"] or (None, None) for r in mine)
+                                   if a is not None) or "-"})
         runs += mine
 
     header = list(table[0])

@@ -181,8 +181,9 @@ class ModelConfig:
       `jgraph.models.register_model`, or "module:function" (a builder that jgraph
       imports; see `jgraph.models.registry`); or "label_propagation", which learns
       nothing: the training labels propagated over the graph (Zhou et al., 2004;
-      `jgraph.jobs.label_propagation`), num_layers steps with `alpha`. hidden,
-      num_layers: widths and depth (one layer per hop).
+      `jgraph.jobs.label_propagation`), num_layers steps with `alpha` (the other
+      model keys are moot for it). hidden, num_layers: widths and depth (one layer
+      per hop).
     aggregator: GraphSAGE's. decomposition, num_bases, self_loop: R-GCN's (num_bases
       is the block count for block decomposition; 0 = a full weight per relation).
     normalization: R-GCN's neighbour normalisation: `relation` (default, the paper's)
@@ -243,7 +244,9 @@ class ModelConfig:
                           ("model.attn_dropout", self.attn_dropout)):
             if not 0.0 <= rate < 1.0:
                 raise ConfigError(f"{key} must be in [0, 1), got {rate}")
-        if self.one_hot_inputs and self.kind != "rgcn":
+        if self.one_hot_inputs and self.kind not in ("rgcn", LABEL_PROPAGATION):
+            # label propagation reads no inputs, so an R-GCN config's one-hot inputs
+            # are moot there, as its widths are
             raise ConfigError(f"model.one_hot_inputs is an R-GCN input layer; model.kind is "
                               f"{self.kind!r}")
 

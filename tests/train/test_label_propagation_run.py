@@ -115,8 +115,10 @@ def test_bad_settings_are_refused_naming_them(setting, message):
 
 
 def test_a_config_written_for_full_batch_training_propagates_labels_too():
-    # train.mode and train.sampler say how a model would train: label propagation
-    # trains nothing, so a config of either may be switched to it.
-    for setting in ("train.mode=full", "train.sampler=control_variate"):
+    # train.mode and train.sampler say how a model would train, model.one_hot_inputs
+    # what an R-GCN reads: label propagation trains and reads nothing, so a config of
+    # any of them may be switched to it.
+    for setting in ("train.mode=full", "train.sampler=control_variate",
+                    "model.one_hot_inputs=true"):
         config = load(Experiment, EXPERIMENT, [*LP, setting])
         assert kind_of(config).model == "label_propagation"
