@@ -35,9 +35,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # 9.0 s at level 1 and 8.7 s at XLA's default): they get level 1. Most of them train on
 # small graphs and still spend most of their time compiling, so they keep the elemental
 # emitter (examples/own_model.py: 26 s, against 32 s with the fusion emitters, 47 s at
-# level 0). Those whose epochs outweigh their compiles (facebook's link training: 48 s,
-# against 28 s with the fusion emitters) take `epoch_bound_flags`. Users' runs keep
-# XLA's defaults.
+# level 0); so does facebook's link training, on the sizes tests/test_docs.py gives it
+# (its shipped sizes' epoch, 48 s against 28 s with the fusion emitters, outweighed its
+# compiles). Users' runs keep XLA's defaults.
 LEVEL = "--xla_backend_optimization_level"
 ELEMENTAL = (" --xla_cpu_use_fusion_emitters=false"
              if Version(version("jaxlib")) < Version("0.11") else "")
@@ -51,15 +51,6 @@ use_devices(8)      # starts JAX's backend (which reads XLA_FLAGS once); also se
                     # XLA:CPU flag the exchange's collectives need
 if not _chosen:     # for the processes the tests start
     os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(QUICK, f"{LEVEL}=1{ELEMENTAL}")
-
-
-@pytest.fixture(scope="session")
-def epoch_bound_flags() -> str:
-    """XLA_FLAGS for a command the suite starts whose training epochs take longer than
-    its compiles: the fusion emitters, whose code runs faster."""
-    if _chosen:
-        return os.environ["XLA_FLAGS"]
-    return os.environ["XLA_FLAGS"].replace(f"{LEVEL}=1{ELEMENTAL}", f"{LEVEL}=1")
 
 
 SHARED_DATA = Path(os.environ.get("JGRAPH_SHARED_DATA",
