@@ -39,7 +39,7 @@ from jgraph.jobs.inference import full_graph_rows_program, full_graph_scores, sp
 from jgraph.jobs.programs import Programs
 from jgraph.jobs.propagation import labelled_rows
 from jgraph.jobs.run import Run, calibrated_exchange, calibrated_sampler, split_labels
-from jgraph.jobs.signal import signal_of
+from jgraph.jobs.signal import host_signal, signal_of
 from jgraph.progress import Progress
 from jgraph.sharded import DistGraph
 from jgraph.sharded.tensor import DistTensor
@@ -204,6 +204,11 @@ class JobKind:
         """The result's fields of what a model that learns nothing scores (none)."""
         return {}
 
+    def reach(self, run: Run, embeddings) -> dict:
+        """The result's fields of the labelled items no signal reaches with the trained
+        `embeddings` (none)."""
+        return {}
+
     def class_scores(self, run: Run, params, embeddings) -> DistTensor:
         """What the run predicts for every labelled node, over the whole graph: float32
         [rows, classes] class probabilities, a `DistTensor` in the labels' layout (what
@@ -278,6 +283,19 @@ class NodeKind(JobKind):
             out[f"majority_{split}_acc"] = (None if held is None or not held.size else
                                             float(np.mean(held == majority)))
         return out
+
+    def reach(self, run: Run, embeddings) -> dict:
+        """`unreached_val`, `unreached_test`: how many of the split's nodes no signal
+        reaches (they predict the class prior: `jgraph.jobs.signal`), where the labelled
+        type has no features (else every node is reached and there are no fields)."""
+        got = host_signal(run, signal_of(run, embeddings))
+        if got is None:
+            return {}
+        reached = got[0]
+        return {f"unreached_{split}": (int(np.sum(~reached[run.dg.split_mask(
+                    split, run.target).to_numpy().astype(bool)]))
+                    if run.has_split(split) else None)
+                for split in ("val", "test")}
 
     def class_scores(self, run: Run, params, embeddings) -> DistTensor:
         """The model's softmax for every labelled node by layer-wise full-graph

@@ -513,6 +513,7 @@ class Loop:
         result = {
             **self.kind.final_scores(final, config),
             **self.kind.baselines(self.run),
+            **self.kind.reach(self.run, embeddings),
             "best_epoch": best.epoch, "final_loss": rows[-1]["loss"] if rows else None,
             "epochs_trained": s.epoch,
             "compiles": self.traces["train_step"], "compiles_by_step": dict(self.traces),

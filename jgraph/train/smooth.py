@@ -72,16 +72,16 @@ def smooth_trained(run: Run, params, embeddings, workdir: str, settings: SmoothC
     score = lambda scores, split: (accuracy(scores.array, labels.array, masks[split])
                                    if split in masks else None)
     corrected = _corrector(run, settings)
-    grid = []
+    grid, best, out = [], None, None
     with progress.phase(f"correcting and smoothing: {len(settings.correct_alphas)} x "
                         f"{len(settings.smooth_alphas)} alphas"):
         for a in settings.correct_alphas:
             for b in settings.smooth_alphas:
-                out = corrected(probs, a, b, settings.scale)
+                tried = corrected(probs, a, b, settings.scale)
                 grid.append({"correct_alpha": a, "smooth_alpha": b,
-                             "val_acc": score(out, "val")})
-    best = max(grid, key=lambda point: point["val_acc"])     # the first of those tied
-    out = corrected(probs, best["correct_alpha"], best["smooth_alpha"], settings.scale)
+                             "val_acc": score(tried, "val")})
+                if best is None or grid[-1]["val_acc"] > best["val_acc"]:
+                    best, out = grid[-1], tried      # the first of those tied
     chosen = {k: v for k, v in dataclasses.asdict(settings).items() if k != "after_training"}
     result = {"base_val_acc": score(probs, "val"), "base_test_acc": score(probs, "test"),
               "val_acc": best["val_acc"], "test_acc": score(out, "test"),

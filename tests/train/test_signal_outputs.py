@@ -2,6 +2,7 @@
 Smooth's base read them: a labelled node that no signal reaches gives the class prior
 (`jgraph.jobs.signal`), every other node the model's own outputs."""
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -55,6 +56,13 @@ def test_unreached_nodes_are_exported_and_answered_with_the_prior(workdir, tmp_p
     answered = load_run(workdir).predict(ids, "item")
     np.testing.assert_array_equal(answered, np.argmax(probs, axis=1))
     assert (answered[far[ids]] == majority).all()
+    # The result counts them: each split's nodes that no signal reaches.
+    with open(f"{workdir}/result.json") as f:
+        result = json.load(f)
+    for split in ("val", "test"):
+        mask = run.dg.split_mask(split, run.target).to_numpy().astype(bool)
+        assert result[f"unreached_{split}"] == int(np.sum(mask & ~reached))
+    assert result["unreached_val"] + result["unreached_test"] > 0
 
 
 def by_original_id(run, values: np.ndarray) -> np.ndarray:
