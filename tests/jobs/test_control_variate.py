@@ -44,6 +44,7 @@ from jgraph.mesh import REPLICATED, ROWS, rows_sharding
 from jgraph.models.stack import layer_input
 from jgraph.partition import partition_graph
 from jgraph.sharded import DistGraph, ExchangeConfig
+from tests.optimised import optimised
 
 pytestmark = pytest.mark.slow
 
@@ -341,14 +342,6 @@ def test_the_estimated_logits_average_to_the_exact_ones(cora8):
     # The draws do differ (the mean's test is not a comparison of equal numbers).
     assert np.max(draws.std(0)) > 1e-2 * np.max(np.abs(want))
     assert np.all(np.abs(mean - want) <= 5 * error + 1e-5 * np.max(np.abs(want)))
-
-
-def optimised(program, *args):
-    """The jitted `program` compiled for `args` with LLVM's optimisation passes (level 1,
-    where the suite compiles at 0: the same HLO and arithmetic, the same results to the
-    bit), for a program a test runs many times: its code runs about 4 times faster."""
-    return program.lower(*args).compile(
-        compiler_options={"xla_backend_optimization_level": 1})
 
 
 def cvd_program(job, graph):

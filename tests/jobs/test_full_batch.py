@@ -39,6 +39,7 @@ from jgraph.mesh import REPLICATED, ROWS
 from jgraph.models import Aggregator, Neighbourhood
 from jgraph.partition import partition_graph
 from jgraph.sharded import DistGraph, ExchangeConfig
+from tests.optimised import optimised
 
 pytestmark = pytest.mark.slow
 
@@ -49,18 +50,20 @@ TOLERANCE = 1e-5
 
 def sharded_loss_and_gradients(run, params, embeddings, remat=True,
                                window_floats=WINDOW_FLOATS, smallest=SMALLEST_WINDOW,
-                               seed=None):
+                               seed=None, many=False):
     """(loss summed over the training nodes, their count, parameter gradients,
     {ntype: embedding table gradients [P * rows, dim]}) of full-batch training; seed:
-    dropout keyed by it (None: none)."""
+    dropout keyed by it (None: none); many: a program the test runs many times,
+    compiled `optimised`."""
     settings = (id(run), remat, window_floats, smallest, seed is not None)
-    if settings not in _COMPILED:       # the run kept alive, so that its id is not reused
-        _COMPILED[settings] = run, _loss_and_gradients(run, *settings[1:], tuple(embeddings))
-    fn = _COMPILED[settings][1]
     key = jax.random.key(0 if seed is None else seed)
     train = run.dg.split_mask("train", run.target).array
-    total, count, lost, grads, table_grads = fn(params, embeddings,
-                                                run.job.data(run.dg.graph), train, key)
+    args = (params, embeddings, run.job.data(run.dg.graph), train, key)
+    if (*settings, many) not in _COMPILED:  # the run kept alive: its id is not reused
+        fn = _loss_and_gradients(run, *settings[1:], tuple(embeddings))
+        _COMPILED[(*settings, many)] = run, optimised(fn, *args) if many else fn
+    fn = _COMPILED[(*settings, many)][1]
+    total, count, lost, grads, table_grads = fn(*args)
     assert int(lost) == 0
     return float(total), int(count), grads, table_grads
 
@@ -229,7 +232,7 @@ def test_full_batch_loss_and_gradients_on_8_devices_equal_one_device_and_dense(
 
 
 def test_rematerialised_and_one_shot_gradients_are_identical(cora_dirs):
-    run, _, _ = cora_reference(cora_dirs[8], 8, "gat")
+    run = cora_run(cora_dirs[8], 8, "gat")
     total, _, grads, _ = sharded_loss_and_gradients(run, run.params, {}, remat=True)
     total_kept, _, grads_kept, _ = sharded_loss_and_gradients(run, run.params, {},
                                                               remat=False)
@@ -244,9 +247,9 @@ def test_gradients_with_dropout_are_the_losss_directional_derivatives(cora_dirs,
     draws the masks the forward drew: the gradient's inner product with a direction of
     the parameters equals the loss's central difference along it (the loss drawn with
     the same key), along the gradient itself and along a random direction."""
-    run, _, _ = cora_reference(cora_dirs[8], 8, model)
+    run = cora_run(cora_dirs[8], 8, model)
     assert run.config.model.dropout > 0
-    _, _, grads, _ = sharded_loss_and_gradients(run, run.params, {}, seed=3)
+    _, _, grads, _ = sharded_loss_and_gradients(run, run.params, {}, seed=3, many=True)
     leaves, tree = jax.tree.flatten(grads)
     rng = np.random.default_rng(0)
     norm = np.sqrt(sum(float(np.sum(np.square(g))) for g in leaves))
@@ -259,7 +262,7 @@ def test_gradients_with_dropout_are_the_losss_directional_derivatives(cora_dirs,
         def loss_at(t, unit=unit):
             moved = jax.tree.map(lambda p, v: p + jnp.asarray(t * v, p.dtype), run.params,
                                  jax.tree.unflatten(tree, unit))
-            return sharded_loss_and_gradients(run, moved, {}, seed=3)[0]
+            return sharded_loss_and_gradients(run, moved, {}, seed=3, many=True)[0]
         numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps)
         assert abs(numeric - along) <= 2e-2 * norm, (numeric, along, norm)
 
