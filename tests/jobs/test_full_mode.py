@@ -38,9 +38,10 @@ def quiet():
     return Progress(enabled=False)
 
 
-# Test accuracy measured at 20 epochs (2 devices / 1 device): sage 0.558 / 0.571, gat
-# 0.762 / 0.61; a constant guess's bound is 0.378, and the paired bounds 0.453 and 0.510.
-EPOCHS = 20
+# Test accuracy measured at 10 epochs (2 devices / 1 device): sage 0.483 / 0.427, gat
+# 0.68 / 0.61; a constant guess's bound is 0.378, and the paired bounds 0.295 and 0.503.
+# (At 20 epochs: sage 0.558 / 0.571, gat 0.762 / 0.61.)
+EPOCHS = 10
 
 
 @pytest.mark.parametrize("experiment,extra", [
@@ -49,7 +50,7 @@ EPOCHS = 20
     ids=["sage", "gat"])
 def test_a_full_batch_run_takes_one_step_an_epoch_over_every_training_node(
         tmp_path, experiment, extra):
-    """20 steps of every training node on 2 devices lower the loss, and the model
+    """10 steps of every training node on 2 devices lower the loss, and the model
     learns: its test accuracy beats any model that ignores its input, and falls short
     of the same run's on one device by no more than chance allows two equally good
     models on cora's 1,000 test nodes."""
