@@ -328,8 +328,9 @@ def test_the_estimated_logits_average_to_the_exact_ones(cora8):
     rng = np.random.default_rng(1)
     tables = tuple(node_table(rng.normal(size=(graph.num_nodes, w)).astype(np.float32) * 3,
                               dg, w) for w in job.widths)
-    forward = batch_program(job, graph)
     order = job.loader.epoch_order(0)
+    forward = optimised(batch_program(job, graph), run.params, tables, data, order,
+                        jnp.int32(0), jnp.int32(0))                 # run 200 times
     draws = []
     for step in range(200):
         _, _, blocks, logits, _ = forward(run.params, tables, data, order, jnp.int32(0),
