@@ -135,11 +135,13 @@ def test_full_mode_needs_no_fanouts_and_refuses_link_prediction():
 
 def test_full_batch_training_takes_sparse_features_as_they_are(tmp_path, shared_data):
     """facebook_musae's sparse feature rows go into the first layer as SparseRows (input
-    dropout drops stored entries), and training lowers the loss."""
+    dropout drops stored entries), and training lowers the loss. Three epochs: val
+    accuracy measured 0.478 / 0.538 / 0.633 / 0.675 / 0.706 after epochs 1-5, the loss
+    falling at each."""
     config = load(Experiment, str(ROOT / "experiments" / "full_sage_facebook.yaml"),
                   [f"data.path={shared_data('facebook_musae.npz')}", "data.num_parts=2",
-                   "train.epochs=5", "model.hidden=16"])
+                   "train.epochs=3", "model.hidden=16"])
     train_and_evaluate(config, str(tmp_path), quiet())
     rows = read_lines(tmp_path / "metrics.jsonl")
-    assert len(rows) == 5 and rows[-1]["loss"] < rows[0]["loss"]
+    assert len(rows) == 3 and rows[-1]["loss"] < rows[0]["loss"]
     assert rows[-1]["val_acc"] > 0.5                      # 4 classes
