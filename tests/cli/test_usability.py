@@ -3,6 +3,8 @@
 embed` using the run's device count (a partition directory's too), a failed `jgraph
 train` leaving no half-made run, no absl warnings amid a run's lines, and `jgraph
 partition --help` stating the budgets the code uses."""
+import contextlib
+import io
 import json
 import logging
 import os
@@ -84,11 +86,36 @@ def test_eval_counts_the_devices_of_the_partition_directory_a_run_was_given(tmp_
     assert run_devices(str(workdir)) == 3
 
 
-@pytest.mark.slow      # a training run, then `jgraph eval` in a process of its own
+@pytest.fixture(scope="module")
+def after_failed_attempts(cora_parts, tmp_path_factory):
+    """A workdir after two failed `jgraph train` attempts and a third that trains from
+    the partition directory (TINY's settings), with what each attempt returned, said on
+    stderr and left behind. The run is the one the eval test scores, too: one training
+    run for both tests."""
+    workdir = tmp_path_factory.mktemp("runs") / "x"
+    seen = []
+
+    def attempt(*settings):
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            code = train(workdir, *settings)
+        seen.append((code, said.getvalue(),
+                     sorted(os.listdir(workdir)) if workdir.exists() else None))
+    # A config error found once the graph is partitioned into WORKDIR/partition.
+    attempt("data.path=cora", "data.num_parts=2", "data.target_type=paper")
+    # A workdir holding files of its own.
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("mine")
+    attempt(f"data.path={cora_parts}", "data.num_parts=3")
+    attempt(f"data.path={cora_parts}")
+    return workdir, seen, (workdir / ".lock").exists()
+
+
+@pytest.mark.slow      # `jgraph eval` in a process of its own (the run: the fixture's)
 def test_eval_of_a_run_trained_from_a_partition_directory_runs_on_its_devices(
-        cora_parts, tmp_path):
-    workdir = tmp_path / "run"
-    assert train(workdir, f"data.path={cora_parts}") == 0
+        after_failed_attempts):
+    workdir, seen, _ = after_failed_attempts
+    assert seen[-1][0] == 0                  # trained from the partition directory
     assert not (workdir / "partition").exists() and run_devices(str(workdir)) == 2
     # A new process starts JAX with one CPU device: without --devices, eval (and embed,
     # which asks `run_devices` too) must make the run's two.
@@ -100,26 +127,24 @@ def test_eval_of_a_run_trained_from_a_partition_directory_runs_on_its_devices(
     assert json.loads(done.stdout)["test_acc"] == result["test_acc"]
 
 
-@pytest.mark.slow      # trains after the failed attempts
-def test_a_failed_train_leaves_no_run_behind_and_the_next_one_trains(cora_parts, tmp_path,
-                                                                      capsys):
-    workdir = tmp_path / "runs" / "x"
+@pytest.mark.slow      # trains after the failed attempts (the fixture's)
+def test_a_failed_train_leaves_no_run_behind_and_the_next_one_trains(after_failed_attempts):
+    workdir, seen, locked = after_failed_attempts
+    (code, err, left), (code2, err2, left2), (code3, _, left3) = seen
     # A config error found once the graph is partitioned into WORKDIR/partition: the
     # workdir the attempt made goes, with everything in it.
-    assert train(workdir, "data.path=cora", "data.num_parts=2",
-                 "data.target_type=paper") == 2
-    assert "data.target_type 'paper' is not a node type" in capsys.readouterr().err
-    assert not workdir.exists()
+    assert code == 2
+    assert "data.target_type 'paper' is not a node type" in err
+    assert left is None
     # A workdir holding files of its own keeps them, and only them: no lock file, no
     # empty checkpoints/.
-    workdir.mkdir()
-    (workdir / "notes.txt").write_text("mine")
-    assert train(workdir, f"data.path={cora_parts}", "data.num_parts=3") == 2
-    assert "has 2 partition(s) but the mesh has 3" in capsys.readouterr().err
-    assert sorted(os.listdir(workdir)) == ["notes.txt"]
-    assert train(workdir, f"data.path={cora_parts}") == 0
-    assert (workdir / "model").is_dir() and os.listdir(workdir / "checkpoints")
-    assert not (workdir / ".lock").exists()          # the lock goes when a run ends
+    assert code2 == 2
+    assert "has 2 partition(s) but the mesh has 3" in err2
+    assert left2 == ["notes.txt"]
+    assert code3 == 0
+    assert "model" in left3 and (workdir / "model").is_dir()
+    assert os.listdir(workdir / "checkpoints")
+    assert not locked                                 # the lock goes when a run ends
 
 
 @pytest.mark.slow      # a training run
