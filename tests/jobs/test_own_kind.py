@@ -2,6 +2,7 @@
 class and one kind, put in the job table by one line (`register`). It trains,
 evaluates, embeds, benches and compiles abstractly as the kinds jgraph ships do, and
 nothing in jgraph names it: a kind owns all of itself."""
+import dataclasses
 import json
 
 import jax
@@ -14,6 +15,7 @@ from flax import nnx
 from jgraph.bench.config import TrainBench
 from jgraph.bench.train import bench_train
 from jgraph.config import ConfigError
+from jgraph.exchange.config import ExchangeConfig
 from jgraph.jobs import kind_of, register, unregister
 from jgraph.jobs.abstract import abstract_graph, counts_of
 from jgraph.jobs.experiment import DataConfig, Experiment, ModelConfig, TrainConfig
@@ -73,7 +75,10 @@ def smoothed():
 @pytest.fixture(scope="module")
 def trained(smoothed, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("smoothed")
-    return workdir, train(config_of(epochs=5), str(workdir), progress=False)
+    # A one-rung exchange ladder: one compiled branch a transfer, the same numbers
+    # (tests/train/test_loop.py's run does the same).
+    config = dataclasses.replace(config_of(epochs=5), exchange=ExchangeConfig(max_rungs=1))
+    return workdir, train(config, str(workdir), progress=False)
 
 
 def test_the_config_names_the_kind_and_nothing_else_trains_it(smoothed):
