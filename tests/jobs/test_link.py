@@ -98,22 +98,32 @@ def test_sharded_loss_and_gradient_equal_one_device_over_the_same_batches(run8):
         real = src[k] >= 0
         np.testing.assert_array_equal(rows[k][real], feat[src[k][real]])
 
-    def device_loss(params, k):
+    def inputs(k):
+        """Device k's batch from the host: its rows from the feature table, its blocks,
+        endpoints and negatives."""
+        x = np.where((src[k] >= 0)[:, None], feat[np.maximum(src[k], 0)], 0)
+        return (x, [(nbr[k], m[k]) for nbr, m in blocks], [a[k] for a in ends], etype[k],
+                mask[k])
+
+    def one_device(params, batch):
+        x, hoods, (e_src, e_dst, e_neg, e_mask), e_type, e_ok = batch
         model = nnx.merge(job.graphdef, params)
-        x = jnp.asarray(np.where((src[k] >= 0)[:, None], feat[np.maximum(src[k], 0)], 0))
-        hoods = [Neighbourhood(jnp.asarray(nbr[k]), jnp.asarray(m[k])) for nbr, m in blocks]
-        h = model({"_N": x}, {}, hoods)
-        e_src, e_dst, e_neg, e_mask = (jnp.asarray(a[k]) for a in ends)
-        pos = model.score(h[e_src], h[e_dst], jnp.asarray(etype[k]))
-        neg = model.score(h[e_src][:, None], h[e_neg], jnp.asarray(etype[k])[:, None])
-        loss, weight, _, _ = link_loss(pos, neg, jnp.asarray(mask[k]), e_mask, job.loss)
+        h = model({"_N": x}, {}, [Neighbourhood(nbr, m) for nbr, m in hoods])
+        pos = model.score(h[e_src], h[e_dst], e_type)
+        neg = model.score(h[e_src][:, None], h[e_neg], e_type[:, None])
+        loss, weight, _, _ = link_loss(pos, neg, e_ok, e_mask, job.loss)
         return loss, weight
 
-    total = sum(int(device_loss(params, k)[1]) for k in range(DEVICES))
+    # One program for every device's batch (equal shapes): its loss and weight, its
+    # gradient.
+    forward = jax.jit(one_device)
+    backward = jax.jit(jax.grad(lambda p, b: one_device(p, b)[0]))
+    batches = [inputs(k) for k in range(DEVICES)]
+    outs = [forward(params, b) for b in batches]
+    total = sum(int(weight) for _, weight in outs)
     assert total == int(np.sum(mask)) * (1 + job.negatives.k) > 0
-    loss1 = sum(float(device_loss(params, k)[0]) for k in range(DEVICES)) / total
-    grads1 = jax.tree.map(lambda *g: sum(g) / total, *[
-        jax.grad(lambda p, k=k: device_loss(p, k)[0])(params) for k in range(DEVICES)])
+    loss1 = sum(float(loss) for loss, _ in outs) / total
+    grads1 = jax.tree.map(lambda *g: sum(g) / total, *[backward(params, b) for b in batches])
     np.testing.assert_allclose(float(loss8), loss1, rtol=1e-5)
     for g8, g1 in zip(jax.tree.leaves(grads8), jax.tree.leaves(grads1)):
         np.testing.assert_allclose(np.asarray(g8), np.asarray(g1), rtol=1e-4, atol=1e-7)
