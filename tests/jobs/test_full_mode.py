@@ -103,7 +103,7 @@ def paired_noise(acc, ref_acc, n, sds=4.0) -> float:
 
 
 def test_a_stopped_full_batch_run_resumes_with_the_same_losses_and_metrics(tmp_path):
-    config = load(Experiment, SAGE, SMALL + ["train.epochs=6", "model.dropout=0.5"])
+    config = load(Experiment, SAGE, SMALL + ["train.epochs=5", "model.dropout=0.5"])
     reference = train_and_evaluate(config, str(tmp_path / "ref"), quiet())
 
     # One step an epoch: SIGTERM after step 3 is dispatched rides in step 4's stop vote,
