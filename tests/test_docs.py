@@ -130,6 +130,7 @@ NOT_RUN = {
 # (one epoch: every command still partitions, compiles, trains, evaluates and writes
 # its result; a resumed run takes the steps after the checkpoint's).
 SMALL_TRAINING = ["--set", "train.epochs=1"]
+MORE_EPOCHS = ["--set", "train.epochs=2"]
 # Appended too to the `jgraph train` of these configs, whose one epoch on their own
 # sizes costs more than the rest of the command: narrower layers, fewer neighbours a
 # hop and fewer fixed negatives to rank against. The command runs the same code (the
@@ -173,11 +174,26 @@ def shell_commands(code: str) -> list[str]:
 
 def small(argv: list[str]) -> list[str]:
     """`argv` on small settings: `jgraph train` for 1 epoch (the inner command too, of
-    `python -m jgraph.launch ... -- jgraph train ...`), of SMALLER's sizes."""
+    `python -m jgraph.launch ... -- jgraph train ...`), of SMALLER's sizes. A command
+    that names its epochs (checkpoints.md's "then trains on, up to 80 epochs") trains
+    MORE_EPOCHS instead: more than the block's other commands, so that it still trains
+    on from their checkpoint."""
     if not ("train" in argv and "jgraph" in argv):
         return argv
     smaller = [value for config in SMALLER if config in argv for value in SMALLER[config]]
-    return argv + SMALL_TRAINING + smaller
+    named = any(a.startswith("train.epochs=") for a in argv)
+    return argv + (MORE_EPOCHS if named else SMALL_TRAINING) + smaller
+
+
+def test_a_command_naming_its_epochs_trains_on_past_the_others():
+    # checkpoints.md resumes a 1-epoch run, then "trains on, up to 80 epochs": run
+    # small, the last command must still ask for more epochs than the first took.
+    first = small(shlex.split("jgraph train experiments/sage_cora.yaml"))
+    more = small(shlex.split("jgraph train experiments/sage_cora.yaml --set "
+                             "train.epochs=80"))
+    epochs = lambda argv: int([a for a in argv if a.startswith("train.epochs=")][-1]
+                              .split("=")[1])
+    assert epochs(first) == 1 and epochs(more) > epochs(first)
 
 
 def test_the_shell_blocks_are_commands_of_jgraph_or_named_as_not_run():
