@@ -49,11 +49,9 @@ def run(config: str, kind: str, seed: int, args: argparse.Namespace,
     if kind == "gnn":
         overrides += ["smooth.after_training=true"] if smooth else []
     else:
-        # It trains nothing: training mode and sampler back to their defaults (jgraph
-        # before a92a08c refused a full-batch config's train.mode=full).
+        # It trains nothing: any config's train.mode and train.sampler are moot to it.
         overrides += ["model.kind=label_propagation", f"model.num_layers={args.lp_steps}",
-                      f"model.alpha={args.lp_alpha}", "train.mode=sampled",
-                      "train.sampler=neighbor"]
+                      f"model.alpha={args.lp_alpha}"]
     name = os.path.splitext(os.path.basename(config))[0]
     workdir = os.path.join(args.workdir, f"{name}-{kind}-seed{seed}")
     jgraph.train(config, workdir, overrides=overrides, resume="fresh", progress=False)
