@@ -622,12 +622,18 @@ class _Job:
             os.makedirs(coarse)
         self.group.barrier("coarse folder")
         began = time.perf_counter()
+        held = 0                # the work directory at its largest: a level's buckets written
+
+        def measure() -> None:
+            nonlocal held
+            if self.group.leader:
+                held = max(held, _bytes_under(self.work.root))
         parts, stats = partition(adjacency, self.weights(self.lo, self.hi),
                                  self.options.num_parts, tolerance=self.options.tolerance,
                                  seed=self.options.seed,
                                  coarse_entries=self.options.coarse_entries, workdir=coarse,
                                  range_entries=self.options.range_entries,
-                                 group=self.group,
+                                 group=self.group, on_written=measure,
                                  log=lambda message: self.progress.note(
                                      f"{message} [{time.perf_counter() - began:.0f}s, "
                                      f"{_memory_since_last()}]"))
@@ -636,7 +642,7 @@ class _Job:
             np.save(self.work.path("parts.npy"),
                     parts.astype(assignment_dtype(self.options.num_parts)))
         return {"levels": list(stats.level_nodes), "coarse_entries": stats.coarse_entries,
-                "coarse_sparsified": stats.sparsified}
+                "coarse_sparsified": stats.sparsified, "disk_peak_bytes": held}
 
     def given(self) -> np.ndarray:
         """The assignment of `options.assignment`, checked against the graph."""

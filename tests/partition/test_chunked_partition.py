@@ -4,6 +4,7 @@ feature row, label and split entry once, by original ids), the multilevel partit
 keeps every balance constraint and cuts about as few edges as METIS, a killed job
 resumes after its last finished phase, and bad input is refused by name with nothing
 left at the output path."""
+import itertools
 import json
 import os
 import resource
@@ -345,6 +346,27 @@ def test_multilevel_coarsens_when_the_graph_is_larger_than_its_coarse_limit(shar
     assert max(balance(parts, constraints, 8).values()) <= 1.05 + 1e-9
     metis = assign(graph, 8, "metis", constraints=constraints, adjacency=adjacency)
     assert edge_cut_fraction(graph, parts) <= 1.15 * edge_cut_fraction(graph, metis)
+
+
+def test_coarsening_stops_where_a_level_would_be_pairs_alone(shared_data):
+    """Clusters of at most one node: label propagation joins none, and a level is the
+    pairs of nodes that share a best cluster. Such levels go on while the graph has more
+    nodes than the coarsest may have, and stop once it has fewer, though its entries are
+    still more than METIS takes (METIS partitions a sample)."""
+    from jgraph.partition.assignment import undirected_adjacency
+    graph = symmetrize(load_dataset(shared_data("facebook_musae.npz")))
+    constraints = constraints_for(graph)
+    w = constraints.weights
+    weights = multilevel.NodeWeights(constraints.names, tuple(w[:, c] for c in range(w.shape[1])))
+    parts, stats = multilevel.partition(CSRAdjacency(undirected_adjacency(graph), 50_000),
+                                        weights, 8, coarse_entries=20_000,
+                                        cluster_fraction=1e-9)
+    nodes = stats.level_nodes
+    limit = multilevel.coarse_node_limit(20_000, 8)
+    assert all(b >= a // 2 for a, b in itertools.pairwise(nodes))      # pairs at most
+    assert nodes[-1] <= limit < nodes[-2]
+    assert stats.sparsified and stats.coarse_entries <= 1.05 * 20_000     # about as many
+    assert max(balance(parts, constraints, 8).values()) <= 1.05 + 1e-9
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000, 5000])
