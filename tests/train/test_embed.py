@@ -274,7 +274,7 @@ def test_a_damaged_index_or_chunk_is_named_by_the_reader(workdir, tmp_path):
 def test_a_link_run_on_three_node_types_writes_each_types_embeddings(shared_data,
                                                                     tmp_path):
     """R-GCN link prediction on ACM (papers, authors, subjects; subjects learn their
-    rows), 4 parts: every node of every type once, each row the embedding link
+    rows), 2 parts: every node of every type once, each row the embedding link
     evaluation scores (the last layer, by full-graph inference); no classes."""
     path = shared_data("heco_acm.npz")
     graph = load_npz(path)
@@ -282,7 +282,7 @@ def test_a_link_run_on_three_node_types_writes_each_types_embeddings(shared_data
     # saved model's, whatever it learned. Width is most of the cost of the exact
     # answers of `score` (every in-neighbour of ACM's subjects, up to 2,000, is a slot).
     config = load(Experiment, str(ROOT / "experiments" / "lp_rgcn_acm.yaml"),
-                  [f"data.path={path}", "data.num_parts=4", "train.epochs=1",
+                  [f"data.path={path}", "data.num_parts=2", "train.epochs=1",
                    "link.eval_negatives=20", "link.negatives=1", "model.hidden=16",
                    "model.embedding_dim=16", "train.fanouts=[4,4]",
                    "train.eval_fanouts=[4,4]", "exchange.max_rungs=1"])
