@@ -115,9 +115,11 @@ JOB = (Phase("scan", "scan"), Phase("adjacency", "adjacency"),
        Phase("partitions", "partitions", leftovers=("buckets",)),
        Phase("node data", "node_data"))
 PHASES = tuple(phase.name for phase in JOB)
-# Node data rows copied, and edges read, at a time (a chunk of any size is read a block
-# at a time, so a phase's memory does not follow how the input was chunked).
+# Node data rows copied, and edges read, at a time by one process (a chunk of any size
+# is read a block at a time, so a phase's memory does not follow how the input was
+# chunked); `block_sizes` divides them among processes, down to the second pair.
 ROWS_PER_BLOCK, EDGES_PER_BLOCK = 1 << 20, 1 << 22
+MIN_ROWS_PER_BLOCK, MIN_EDGES_PER_BLOCK = 1 << 16, 1 << 18
 IDENTITY_VERSION = 4
 # The largest coarse graph METIS partitions by default (adjacency entries), for one
 # process; `coarse_limit` divides it among processes, down to the second.
@@ -191,6 +193,18 @@ def coarse_limit(processes: int = 1) -> int:
     per process), at about 40 bytes an entry (`jgraph.partition.plan`); with more
     processes each sample is smaller and there are more of them."""
     return max(COARSE_ENTRIES // _share(processes), MIN_COARSE_ENTRIES)
+
+
+def block_sizes(processes: int = 1) -> tuple[int, int]:
+    """(edges, node data rows) a process reads at a time: EDGES_PER_BLOCK and
+    ROWS_PER_BLOCK for one process, 1/(2N) of them for each of N (`_share`; at least
+    MIN_EDGES_PER_BLOCK and MIN_ROWS_PER_BLOCK), as the budgets are: a block and what
+    a phase makes of it (some 80 bytes an edge when bucketing) were 0.3 GiB of each of 4
+    processes' 0.7 on the 100M-edge R-MAT. More blocks cost nothing but their count:
+    every process still reads its share of the edges once a pass."""
+    share = _share(processes)
+    return (max(EDGES_PER_BLOCK // share, min(EDGES_PER_BLOCK, MIN_EDGES_PER_BLOCK)),
+            max(ROWS_PER_BLOCK // share, min(ROWS_PER_BLOCK, MIN_ROWS_PER_BLOCK)))
 
 
 def bounded_route(path, method) -> bool:
@@ -380,10 +394,15 @@ def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
     graphs)."""
     n, e = num_nodes, num_edges
     ids = 4 if n < 2**31 else 8
+    # The adjacency's bucket records while they are written; then its CSR, an index an
+    # entry (fewer where repeated pairs are stored once) and an offset a node.
     adjacency = 0 if given else 2 * e * (4 + ids)
-    # Two coarse levels at once, each at most SAMPLE_MARGIN x coarse_entries entries
-    # (sampled beyond), as bucket records (16 bytes) while a level is written.
-    coarse = 0 if given else 2 * 16 * min(2 * e, SAMPLE_MARGIN * coarse_entries)
+    sorted_adjacency = 0 if given else 2 * e * ids + 8 * n
+    # At most SAMPLE_MARGIN x coarse_entries entries a coarse level (sampled beyond):
+    # the assignment is fullest when a level's bucket records (16 bytes an entry) are
+    # written beside the level before as a CSR (12), the coarser levels before it being
+    # smaller (the 100M-edge R-MAT at one process: 4.01 GiB measured, 4.44 planned).
+    coarse = 0 if given else (16 + 12) * min(2 * e, SAMPLE_MARGIN * coarse_entries)
     buckets = e * (ids + 4 + 4 + 8 + edge_data_bytes)
     # The CSC (indices, etype, edge ids, edge data; indptr), the node maps, the splits,
     # the halos (a node at most once a part, an in-edge at most once), node data, link
@@ -399,7 +418,7 @@ def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
     degrees, parts, maps = 16 * n, 2 * n, 16 * n
     # And some 16 KiB of .npy headers and the job's record, whatever the graph.
     phases = [(16 << 10) + held for held in (
-        degrees, degrees + adjacency, degrees + adjacency + coarse + parts,
+        degrees, degrees + adjacency, degrees + sorted_adjacency + coarse + parts,
         degrees + parts + maps, degrees + parts + maps + buckets,
         degrees + parts + buckets + output - node_data_bytes, degrees + parts + output)]
     return {"adjacency": adjacency, "coarse": coarse, "buckets": buckets, "output": output,
@@ -475,10 +494,10 @@ class _Job:
 
     def _edge_pass(self, desc: str):
         """(chunk, rows, edges) of this process's edge blocks: every N-th, from its rank."""
-        g = self.graph
-        blocks = [(i, slice(a, min(a + EDGES_PER_BLOCK, rows)))
+        g, size = self.graph, block_sizes(self.group.size)[0]
+        blocks = [(i, slice(a, min(a + size, rows)))
                   for i, rows in enumerate(g.edges["src"].rows)
-                  for a in range(0, rows, EDGES_PER_BLOCK)]
+                  for a in range(0, rows, size)]
         mine = [block for b, block in enumerate(blocks) if self.group.mine(b)]
         meter = self.progress.meter(desc, sum(r.stop - r.start for _, r in mine), "edges")
         for i, rows in mine:
@@ -497,7 +516,7 @@ class _Job:
         n, group = self.n, self.group
         # In-degree and adjacency degree of every node, over this process's blocks: a
         # count below 2^31 when its blocks hold fewer edges than that.
-        mine = -(-self.graph.num_edges // group.size) + EDGES_PER_BLOCK
+        mine = -(-self.graph.num_edges // group.size) + block_sizes(group.size)[0]
         counts = np.zeros((2, n), np.int32 if 2 * mine < 2**31 else np.int64)
         loops = 0
         # Degree = in-degree + out-degree - 2 per self-loop: two counting passes over a
@@ -886,9 +905,10 @@ class _Job:
                     os.makedirs(os.path.dirname(path(k, ntype, name, leaf)), exist_ok=True)
                     preallocate(path(k, ntype, name, leaf), dtype, (int(counts[k, t]), *shape))
         group.barrier("node data allocated")
+        block = block_sizes(group.size)[1]
         blocks = [(leaf_index, i, a)
                   for leaf_index, (_, _, _, _, files, _, _, c) in enumerate(self._node_leaves())
-                  for i in range(len(files)) for a in range(0, c.rows[i], ROWS_PER_BLOCK)]
+                  for i in range(len(files)) for a in range(0, c.rows[i], block)]
         blocks = [block for b, block in enumerate(blocks) if group.mine(b)]
         leaves = list(self._node_leaves())
         meter = self.progress.meter("copying node data", len(blocks), "blocks")
@@ -903,7 +923,7 @@ class _Job:
                     opened = leaf_index, [NpyRows(path(k, ntype, name, leaf))
                                           for k in range(p)]
                 chunk = g.load(files[i])                   # memory-mapped
-                rows = np.asarray(chunk[a:a + ROWS_PER_BLOCK])
+                rows = np.asarray(chunk[a:a + block])
                 if leaf != "indices":       # refused as a Graph refuses it
                     g.check_rows(files[i], ntype, name, rows,
                                  c.starts[i] + a + np.arange(rows.shape[0]))

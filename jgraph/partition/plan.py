@@ -13,10 +13,9 @@ import dataclasses
 
 from jgraph.partition import compiled
 from jgraph.partition.chunked import (
-    EDGES_PER_BLOCK,
-    PHASES,
-    ROWS_PER_BLOCK,
+    JOB,
     ChunkedOptions,
+    block_sizes,
     count_split_ids,
     data_bytes,
     edge_split_bytes,
@@ -92,52 +91,50 @@ def plan_sizes(graph) -> GraphSizes:
                       count_split_ids(graph))
 
 
-def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list[PhasePlan]:
-    """The phases of `partition_chunked` on a graph of `sizes` run by `processes`
-    processes: each one's memory (every process runs METIS on its share of the
-    samples of the coarsest graph), and the disk of the whole job (every process's
-    files in one shared work directory)."""
-    n, e, chunk = sizes.num_nodes, sizes.num_edges, min(sizes.edges_per_chunk, sizes.num_edges)
-    chunk = min(chunk, EDGES_PER_BLOCK)                           # read a block at a time
-    ids = 4 if n < 2**31 else 8
-    q = max(processes, 1)
-    options = options.resolved(q)
-    r, p = min(options.range_entries, 2 * e), options.num_parts
-    own = -(-n // q)                                              # a process's nodes
-    disk = estimate_disk(n, e, sizes.node_data_bytes, sizes.edge_data_bytes, p,
-                         options.coarse_entries, sizes.edge_split_bytes, sizes.split_ids,
-                         given=options.assignment is not None)
-    on_disk = dict(zip(PHASES, disk["phases"]))
-    # compact columns, and the in-degrees (int64, mapped from the scan's file)
-    weights = (sizes.types + sizes.splits) * own + 8 * own
-    edges_gb = e * 2 * ids                                        # src + dst chunks
-    adjacency_read = 2 * e * ids
-    piece = PIECE_ENTRIES * 64                                    # one piece's arrays
-    coarse = min(options.coarse_entries, 2 * e)
-    # Held whole by every process when there are several (int32 each): the level's
-    # cluster of every node while contracting, the partition of every node while
-    # refining, and in the V-cycle the first cycle's finest clusters and those split by
-    # partition (the 1B-edge R-MAT at 4 processes: 3.22-3.58 GiB measured, at the
-    # V-cycle's first contraction, against 2.48 planned with the first two alone).
-    shared = 16 * n if q > 1 else 0
-    gib = lambda b: f"{b / 2**30:.1f} GiB"
-    share = "" if q == 1 else f", 1/{q} of them per process"
-    base = BASELINE_BYTES
-    later = base + (KERNEL_BYTES if compiled.enabled() else 0)       # after the assignment
-    rows = [
+class _Planner:
+    """Each phase's (memory per process, what it reads), a method named as the phase's
+    `_Job` method (`chunked.JOB`), on a graph of `sizes` run by `processes` processes."""
+
+    def __init__(self, sizes: GraphSizes, options: ChunkedOptions, processes: int):
+        n, e = sizes.num_nodes, sizes.num_edges
+        self.sizes, self.n, self.e = sizes, n, e
+        self.q = q = max(processes, 1)
+        self.options = options = options.resolved(q)
+        edges_block, self.rows_block = block_sizes(q)
+        # read a block at a time
+        self.chunk = min(sizes.edges_per_chunk, e, edges_block)
+        self.ids = 4 if n < 2**31 else 8
+        self.r, self.p = min(options.range_entries, 2 * e), options.num_parts
+        self.own = -(-n // q)                                     # a process's nodes
+        self.base = BASELINE_BYTES
+        # after the assignment
+        self.later = self.base + (KERNEL_BYTES if compiled.enabled() else 0)
+        gib = lambda b: f"{b / 2**30:.1f} GiB"
+        share = "" if q == 1 else f", 1/{q} of them per process"
+        self.edges_read = f"the edge chunks once ({gib(2 * e * self.ids)}{share})"
+        self.adjacency_read = (f"the adjacency up to {4 + 1 + 6 + 1} times per level "
+                               f"({gib(2 * e * self.ids)} each at the finest{share})")
+        self.node_data_read = f"the node data once ({gib(sizes.node_data_bytes)}{share})"
+
+    def scan(self) -> tuple[int, str]:
         # in-degree and out-degree over every node (each process counts its blocks'
         # endpoints; int32 below 2^31 edges a process), without numba one bincount's
         # int64 [n]; a split's ids (int64, checked sorted and in range); a block as
         # int64 ids, etype and the loop test, and the pages of its files as they are
         # read (28 bytes an edge: 26-27 measured on R-MAT graphs of 2^21 and 2^23 nodes).
-        PhasePlan("scan", base + (8 if e // q < 2**30 else 16) * n
-                  + (0 if compiled.enabled() else 8 * n) + 8 * n + 28 * chunk,
-                  on_disk["scan"], f"the edge chunks once ({gib(edges_gb)}{share})"),
+        n = self.n
+        return (self.base + (8 if self.e // self.q < 2**30 else 16) * n
+                + (0 if compiled.enabled() else 8 * n) + 8 * n + 28 * self.chunk,
+                self.edges_read)
+
+    def adjacency(self) -> tuple[int, str]:
         # degrees (a process's own) and their running sum; per block both directions as
         # int64, the bucket records and their order; then two ranges sorted at once,
         # each its records and keys.
-        PhasePlan("adjacency", base + max(16 * own + 130 * chunk, 2 * 28 * r),
-                  on_disk["adjacency"], f"the edge chunks once ({gib(edges_gb)}{share})"),
+        return (self.base + max(16 * self.own + 130 * self.chunk, 2 * 28 * self.r),
+                self.edges_read)
+
+    def assignment(self) -> tuple[int, str]:
         # the balance weights and each node's partition or cluster (int32) of a
         # process's own nodes, the levels' cluster of each node and the coarse nodes'
         # weights (some 8 bytes a finest node in all), and in the V-cycle every node's
@@ -148,46 +145,76 @@ def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list
         # and a running count a node: 2 bytes) with a piece; a contraction's two
         # ranges; METIS on the coarse graph (or a sample of it: every process; in a
         # child process under several).
-        PhasePlan("assignment",
-                  base + shared + weights + 4 * own + 8 * own + 12 * own
-                  + max(8 * own + (40 * own if q > 1 else 0) + 2 * n + piece,
-                        CONTRACT_ENTRY_BYTES * r, METIS_ENTRY_BYTES * coarse
-                        + (METIS_CHILD_BYTES + METIS_CHILD_ENTRY_BYTES * coarse
-                           if q > 1 else 0)),
-                  on_disk["assignment"],
-                  f"the adjacency up to {4 + 1 + 6 + 1} times per level "
-                  f"({gib(adjacency_read)} each at the finest{share})"),
+        n, own, q, sizes = self.n, self.own, self.q, self.sizes
+        # compact columns, and the in-degrees (int64, mapped from the scan's file)
+        weights = (sizes.types + sizes.splits) * own + 8 * own
+        piece = PIECE_ENTRIES * 64                                # one piece's arrays
+        coarse = min(self.options.coarse_entries, 2 * self.e)
+        # Held whole by every process when there are several (int32 each): the level's
+        # cluster of every node while contracting, the partition of every node while
+        # refining, and in the V-cycle the first cycle's finest clusters and those split
+        # by partition (the 1B-edge R-MAT at 4 processes: 3.22-3.58 GiB measured, at the
+        # V-cycle's first contraction, against 2.48 planned with the first two alone).
+        shared = 16 * n if q > 1 else 0
+        return (self.base + shared + weights + 4 * own + 8 * own + 12 * own
+                + max(8 * own + (40 * own if q > 1 else 0) + 2 * n + piece,
+                      CONTRACT_ENTRY_BYTES * self.r, METIS_ENTRY_BYTES * coarse
+                      + (METIS_CHILD_BYTES + METIS_CHILD_ENTRY_BYTES * coarse
+                         if q > 1 else 0)),
+                self.adjacency_read)
+
+    def relabel(self) -> tuple[int, str]:
         # a process's own nodes' partitions, their order, new ids and type ids, not
         # all at once: some 28 bytes a node (25 measured on the 1B-edge R-MAT, 30 on
         # the 100M-edge one).
-        PhasePlan("relabel", later + 28 * own, on_disk["relabel"], "nothing but the assignment"),
+        return self.later + 28 * self.own, "nothing but the assignment"
+
+    def bucketing(self) -> tuple[int, str]:
         # every node's partition (int16) and new id (int64, mapped as it is read); a
         # block (int64 ids, its files' pages), its destinations' new ids, buckets and
         # order (int64 each), its bucket records (20 bytes) and the temporaries that
         # fill them: some 80 bytes an edge (64-73 measured on the R-MAT graphs).
-        PhasePlan("bucketing", later + (2 + 8) * n + 80 * chunk,
-                  on_disk["bucketing"], f"the edge chunks once ({gib(edges_gb)}{share})"),
+        return self.later + (2 + 8) * self.n + 80 * self.chunk, self.edges_read
+
+    def partitions(self) -> tuple[int, str]:
         # the halo marks, one partition's degrees (read a block at a time) and CSC
         # offsets, the pages of a process's share of the node map (memory-mapped); one
         # range of edge records (at most a partition's in-edges, 1.05 of the mean) read
         # into one array, its sort keys, order and sorted copy, and the columns as
         # written: some 60 bytes an edge (53-57 measured on the 100M-edge R-MAT at 1
         # and 2 processes).
-        PhasePlan("partitions", later + n + 16 * n // p + 8 * own
-                  + 60 * min(r, -(-e * 21 // (20 * p))),
-                  on_disk["partitions"], "the edge buckets once"),
+        n, p = self.n, self.p
+        return (self.later + n + 16 * n // p + 8 * self.own
+                + 60 * min(self.r, -(-self.e * 21 // (20 * p))),
+                "the edge buckets once")
+
+    def node_data(self) -> tuple[int, str]:
         # a process's share of the inverse map (memory-mapped: its pages as they are
         # read); a block of rows read, its new ids, owners and order (int64 each), and
         # its rows of one partition at a time (half a block at most counted: 1.1-1.4
         # blocks in all measured on the R-MAT graphs of 2^23 and 2^26 nodes, where
         # three were planned).
-        PhasePlan("node data", later + 8 * n // q + 32 * min(ROWS_PER_BLOCK, n)
-                  + 3 * max(sizes.node_data_bytes * min(ROWS_PER_BLOCK, n) // max(n, 1), 1)
-                  // 2,
-                  on_disk["node data"],
-                  f"the node data once ({gib(sizes.node_data_bytes)}{share})"),
-    ]
-    assert [row.phase for row in rows] == list(PHASES)
+        n, rows = self.n, min(self.rows_block, self.n)
+        return (self.later + 8 * n // self.q + 32 * rows
+                + 3 * max(self.sizes.node_data_bytes * rows // max(n, 1), 1) // 2,
+                self.node_data_read)
+
+
+def plan(sizes: GraphSizes, options: ChunkedOptions, processes: int = 1) -> list[PhasePlan]:
+    """The phases of `partition_chunked` (`chunked.JOB`, in order) on a graph of `sizes`
+    run by `processes` processes: each one's memory (every process runs METIS on its
+    share of the samples of the coarsest graph), and the disk of the whole job (every
+    process's files in one shared work directory)."""
+    planner = _Planner(sizes, options, processes)
+    options = planner.options
+    disk = estimate_disk(sizes.num_nodes, sizes.num_edges, sizes.node_data_bytes,
+                         sizes.edge_data_bytes, options.num_parts, options.coarse_entries,
+                         sizes.edge_split_bytes, sizes.split_ids,
+                         given=options.assignment is not None)
+    rows = []
+    for phase, on_disk in zip(JOB, disk["phases"], strict=True):
+        memory, reads = getattr(planner, phase.run)()
+        rows.append(PhasePlan(phase.name, memory, on_disk, reads))
     return rows
 
 

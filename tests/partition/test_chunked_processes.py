@@ -126,3 +126,11 @@ def test_the_plan_divides_memory_among_processes():
         assert c.disk <= b.disk <= a.disk, a.phase      # one shared work directory
     assert peak(many) <= 24 * papers.num_nodes + BASELINE_BYTES
     assert coarse_limit(1) > coarse_limit(4) >= MIN_COARSE_ENTRIES == coarse_limit(10**6)
+
+
+def test_blocks_divide_among_processes_down_to_a_floor():
+    from jgraph.partition import chunked
+    one, four, many = (chunked.block_sizes(q) for q in (1, 4, 10**6))
+    assert one == (chunked.EDGES_PER_BLOCK, chunked.ROWS_PER_BLOCK)
+    assert four == (chunked.EDGES_PER_BLOCK // 8, chunked.ROWS_PER_BLOCK // 8)
+    assert many == (chunked.MIN_EDGES_PER_BLOCK, chunked.MIN_ROWS_PER_BLOCK)
