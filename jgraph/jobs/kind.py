@@ -187,6 +187,13 @@ class JobKind:
         validation evaluator, say)."""
         raise NotImplementedError
 
+    def validated_as_evaluated(self, evaluator, inference: Inference) -> bool:
+        """Whether `evaluate` under `inference`, given the per-epoch validation's
+        `evaluator`, scores val by calling it alone: then the best epoch's validation
+        scores, that program's on the same parameters, are the final ones, and the
+        report does not compute them again. None evaluates so here."""
+        return False
+
     def epoch_fields(self, correct: int, count: int) -> dict:
         """The epoch row's training fields from its steps' correct and count sums."""
         return {self.train_key: correct / max(count, 1)}
@@ -264,6 +271,10 @@ class NodeKind(JobKind):
                 known[split] = evaluator
             out[split] = evaluator(params, embeddings)
         return out
+
+    def validated_as_evaluated(self, evaluator, inference: Inference) -> bool:
+        """Sampled: `evaluate` scores val with the validation's `SampledEvaluator`."""
+        return inference is Inference.SAMPLED and isinstance(evaluator, SampledEvaluator)
 
     def epoch_scores(self, scores: dict) -> tuple[dict, float]:
         return ({"val_acc": scores["acc"], "val_macro_f1": scores["macro_f1"],

@@ -471,12 +471,13 @@ class Loop:
         s.state, renewed = self.kind.end_epoch(self.run, s.job, s.state, s.epoch)
         row.update(renewed)
         if self.val_eval is not None:
-            fields, score = self.kind.epoch_scores(self.val_eval(s.state.params,
-                                                                 s.state.embeddings))
+            scores = self.val_eval(s.state.params, s.state.embeddings)
+            fields, score = self.kind.epoch_scores(scores)
             row.update(fields)
             if score > s.best.score:
                 s.best = Best(score, s.epoch,
-                              jax.tree.map(jnp.copy, (s.state.params, s.state.embeddings)))
+                              jax.tree.map(jnp.copy, (s.state.params, s.state.embeddings)),
+                              scores)
         self.log.write(row)
         self.events.epoch(row, {"train/lr": t.lr, "train/embedding_lr": t.embedding_lr,
                                 **{f"compiles/{k}": v for k, v in self.traces.items()}})
@@ -501,12 +502,18 @@ class Loop:
         if best.state is None:
             best = Best(best.score, s.epoch - 1, (s.state.params, s.state.embeddings))
         params, embeddings = best.state
+        # The best epoch's validation scores are the final ones where the final
+        # evaluation would run the same program on these parameters again (the
+        # evaluation fanouts draw alike on every call).
+        known = ({"val": best.scores} if best.scores is not None
+                 and self.kind.validated_as_evaluated(self.val_eval, t.inference) else {})
         with self.progress.phase(f"evaluating ({t.inference.value})"):
             # The per-epoch validation's evaluator is reused where it evaluates as
             # asked (a full-batch run's is full-graph).
-            final = evaluate_splits(self.run, params, embeddings, ("val", "test"),
-                                    t.inference, {"val": self.val_eval},
-                                    self.counter("eval_step"), self.progress)
+            final = {**known, **evaluate_splits(
+                self.run, params, embeddings, [s for s in ("val", "test") if s not in known],
+                t.inference, {"val": self.val_eval}, self.counter("eval_step"),
+                self.progress)}
         rows = self.log.rows
         val_eval = self.val_eval
         rate = self.kind.rate

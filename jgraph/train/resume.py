@@ -60,11 +60,15 @@ class Best:
       epoch: its index, None before any.
       state: (params, embeddings) copied at its end; None before any (the report then
         scores the last epoch's state).
+      scores: what the validation evaluator returned for that state, where this
+        process evaluated it (None before any, and after a restore): the report's
+        validation scores, where it would evaluate them with the same program.
     """
 
     score: float = -1.0
     epoch: int | None = None
     state: tuple | None = None
+    scores: dict | None = None
 
 
 def state_dict(state: TrainState) -> dict:
