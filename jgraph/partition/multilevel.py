@@ -10,10 +10,11 @@ pass, as ParHIP (Meyerhenke, Sanders, Schulz 2017) does across machines:
    of its own and, pass after pass, joins the cluster most of its edge weight goes to,
    if that cluster stays below a size limit (a fraction of a partition, in nodes and in
    in-edges). Clusters are contracted into a weighted coarse graph, written to disk
-   range by range; coarsening repeats until the coarse graph fits `coarse_entries`.
+   range by range; coarsening repeats until the coarse graph fits `coarse_entries`,
+   or until label propagation joins (almost) no node and a level would only pair them.
 2. **Initial partition**: METIS (multi-constraint) on the coarse graph, whose node
-   weights are the clusters' sums of every balance constraint. If the clusters stop
-   shrinking first, METIS sees a sample of the coarse graph's edges that fits and keeps
+   weights are the clusters' sums of every balance constraint. If coarsening stops
+   with more entries, METIS sees samples of the coarse graph's edges that fit and keep
    every cut's expected weight.
 3. **Refine** on the original graph by label propagation under the balance
    constraints: a node moves to the partition most of its neighbours are in when that
@@ -1127,15 +1128,15 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
              entries_per_range: int = 1 << 24, finest=None,
              on_written: Callable[[], None] | None = None):
     """Contract clusters level by level until the graph has at most `coarse_entries`
-    entries (or `max_levels` were taken) and `coarse_node_limit` nodes (or the
-    clusters stop shrinking: an error where more than STALLED_NODES_ALLOWED nodes are
-    left): ([(every node's cluster, finer adjacency,
-    its weights)] per level, the coarsest adjacency, its weights, `parts` (every node's)
-    carried to it, and the finest level's `Clusters` (None without levels)). With
-    `parts`, clusters stay inside them, so each coarse node has one partition; with
-    `finest` too (the cycle before's finest clusters), the finest
-    level's clusters are those split by `parts` (`_split_by_parts`) instead of found
-    again by passes over the largest graph."""
+    entries (or `max_levels` were taken, or a level's clusters would be pairs alone:
+    `PAIRS_ONLY`) and `coarse_node_limit` nodes (or the clusters stop shrinking: an
+    error where more than STALLED_NODES_ALLOWED nodes are left): ([(every node's
+    cluster, finer adjacency, its weights)] per level, the coarsest adjacency, its
+    weights, `parts` (every node's) carried to it, and the finest level's `Clusters`
+    (None without levels)). With `parts`, clusters stay inside them, so each coarse
+    node has one partition; with `finest` too (the cycle before's finest clusters), the
+    finest level's clusters are those split by `parts` (`_split_by_parts`) instead of
+    found again by passes over the largest graph."""
     group = group or Group.single()
     levels = []
     current, current_weights = adjacency, weights
