@@ -23,7 +23,7 @@ from jax import lax
 
 from jgraph.config import ConfigError
 from jgraph.exchange import owned_index
-from jgraph.jobs.experiment import Experiment, Mode
+from jgraph.jobs.experiment import Experiment, Inference, Mode
 from jgraph.jobs.inference import FullGraphEvaluator
 from jgraph.jobs.kind import NodeKind
 from jgraph.jobs.metrics import masked_cross_entropy
@@ -143,10 +143,23 @@ class FullBatchNodes(NodeKind):
                    p.params, self)
 
     def validation(self, run: Run, on_trace=None, progress: Progress | None = None):
-        """Full-graph, as it trains."""
+        """Full-graph, as it trains: the program of the final evaluation (val and test,
+        those the graph has), whose test scores ride along each epoch's validation for
+        the cost of their masked sums."""
         if not run.has_split("val"):
             return None
-        return FullGraphEvaluator(run, "val", on_trace)
+        return FullGraphEvaluator(run, [s for s in ("val", "test") if run.has_split(s)],
+                                  on_trace)
+
+    def epoch_scores(self, scores: dict) -> tuple[dict, float]:
+        """The validation's `scores` hold every split it scored: the epoch's are val's."""
+        return super().epoch_scores(scores["val"])
+
+    def validated_splits(self, scores, evaluator, inference: Inference) -> dict:
+        """Full-graph: `evaluate` runs the validation's program, val and test alike."""
+        if inference is Inference.FULL and isinstance(evaluator, FullGraphEvaluator):
+            return dict(scores)
+        return {}
 
 
 register(FullBatchNodes())

@@ -187,12 +187,12 @@ class JobKind:
         validation evaluator, say)."""
         raise NotImplementedError
 
-    def validated_as_evaluated(self, evaluator, inference: Inference) -> bool:
-        """Whether `evaluate` under `inference`, given the per-epoch validation's
-        `evaluator`, scores val by calling it alone: then the best epoch's validation
-        scores, that program's on the same parameters, are the final ones, and the
-        report does not compute them again. None evaluates so here."""
-        return False
+    def validated_splits(self, scores, evaluator, inference: Inference) -> dict:
+        """{split: final scores} that `scores` already holds: what the per-epoch
+        validation's `evaluator` returned for the best epoch's parameters, where
+        `evaluate` under `inference` would compute them with that evaluator's program
+        again (the report takes them and evaluates the other splits). None here."""
+        return {}
 
     def epoch_fields(self, correct: int, count: int) -> dict:
         """The epoch row's training fields from its steps' correct and count sums."""
@@ -272,9 +272,11 @@ class NodeKind(JobKind):
             out[split] = evaluator(params, embeddings)
         return out
 
-    def validated_as_evaluated(self, evaluator, inference: Inference) -> bool:
+    def validated_splits(self, scores, evaluator, inference: Inference) -> dict:
         """Sampled: `evaluate` scores val with the validation's `SampledEvaluator`."""
-        return inference is Inference.SAMPLED and isinstance(evaluator, SampledEvaluator)
+        if inference is Inference.SAMPLED and isinstance(evaluator, SampledEvaluator):
+            return {"val": scores}
+        return {}
 
     def epoch_scores(self, scores: dict) -> tuple[dict, float]:
         return ({"val_acc": scores["acc"], "val_macro_f1": scores["macro_f1"],

@@ -505,8 +505,8 @@ class Loop:
         # The best epoch's validation scores are the final ones where the final
         # evaluation would run the same program on these parameters again (the
         # evaluation fanouts draw alike on every call).
-        known = ({"val": best.scores} if best.scores is not None
-                 and self.kind.validated_as_evaluated(self.val_eval, t.inference) else {})
+        known = ({} if best.scores is None else
+                 self.kind.validated_splits(best.scores, self.val_eval, t.inference))
         with self.progress.phase(f"evaluating ({t.inference.value})"):
             # The per-epoch validation's evaluator is reused where it evaluates as
             # asked (a full-batch run's is full-graph).
