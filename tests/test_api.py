@@ -98,8 +98,10 @@ def test_a_layer_of_the_contract_equals_its_dense_numpy_form():
 def test_a_model_of_one_s_own_trains_by_name_or_import_path(tmp_path, kind, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))
     register_model("sumnet", SumNet)
+    # Two epochs learn: validation accuracy 0.65, then 0.76; test accuracy 0.77 (five
+    # epochs: 0.81, of the third, the best).
     result = jgraph.train(EXPERIMENT, str(tmp_path), progress=False,
-                          overrides=[*SMALL, f"model.kind={kind}", "train.epochs=5"])
+                          overrides=[*SMALL, f"model.kind={kind}", "train.epochs=2"])
     assert result["test_acc"] > 0.5             # learns: 7 classes, chance is below 0.3
     assert result["config"]["model"]["kind"] == kind
 
