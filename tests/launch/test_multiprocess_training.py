@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow     # trains in several processes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = str(ROOT / "experiments" / "sage_cora.yaml")
-EPOCHS = 4
+EPOCHS = 2
 # 4 partitions, every device of the job (data.num_parts=0), 2 steps per epoch.
 SMALL = ["data.num_parts=0", "data.normalize_features=false", "train.batch_size=32",
          "model.hidden=16", "train.fanouts=[5,5]", "train.eval_fanouts=[5,5]",
