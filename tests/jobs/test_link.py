@@ -201,12 +201,24 @@ def test_sampled_evaluation_with_every_neighbour_equals_full_graph_and_numpy(run
     got = sampled(params, {}, ("val", "test"))
     for split in ("val", "test"):
         e = sampled.edges[split]
-        pos = np.sum(emb_s[e.src] * emb_s[e.dst], axis=1)
-        neg = np.einsum("nd,nkd->nk", emb_s[e.src], emb_s[e.negatives])
+        pos = np.einsum("nd,nd->n", emb_s[e.src].astype(np.float64), emb_s[e.dst])
+        neg = np.einsum("nd,nkd->nk", emb_s[e.src].astype(np.float64), emb_s[e.negatives])
         want = rank_metrics(ogb_ranks(pos, neg), (1, 10))
         assert got[split]["count"] == want["count"] == len(e.src) > 0
+        # The evaluator scores in float32 on the devices: a negative within float32's
+        # rounding of its positive may rank either side of it (on some processors one
+        # of these positives moves a rank: MRR 0.2727 against 0.2746). Its metrics lie
+        # between the ranks with every near or exact tie lost and with every one won;
+        # few positives have a near one.
+        near = 1e-5 * (1.0 + np.abs(pos))[:, None]
+        best = rank_metrics(1.0 + (neg > pos[:, None] + near).sum(axis=1), (1, 10))
+        worst = rank_metrics(1.0 + (neg >= pos[:, None] - near).sum(axis=1), (1, 10))
+        gap = np.abs(neg - pos[:, None])
+        tied = ((gap <= near) & (gap > 0)).any(axis=1).mean()      # 0.6-1.1% here
+        assert tied <= 0.02, (split, tied)
         for key in ("mrr", "hits@1", "hits@10"):
-            assert got[split][key] == pytest.approx(want[key], abs=1e-3)
+            assert worst[key] - 1e-12 <= got[split][key] <= best[key] + 1e-12, (split, key)
+            assert worst[key] - 1e-12 <= want[key] <= best[key] + 1e-12, (split, key)
 
 
 def read_lines(path):
