@@ -15,10 +15,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent compilation cache for the session and the processes its tests start:
 # the many runs of one config (a reference, then killed, resumed, relaunched runs)
 # compile each program once. Keyed by the program itself, so nothing changes but time.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    _cache = tempfile.mkdtemp(prefix="jgraph-tests-jax-cache-")
-    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+def _cache_dir() -> str:
+    folder = tempfile.mkdtemp(prefix="jgraph-tests-jax-cache-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+_own_cache = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _own_cache:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir()
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 # This process's programs are small and run briefly: compiling them is most of their
 # time, so they are compiled quickly.
@@ -45,12 +50,26 @@ QUICK = f"{LEVEL}=0{ELEMENTAL}"
 _chosen = LEVEL in os.environ.get("XLA_FLAGS", "")
 if not _chosen:
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {QUICK}".strip()
+# What this process's backend compiles with, for a started process whose results are
+# compared with this one's bit for bit (under pytest-xdist a worker inherits the flags
+# the first process set for started processes: level 1).
+os.environ["JGRAPH_TESTS_XLA_FLAGS"] = os.environ["XLA_FLAGS"]
 from jgraph.cli.devices import use_devices  # noqa: E402 (after XLA_FLAGS is set)
 
 use_devices(8)      # starts JAX's backend (which reads XLA_FLAGS once); also sets the
                     # XLA:CPU flag the exchange's collectives need
 if not _chosen:     # for the processes the tests start
     os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(QUICK, f"{LEVEL}=1{ELEMENTAL}")
+    # JAX keys its persistent cache by XLA_FLAGS as the environment holds them when it
+    # compiles: from here on this process's programs (level 0) would be keyed as level 1,
+    # and a started process could load one of them, or this process one of theirs. The
+    # levels round some programs apart in the last bits on some processors (an AMD EPYC
+    # with AVX-512: a validation loss, 1.9413561 against 1.9413560), so the started
+    # processes share a cache of their own. (Under pytest-xdist the workers inherit
+    # level 1 and the started processes' cache from the first process: one level, one
+    # cache.)
+    if _own_cache:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir()
 
 
 SHARED_DATA = Path(os.environ.get("JGRAPH_SHARED_DATA",

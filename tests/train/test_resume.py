@@ -30,7 +30,6 @@ SMALL = ["data.num_parts=2", "train.epochs=4", "train.batch_size=32", "model.hid
          "train.fanouts=[5,5]", "train.eval_fanouts=[5,5]", "exchange.max_rungs=1",
          "checkpoint.every_steps=2", "checkpoint.keep=3"]
 STEPS = 12
-LEVEL = "--xla_backend_optimization_level"
 TIMINGS = {"epoch_seconds", "seeds_per_s", "compile_seconds"}
 # What one process did: a run resumed after a capacity growth starts from the grown
 # capacities the checkpoint holds, so it compiles once and grows nothing (the final
@@ -112,13 +111,12 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_losses_and_metrics(referen
                                                                          tmp_path):
     ref_dir, ref_result = reference
     # Killed during step 5 (epoch 1, batch 1), after the checkpoint of step 4.
-    # The child compiles as this process does (conftest: optimisation level 0, not the
-    # level 1 of the commands the suite starts): the epoch row it writes is compared bit
-    # for bit with this process's, and XLA:CPU's levels round some evaluations apart in
-    # the last bits on some processors (val_loss 1.9413561 against 1.9413560 on an AMD
-    # EPYC with AVX-512).
-    env = {**os.environ,
-           "XLA_FLAGS": os.environ.get("XLA_FLAGS", "").replace(f"{LEVEL}=1", f"{LEVEL}=0")}
+    # The child compiles as this process does (conftest's JGRAPH_TESTS_XLA_FLAGS: level 0
+    # alone, level 1 under pytest-xdist): the epoch row it writes is compared bit for bit
+    # with this process's, and XLA:CPU's levels round some evaluations apart in the last
+    # bits on some processors (val_loss 1.9413561 against 1.9413560 on an AMD EPYC with
+    # AVX-512).
+    env = {**os.environ, "XLA_FLAGS": os.environ["JGRAPH_TESTS_XLA_FLAGS"]}
     proc = subprocess.run([sys.executable, "-c", KILLED_CHILD, EXPERIMENT, str(tmp_path), "5",
                            *SMALL], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env=env)
