@@ -11,20 +11,6 @@ from packaging.version import Version
 
 # Entry-point configuration (never done by the library itself): JAX on the CPU with 8
 # devices, so sharded code runs on a simulated 8-device mesh.
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# One persistent compilation cache for the session and the processes its tests start:
-# the many runs of one config (a reference, then killed, resumed, relaunched runs)
-# compile each program once. Keyed by the program itself, so nothing changes but time.
-def _cache_dir() -> str:
-    folder = tempfile.mkdtemp(prefix="jgraph-tests-jax-cache-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return folder
-
-
-_own_cache = "JAX_COMPILATION_CACHE_DIR" not in os.environ
-if _own_cache:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir()
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 # This process's programs are small and run briefly: compiling them is most of their
 # time, so they are compiled quickly.
 # - LLVM's optimisation passes are skipped (the same HLO, the same arithmetic: XLA:CPU
@@ -42,34 +28,59 @@ if _own_cache:
 # emitter (examples/own_model.py: 26 s, against 32 s with the fusion emitters, 47 s at
 # level 0); so does facebook's link training, on the sizes tests/test_docs.py gives it
 # (its shipped sizes' epoch, 48 s against 28 s with the fusion emitters, outweighed its
-# compiles). Users' runs keep XLA's defaults.
+# compiles). Users' runs keep XLA's defaults; a level in XLA_FLAGS is kept for both.
+#
+# The first process of a session (pytest, or pytest-xdist's controller) chooses, and
+# exports its choice to the processes it starts, pytest-xdist's workers among them:
+# JGRAPH_TESTS_XLA_FLAGS for the test processes' own backends (a started process whose
+# results a test compares bit for bit with its own uses these too: the levels round some
+# programs apart in the last bits on some processors, a validation loss 1.9413561
+# against 1.9413560 on an AMD EPYC with AVX-512), XLA_FLAGS for every other started
+# process.
 LEVEL = "--xla_backend_optimization_level"
 ELEMENTAL = (" --xla_cpu_use_fusion_emitters=false"
              if Version(version("jaxlib")) < Version("0.11") else "")
-QUICK = f"{LEVEL}=0{ELEMENTAL}"
-_chosen = LEVEL in os.environ.get("XLA_FLAGS", "")
-if not _chosen:
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {QUICK}".strip()
-# What this process's backend compiles with, for a started process whose results are
-# compared with this one's bit for bit (under pytest-xdist a worker inherits the flags
-# the first process set for started processes: level 1).
-os.environ["JGRAPH_TESTS_XLA_FLAGS"] = os.environ["XLA_FLAGS"]
+IN_PROCESS, CACHES = "JGRAPH_TESTS_XLA_FLAGS", "JGRAPH_TESTS_JAX_CACHES"
+# One persistent compilation cache for the test processes and one for the processes they
+# start: the many runs of one config (a reference, then killed, resumed, relaunched runs)
+# compile each program once. JAX keys its cache by the program and by XLA_FLAGS as the
+# environment holds them when it compiles, which for a test process are the started
+# processes' (below), not its backend's: two caches keep the levels apart.
+
+
+def _cache_dir() -> str:
+    folder = tempfile.mkdtemp(prefix="jgraph-tests-jax-cache-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if IN_PROCESS not in os.environ:        # the session's first process
+    flags = os.environ.get("XLA_FLAGS", "")
+    chosen = LEVEL in flags
+    os.environ[IN_PROCESS] = flags if chosen else f"{flags} {LEVEL}=0{ELEMENTAL}".strip()
+    os.environ["XLA_FLAGS"] = flags if chosen else f"{flags} {LEVEL}=1{ELEMENTAL}".strip()
+    given = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    folders = ([os.path.join(given, "tests"), os.path.join(given, "started")] if given
+               else [_cache_dir(), _cache_dir()])
+    os.environ[CACHES] = os.pathsep.join(folders)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+_started_flags = os.environ["XLA_FLAGS"]
+_tests_cache, _started_cache = os.environ[CACHES].split(os.pathsep)
+os.environ["XLA_FLAGS"], os.environ["JAX_COMPILATION_CACHE_DIR"] = (
+    os.environ[IN_PROCESS], _tests_cache)
 from jgraph.cli.devices import use_devices  # noqa: E402 (after XLA_FLAGS is set)
 
 use_devices(8)      # starts JAX's backend (which reads XLA_FLAGS once); also sets the
                     # XLA:CPU flag the exchange's collectives need
-if not _chosen:     # for the processes the tests start
-    os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(QUICK, f"{LEVEL}=1{ELEMENTAL}")
-    # JAX keys its persistent cache by XLA_FLAGS as the environment holds them when it
-    # compiles: from here on this process's programs (level 0) would be keyed as level 1,
-    # and a started process could load one of them, or this process one of theirs. The
-    # levels round some programs apart in the last bits on some processors (an AMD EPYC
-    # with AVX-512: a validation loss, 1.9413561 against 1.9413560), so the started
-    # processes share a cache of their own. (Under pytest-xdist the workers inherit
-    # level 1 and the started processes' cache from the first process: one level, one
-    # cache.)
-    if _own_cache:
-        os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir()
+import jax  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", _tests_cache)
+# For the processes the tests start: their level, with the flags use_devices added.
+_added = [f for f in os.environ["XLA_FLAGS"].split()
+          if f not in os.environ[IN_PROCESS].split() + _started_flags.split()]
+os.environ["XLA_FLAGS"] = " ".join([_started_flags, *_added]).strip()
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _started_cache
 
 
 SHARED_DATA = Path(os.environ.get("JGRAPH_SHARED_DATA",

@@ -111,8 +111,8 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_losses_and_metrics(referen
                                                                          tmp_path):
     ref_dir, ref_result = reference
     # Killed during step 5 (epoch 1, batch 1), after the checkpoint of step 4.
-    # The child compiles as this process does (conftest's JGRAPH_TESTS_XLA_FLAGS: level 0
-    # alone, level 1 under pytest-xdist): the epoch row it writes is compared bit for bit
+    # The child compiles as this process does (conftest's JGRAPH_TESTS_XLA_FLAGS, level
+    # 0 where conftest chooses): the epoch row it writes is compared bit for bit
     # with this process's, and XLA:CPU's levels round some evaluations apart in the last
     # bits on some processors (val_loss 1.9413561 against 1.9413560 on an AMD EPYC with
     # AVX-512).
