@@ -292,15 +292,22 @@ def test_with_fixed_parameters_the_forward_is_exact_after_one_epoch_per_history(
     assert errors[-1] <= 1e-4, errors
 
 
-def test_a_refresh_makes_the_forward_exact_at_once(cora8):
+@pytest.fixture(scope="module")
+def two_layers(cora8):
+    """(run, its exact logits) of a 2-layer model drawing one neighbour a layer, from
+    zero histories: the refresh starts from them, the estimate's test gives its own."""
+    run = cv_run(cora8, layers=2, fanouts=(1, 1), batch_size=32,
+                 history_init=HistoryInit.ZEROS)
+    return run, exact_logits(run.job, run.dg, run.params)
+
+
+def test_a_refresh_makes_the_forward_exact_at_once(two_layers):
     # Parameters fixed: a refresh (`inferred_histories`, what train.history_refresh
     # runs) gives every node its exact rows, so the next batch's logits are exact at
     # once, not after an epoch per history as above; from zero histories they are not.
-    run = cv_run(cora8, layers=2, fanouts=(1, 1), batch_size=32,
-                 history_init=HistoryInit.ZEROS)
+    run, exact = two_layers
     job, dg = run.job, run.dg
     graph, data = dg.graph, job.data(dg.graph)
-    exact = exact_logits(job, dg, run.params)
     state = job.init(run.params)
     forward = batch_program(job, graph)
     order = job.loader.epoch_order(0)
@@ -320,11 +327,10 @@ def test_a_refresh_makes_the_forward_exact_at_once(cora8):
     assert job.history_programs is calibrated.history_programs
 
 
-def test_the_estimated_logits_average_to_the_exact_ones(cora8):
-    run = cv_run(cora8, layers=2, fanouts=(1, 1), batch_size=32)
+def test_the_estimated_logits_average_to_the_exact_ones(two_layers):
+    run, exact = two_layers                 # the histories: random tables, not the run's
     job, dg = run.job, run.dg
     graph, data = dg.graph, job.data(dg.graph)
-    exact = exact_logits(job, dg, run.params)
     rng = np.random.default_rng(1)
     tables = tuple(node_table(rng.normal(size=(graph.num_nodes, w)).astype(np.float32) * 3,
                               dg, w) for w in job.widths)
