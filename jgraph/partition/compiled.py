@@ -17,6 +17,8 @@ import os
 
 import numpy as np
 
+import jgraph.segments as segments
+
 try:                                        # an optional extra: jgraph[fast]
     import numba
 except ImportError:                         # pragma: no cover - depends on the install
@@ -111,18 +113,20 @@ if numba is not None:
         return target, best_score
 
     @_jit
-    def _move_rows(start, indptr, indices, weights, parts, w, loads, limits, num_parts,
-                   salt, balance):
-        """For rows start.. of one piece: (target partition or -1, its score) per row,
-        as `multilevel._move_proposal` chooses them (w: the rows' weights [m, C]), and
-        the rows' weight to other partitions than their own.
+    def _move_rows(start, indptr, indices, weights, parts, visit, w, loads, limits,
+                   num_parts, salt, balance):
+        """For the rows `visit` (local to the piece from `start`): (target partition or
+        -1, its score, whether any partition has more of the row's weight than its own)
+        per row, as `multilevel._move_proposal` chooses them (w: those rows' weights
+        [k, C]), and their weight to other partitions than their own.
 
         Outside balance moves only partitions with more of a row's weight than its
         own can be chosen (a positive gain): the others are never scored."""
-        m = indptr.size - 1
+        k_rows = visit.size
         c_count = loads.shape[1]
-        target = np.full(m, -1, np.int64)
-        best_score = np.full(m, -np.inf, np.float64)
+        target = np.full(k_rows, -1, np.int64)
+        best_score = np.full(k_rows, -np.inf, np.float64)
+        keen = np.zeros(k_rows, np.bool_)
         votes = np.zeros(num_parts, np.float64)
         external = 0.0
         over = np.zeros((num_parts, c_count), np.bool_)
@@ -130,11 +134,13 @@ if numba is not None:
             for c in range(c_count):
                 over[p, c] = loads[p, c] > limits[p, c] + 1e-9 if balance else False
         longest = 1
-        for i in range(m):
+        for k in range(k_rows):
+            i = visit[k]
             longest = max(longest, indptr[i + 1] - indptr[i])
         found = np.empty(longest, parts.dtype)
         weighted = weights.size > 0
-        for i in range(m):
+        for k in range(k_rows):
+            i = visit[k]
             v = start + i
             a, b = indptr[i], indptr[i + 1]
             for e in range(a, b):                      # gathered first: loads overlap
@@ -149,17 +155,21 @@ if numba is not None:
             helps = False
             if balance:
                 for c in range(c_count):
-                    if w[i, c] > 0 and over[own, c]:
+                    if w[k, c] > 0 and over[own, c]:
                         helps = True
             best, choice = -np.inf, np.int64(-1)
             if helps or (not balance and total > votes[own]):
                 for p in range(num_parts):
                     gain = votes[p] - votes[own]
-                    if p == own or not (balance or gain > 0):
+                    if p == own:
+                        continue
+                    if gain > 0:
+                        keen[k] = True
+                    elif not balance:
                         continue
                     fits = True
                     for c in range(c_count):
-                        if not w[i, c] <= (limits[p, c] - loads[p, c]) + 1e-9:
+                        if not w[k, c] <= (limits[p, c] - loads[p, c]) + 1e-9:
                             fits = False
                             break
                     if not fits:
@@ -170,9 +180,20 @@ if numba is not None:
             for e in range(a, b):
                 votes[found[e - a]] = 0.0
             if best > -np.inf:
-                target[i] = choice
-                best_score[i] = best
-        return target, best_score, external
+                target[k] = choice
+                best_score[k] = best
+        return target, best_score, keen, external
+
+    @_jit
+    def _wake(start, indptr, indices, rows, lo, hi, woke):
+        """woke[x - lo] = True for the node of each of `rows` (local to the piece from
+        `start`) and each of its neighbours x in [lo, hi)."""
+        for r in rows:
+            woke[start + r - lo] = True
+            for e in range(indptr[r], indptr[r + 1]):
+                x = np.int64(indices[e])
+                if lo <= x < hi:
+                    woke[x - lo] = True
 
 
 if numba is not None:
@@ -242,12 +263,28 @@ def cluster_rows(piece, label, salt: int, parts):
                          parts if use_parts else np.zeros(1, np.int32), use_parts)
 
 
-def move_rows(piece, parts, w, loads, limits, num_parts: int, salt: int, balance: bool):
-    """`_move_rows` for a `Rows` piece: (target or -1, score) per row, and the rows'
-    weight to other partitions."""
+def move_rows(piece, parts, visit, w, loads, limits, num_parts: int, salt: int,
+              balance: bool):
+    """`_move_rows` for the rows `visit` (int64, local) of a `Rows` piece: (target or -1,
+    score, keen) per row, and the rows' weight to other partitions."""
     weights = piece.weights if piece.weights is not None else np.zeros(0, np.int64)
     limits = np.broadcast_to(np.asarray(limits, np.float64), loads.shape)
     return _move_rows(np.int64(piece.start), piece.indptr, piece.indices, weights, parts,
-                      np.ascontiguousarray(w, np.float64), np.asarray(loads, np.float64),
-                      np.ascontiguousarray(limits), np.int64(num_parts), np.int64(salt),
-                      bool(balance))
+                      np.asarray(visit, np.int64), np.ascontiguousarray(w, np.float64),
+                      np.asarray(loads, np.float64), np.ascontiguousarray(limits),
+                      np.int64(num_parts), np.int64(salt), bool(balance))
+
+
+def wake(piece, rows: np.ndarray, lo: int, hi: int, woke: np.ndarray) -> None:
+    """Mark in `woke` (bool over the nodes [lo, hi)) the nodes of `rows` (local to the
+    `Rows` piece) and their neighbours among [lo, hi), in place."""
+    rows = np.asarray(rows, np.int64)
+    if enabled():
+        _wake(np.int64(piece.start), piece.indptr, piece.indices, rows, np.int64(lo),
+              np.int64(hi), woke)
+        return
+    woke[piece.start + rows - lo] = True
+    starts, counts = piece.indptr[rows], np.diff(piece.indptr)[rows]
+    x = piece.indices[np.repeat(starts, counts) + segments.segment_positions(counts)]
+    x = x.astype(np.int64)
+    woke[x[(x >= lo) & (x < hi)] - lo] = True

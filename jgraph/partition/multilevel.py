@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import itertools
 import os
 from collections.abc import Callable, Iterator
@@ -103,6 +104,10 @@ CLUSTER_PASSES, PROCESS_PASSES = 4, 2
 # other processes' nodes, and neighbours of two processes that swap partitions pass
 # after pass each reckon a saving while the cut stays.
 PROCESS_REFINE_PASSES, MOVED_AT_LEAST, SAVED_AT_LEAST = 2, 1 / 4000, 1 / 2000
+# One process's refinement passes skip the nodes that gain by no move and whose
+# neighbours have not moved since they were last visited (`refine`): the same moves, a
+# fraction of the rows read. False visits every node every pass (a test's reference).
+SKIP_SETTLED = True
 # A coarse graph is written whole while it has at most this many times the entries
 # METIS takes (`coarse_entries`); beyond, a sample of that size.
 SAMPLE_MARGIN = 4
@@ -753,18 +758,30 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     processes, where either ran (the passes overfilled a partition, or it started
     over), up to `passes` more follow that cannot overfill ("polish": each process
     within an even share of every partition's room). `on_pass(kind, pass, moves,
-    saved, cut)` hears of each pass (the cut weight it started from and saved; None
-    for the excess search's). Returns `parts`."""
+    saved, cut, visited)` hears of each pass (the cut weight it started from and
+    saved, None for the excess search's; the cut also None where the pass skipped
+    nodes, and `visited` how many it did not skip, else None). Returns `parts`."""
     group = group or Group.single()
     lo, hi = adjacency.start, adjacency.stop
     limits = balance_limits(group.sum(weights.totals(), "totals"), num_parts, tolerance)
     loads = group.sum(weights.loads(parts[lo:hi], num_parts), "loads")
     bounds = _node_bounds(adjacency, group)
 
+    # One process visits, after a pass, only the nodes it may move now: those that
+    # would gain by a move (but found no room, or did not move) and the neighbours of
+    # the nodes that moved. Any other node gains by no move, as when last visited (no
+    # neighbour has moved since): skipping it changes no move, only the cut counted
+    # (the skipped rows' share is not). Several processes see each other's moves only
+    # in the shared partitions, so they visit every node every pass.
+    skipping = SKIP_SETTLED and group.size == 1
+    visit = woke = None              # bool over the nodes [lo, hi): this pass's, the next's
+
     def run(salt: int, balance: bool, turn: int | None = None, share_room: bool = False
-            ) -> tuple[int, float, float | None]:
-        """One pass: (moves, cut weight saved, cut weight before it; None where only
-        one process's nodes moved). Updates `loads` in place."""
+            ) -> tuple[int, float, float | None, int]:
+        """One pass: (moves, cut weight saved, cut weight before it (None where only
+        one process's nodes moved, or where some were not visited), the nodes visited
+        where some were not, else None). Updates `loads` in place."""
+        nonlocal visit, woke
         own_limits = limits
         if group.size == 1:
             own_loads = loads                               # moved in place
@@ -778,29 +795,42 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
                 own_limits = loads + np.maximum(limits - loads, 0.0) / group.size
         pieces = _pieces(adjacency, num_parts * len(weights.columns)) \
             if turn in (None, group.rank) else iter(())
+        seen, marks = (visit, woke) if skipping and not balance else (None, None)
+        if marks is not None:
+            marks[:] = False
         done = _pipelined(
             pieces,
-            lambda piece, loads_then: _move_proposal(piece, parts, lo, weights, loads_then,
-                                                     limits, num_parts, salt, balance),
-            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance),
-            np.zeros(3), snapshot=own_loads.copy)
+            lambda piece, loads_then: _move_proposal(
+                piece, parts, lo, weights, loads_then, limits, num_parts, salt, balance,
+                None if seen is None else seen[piece.start - lo:
+                                               piece.start - lo + piece.num_rows]),
+            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance,
+                                   None if seen is None else (seen, marks), lo, hi),
+            np.zeros(4), snapshot=own_loads.copy)
+        visited = int(done[3])
+        if marks is not None:
+            visit, woke = marks, seen
         if group.size > 1:
             loads[:] += group.sum(own_loads - loads, "load changes")
             group.share(parts, bounds, "parts")
             done = group.sum(done, "moves")
+        every = visited == hi - lo
         # Every cut edge is seen from both ends.
-        cut = float(done[2]) / 2 if turn is None or group.size == 1 else None
-        return int(done[0]), float(done[1]), cut
+        cut = float(done[2]) / 2 if (turn is None or group.size == 1) and every else None
+        return int(done[0]), float(done[1]), cut, None if every else visited
 
     def label_passes(kind: str, count: int, salt: int, share_room: bool = False) -> None:
         """Refinement passes until they settle: under several processes, until one
         moves fewer than MOVED_AT_LEAST of the nodes or the pass before lowered the cut
         by less than SAVED_AT_LEAST of it."""
+        nonlocal visit, woke
+        if skipping:                     # the first pass visits every node
+            visit, woke = np.ones(hi - lo, bool), np.zeros(hi - lo, bool)
         before = None                            # the cut the pass before started from
         for p in range(count):
-            moved, saved, cut = run(salt + p, balance=False, share_room=share_room)
+            moved, saved, cut, visited = run(salt + p, balance=False, share_room=share_room)
             if on_pass is not None:
-                on_pass(kind, p, moved, saved, cut)
+                on_pass(kind, p, moved, saved, cut, visited)
             if group.size == 1:
                 if moved < max(1, parts.size // 1000):
                     break
@@ -808,6 +838,7 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
                     before is not None and before - cut < cut * SAVED_AT_LEAST):
                 break
             before = cut
+        visit = woke = None
 
     label_passes("refine", passes * (PROCESS_REFINE_PASSES if group.size > 1 else 1),
                  seed * 7919)
@@ -816,10 +847,10 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     for p in range(4 * passes * group.size):
         if (loads <= limits + 1e-9).all():
             break
-        moved, saved, cut = run(seed * 7919 + 100 + p, balance=True,
-                                turn=None if group.size == 1 else p % group.size)
+        moved, saved, cut, visited = run(seed * 7919 + 100 + p, balance=True,
+                                         turn=None if group.size == 1 else p % group.size)
         if on_pass is not None:
-            on_pass("balance", p, moved, saved, cut)
+            on_pass("balance", p, moved, saved, cut, visited)
         idle = 0 if moved else idle + 1
         if idle >= group.size:
             break
@@ -866,7 +897,7 @@ def _relieve(adjacency, parts: np.ndarray, weights: NodeWeights, loads: np.ndarr
             moved = int(group.sum(moved, "moves"))
         loads = after
         if on_pass is not None:
-            on_pass("relieve", turn, moved, None, None)
+            on_pass("relieve", turn, moved, None, None, None)
         idle = 0 if moved else idle + 1
         if idle >= group.size:
             break
@@ -893,36 +924,42 @@ def _part_counts(adjacency, nodes: np.ndarray, parts: np.ndarray, num_parts: int
 
 
 def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, limits,
-                   num_parts: int, salt: int, balance: bool):
-    """For the nodes of one piece, the partition each would best move to (most cut
-    edges saved, room in every constraint; with `balance`, out of a partition over a
-    limit, least cut added): ((nodes, their partitions, targets, scores, weights
-    [., C]) or None, the piece's edge weight to other partitions than its nodes'
-    own). `weights` are those of the nodes from `lo` on. A score is the cut weight the
-    move saves plus a tie-breaking noise below 0.49."""
-    m = piece.num_rows
+                   num_parts: int, salt: int, balance: bool, visit=None):
+    """For the nodes of one piece (those `visit`, bool over its rows, marks; every one
+    without it), the partition each would best move to (most cut edges saved, room in
+    every constraint; with `balance`, out of a partition over a limit, least cut
+    added): ((nodes, their partitions, targets, scores, weights [., C]) or None, the
+    nodes' edge weight to other partitions than their own, the rows (int64, local) of
+    those nodes a partition holds more of whose weight than their own (room or not),
+    the piece, how many nodes it visited). `weights` are those of the nodes from `lo`
+    on. A score is the cut weight the move saves plus a tie-breaking noise below 0.49."""
+    rows = np.arange(piece.num_rows) if visit is None else np.flatnonzero(visit)
+    m = rows.size
     if not m:
-        return None, 0.0
-    nodes = piece.start + np.arange(m)
+        return None, 0.0, rows, piece, 0
+    nodes = piece.start + rows
     own = parts[nodes].astype(np.int64)
+    w = weights.take(nodes - lo)                                 # [m, C]
     if compiled.enabled():
-        w = weights.take(nodes - lo)
-        target, best, external = compiled.move_rows(piece, parts, w, loads, limits,
-                                                    num_parts, salt, balance)
+        target, best, keen, external = compiled.move_rows(piece, parts, rows, w, loads,
+                                                          limits, num_parts, salt, balance)
         movers = np.flatnonzero(target >= 0)
-        if not movers.size:
-            return None, external
-        return (nodes[movers], own[movers], target[movers], best[movers], w[movers]), external
-    votes = np.bincount(piece.local_rows().astype(np.int64) * num_parts + parts[piece.indices],
-                        weights=piece.entry_weights(), minlength=m * num_parts
+        proposal = (nodes[movers], own[movers], target[movers], best[movers], w[movers]) \
+            if movers.size else None
+        return proposal, external, rows[keen], piece, m
+    counts = np.diff(piece.indptr)[rows]
+    at = np.repeat(piece.indptr[rows], counts) + segments.segment_positions(counts) \
+        if visit is not None else slice(None)
+    votes = np.bincount(segments.segment_ids(counts) * num_parts + parts[piece.indices[at]],
+                        weights=piece.entry_weights()[at], minlength=m * num_parts
                         ).reshape(m, num_parts)
     mine = votes[np.arange(m), own]
     external = float((votes.sum(axis=1) - mine).sum())
     gain = votes - mine[:, None]                                 # cut weight saved
-    w = weights.take(nodes - lo)                                 # [m, C]
     room = limits - loads                                        # [P, C]
     fits = (w[:, None, :] <= room[None] + 1e-9).all(axis=2)      # [m, P]
     fits[np.arange(m), own] = False
+    keen = rows[(gain > 0).any(axis=1)]
     if balance:
         over = loads > limits + 1e-9                             # [P, C]
         # A node may leave an overloaded partition if it carries what is over there.
@@ -934,21 +971,28 @@ def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, lim
     target = np.argmax(score, axis=1)
     best = score[np.arange(m), target]
     movers = np.flatnonzero(np.isfinite(best))
-    if not movers.size:
-        return None, external
-    return (nodes[movers], own[movers], target[movers], best[movers], w[movers]), external
+    proposal = (nodes[movers], own[movers], target[movers], best[movers], w[movers]) \
+        if movers.size else None
+    return proposal, external, keen, piece, m
 
 
-def _move(proposed, parts, loads, limits, balance: bool) -> np.ndarray:
+def _move(proposed, parts, loads, limits, balance: bool, marks=None, lo: int = 0,
+          hi: int = 0) -> np.ndarray:
     """Apply a `_move_proposal` against the loads as they stand: best first, as many as
     each target has room for (and with `balance`, no more than each source partition
-    needs to get within its limits). Updates loads at once; returns (float64[3]: the
+    needs to get within its limits). Updates loads at once; returns (float64[4]: the
     moves, the cut weight they save (each against the partitions as the proposal saw
-    them) and the piece's weight to other partitions before; the commit that writes
-    the moved nodes' partitions: `_pipelined`)."""
-    proposal, external = proposed
+    them), the nodes' weight to other partitions before, the nodes visited; the commit
+    that writes the moved nodes' partitions: `_pipelined`). With `marks` (this pass's and the next's
+    nodes to visit: bool over the nodes [lo, hi)), marks for the next pass the nodes
+    that would gain by a move, and with the commit the moved nodes' neighbours for
+    both: the pieces after it see the move, as they would if they visited every
+    node."""
+    proposal, external, keen, piece, visited = proposed
+    if marks is not None:
+        marks[1][piece.start + keen - lo] = True
     if proposal is None:
-        return np.array([0.0, 0.0, external]), None
+        return np.array([0.0, 0.0, external, visited]), None
     nodes, own, target, best, w = proposal
     keep = parts[nodes] == own               # a node another piece moved meanwhile
     nodes, own, target, best, w = (a[keep] for a in (nodes, own, target, best, w))
@@ -967,15 +1011,19 @@ def _move(proposed, parts, loads, limits, balance: bool) -> np.ndarray:
         nodes, own, target, best, w = (nodes[still], own[still], target[still],
                                        best[still], w[still])
     if not nodes.size:
-        return np.array([0.0, 0.0, external]), None
+        return np.array([0.0, 0.0, external, visited]), None
     np.subtract.at(loads, own, w)
     np.add.at(loads, target, w)
 
     def commit():
         parts[nodes] = target
+        if marks is not None:
+            for visit in marks:
+                compiled.wake(piece, nodes - piece.start, lo, hi, visit)
     # Weights are integers and the noise below 0.49 (added after the gain, which is
     # rounded back): the floor of a score is its gain.
-    return np.array([float(nodes.size), float(np.floor(best).sum()), external]), commit
+    return np.array([float(nodes.size), float(np.floor(best).sum()), external, visited]), \
+        commit
 
 
 # -- the whole scheme -------------------------------------------------------------------
@@ -1281,6 +1329,19 @@ def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, owners: np.ndarr
                                             for c in range(sums.shape[1])))
 
 
+def _log_pass(log, level: int, num_nodes: int, kind: str, p: int, moved: int,
+              saved: float | None, cut: float | None, visited: int | None) -> None:
+    """Log one refinement pass (`refine`'s `on_pass`) of a level of `num_nodes` nodes."""
+    line = f"  {kind} level {level} pass {p + 1}: {moved:,} nodes moved"
+    if cut is not None:
+        line += f", cut {cut:,.0f} - {saved:,.0f}"
+    elif saved is not None:
+        line += f", cut - {saved:,.0f}"
+    if visited is not None:
+        line += f" ({visited:,} of {num_nodes:,} nodes visited)"
+    log(line)
+
+
 def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: int,
                tolerance: float, seed: int, log, group: Group | None = None) -> np.ndarray:
     """Project `parts` (of the coarsest graph `current`) down the levels (`_coarsen`'s),
@@ -1296,9 +1357,6 @@ def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: 
             current.remove()
         current = finer
         parts = refine(current, parts, finer_weights, num_parts, tolerance, seed=seed + i,
-                       group=group,
-                       on_pass=lambda kind, p, moved, saved, cut, i=i: log(
-                           f"  {kind} level {i} pass {p + 1}: {moved:,} nodes moved"
-                           + (f", cut {cut:,.0f} - {saved:,.0f}" if cut is not None
-                              else "")))
+                       group=group, on_pass=functools.partial(_log_pass, log, i,
+                                                              finer.num_nodes))
     return parts
