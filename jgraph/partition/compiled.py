@@ -44,19 +44,22 @@ if numba is not None:
         return np.float64(h >> np.uint64(11)) / 9007199254740992.0
 
     @_jit
-    def _cluster_rows(start, indptr, indices, weights, label, salt, parts, use_parts):
-        """For rows start.. of one piece: (target cluster or -1, its score) per row, as
-        `multilevel._cluster_proposal` chooses them (`label`, `parts`: every node's).
+    def _cluster_rows(start, indptr, indices, weights, label, salt, parts, use_parts,
+                      visit):
+        """For the rows `visit` (local to the piece from `start`): (target cluster or
+        -1, its score) per row, as `multilevel._cluster_proposal` chooses them (`label`,
+        `parts`: every node's).
 
         Edge weights are integers and the bonus and noise add less than 1, so the best
         cluster is among those with the largest sum: only those are scored. Each row
         first gathers its neighbours' clusters (independent loads the processor
         overlaps), then sums them in a hash table sized to the row."""
-        m = indptr.size - 1
+        m = visit.size
         target = np.full(m, -1, np.int64)
         best_score = np.full(m, -np.inf, np.float64)
         longest = 0
-        for i in range(m):
+        for r in range(m):
+            i = visit[r]
             longest = max(longest, indptr[i + 1] - indptr[i])
         cap = 1
         while cap < 2 * longest + 2:
@@ -66,7 +69,8 @@ if numba is not None:
         used = np.empty(max(longest, 1), np.int64)
         found = np.empty(max(longest, 1), np.int64)
         weighted = weights.size > 0
-        for i in range(m):
+        for r in range(m):
+            i = visit[r]
             v = start + i
             a, b = indptr[i], indptr[i + 1]
             n_found = 0
@@ -108,8 +112,8 @@ if numba is not None:
                         best, choice = score, c
                 keys[slot] = -1
             if k and choice != own and best > -np.inf:
-                target[i] = choice
-                best_score[i] = best
+                target[r] = choice
+                best_score[r] = best
         return target, best_score
 
     @_jit
@@ -254,13 +258,15 @@ def count_into(counts: np.ndarray, ids: np.ndarray) -> None:
         counts += np.bincount(ids, minlength=counts.size).astype(counts.dtype, copy=False)
 
 
-def cluster_rows(piece, label, salt: int, parts):
-    """`_cluster_rows` for a `Rows` piece: (target or -1, score) per row."""
+def cluster_rows(piece, label, salt: int, parts, visit: np.ndarray):
+    """`_cluster_rows` for the rows `visit` (int64, local) of a `Rows` piece: (target or
+    -1, score) per row."""
     weights = piece.weights if piece.weights is not None else np.zeros(0, np.int64)
     use_parts = parts is not None
     return _cluster_rows(np.int64(piece.start), piece.indptr, piece.indices, weights, label,
                          np.int64(salt),
-                         parts if use_parts else np.zeros(1, np.int32), use_parts)
+                         parts if use_parts else np.zeros(1, np.int32), use_parts,
+                         np.asarray(visit, np.int64))
 
 
 def move_rows(piece, parts, visit, w, loads, limits, num_parts: int, salt: int,

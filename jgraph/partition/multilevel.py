@@ -104,9 +104,10 @@ CLUSTER_PASSES, PROCESS_PASSES = 4, 2
 # other processes' nodes, and neighbours of two processes that swap partitions pass
 # after pass each reckon a saving while the cut stays.
 PROCESS_REFINE_PASSES, MOVED_AT_LEAST, SAVED_AT_LEAST = 2, 1 / 4000, 1 / 2000
-# One process's refinement passes skip the nodes that gain by no move and whose
-# neighbours have not moved since they were last visited (`refine`): the same moves, a
-# fraction of the rows read. False visits every node every pass (a test's reference).
+# One process's label propagation (coarsening's and refinement's) skips, after its
+# first pass, the nodes that would stay where they are and whose neighbours have not
+# moved since they were last visited (`cluster`, `refine`): the same moves, a fraction
+# of the rows read. False visits every node every pass (a test's reference).
 SKIP_SETTLED = True
 # A coarse graph is written whole while it has at most this many times the entries
 # METIS takes (`coarse_entries`); beyond, a sample of that size.
@@ -290,17 +291,30 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
         pass after pass (synchronous label propagation's oscillation); so no cycle of
         joins across processes forms within a pass."""
         return lambda t: (bucket_of(bounds, t) > group.rank) == (p % 2 == 0)
+    # One process visits, after the first pass, only the nodes whose best cluster may
+    # be another now: those whose best was another (full, or joined) and the joiners'
+    # neighbours (as `refine` does; the same joins).
+    skipping = SKIP_SETTLED and group.size == 1
+    visit = np.ones(hi - lo, bool) if skipping else None
+    woke = np.zeros(hi - lo, bool) if skipping else None
     for p in range(passes):
         if p and group.size > 1:
             group.share(label, bounds, "labels")        # as the pass before left them
         salt = seed * 1009 + p
         requests: list = []
+        if skipping:
+            woke[:] = False
         moved = _pipelined(
             _pieces(adjacency),
-            lambda piece, _, salt=salt: _cluster_proposal(piece, label, salt, parts),
-            lambda proposal, requests=requests, ask=askable(p): _join_clusters(
-                proposal, label, lo, hi, size, size_of, limit, requests, left, ask,
-                favourite))
+            lambda piece, _, salt=salt, seen=visit: (piece, _cluster_proposal(
+                piece, label, salt, parts, None if seen is None else
+                seen[piece.start - lo:piece.start - lo + piece.num_rows])),
+            lambda proposed, requests=requests, ask=askable(p), marks=(
+                (visit, woke) if skipping else None): _join_clusters(
+                proposed[1], label, lo, hi, size, size_of, limit, requests, left, ask,
+                favourite, proposed[0], marks))
+        if skipping:
+            visit, woke = woke, visit
         if group.size > 1:
             moved += _join_remote(requests, left, label, lo, hi, size, limit, bounds, group)
         moved = int(group.sum(moved, "cluster moves"))
@@ -308,6 +322,7 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
             on_pass(p, moved)
         if moved < max(1, n // 200):
             break
+    visit = woke = None
     if group.size > 1:                       # the sizes told every departure first
         _join_remote([], left, label, lo, hi, size, limit, bounds, group)
     merged = _gather_singletons(adjacency, label, size, size_of, favourite, parts, bounds,
@@ -341,20 +356,27 @@ class _Departures:
                 np.concatenate([b[1] for b in blocks]).astype(np.int64))
 
 
-def _cluster_proposal(piece: Rows, label, salt: int, parts=None):
+def _cluster_proposal(piece: Rows, label, salt: int, parts=None, visit=None):
     """Each node's best cluster by edge weight (its own wins ties; other ties fall by
     hash; with `parts`, among the clusters of its partition), for the nodes whose best
-    is another: (nodes, clusters, weights) or None. `label`, `parts`: every node's. A
+    is another (among those `visit`, bool over the piece's rows, marks; every one
+    without it): (nodes, clusters, weights) or None. `label`, `parts`: every node's. A
     cluster's id is one of its nodes', so its partition is that node's."""
-    m = piece.num_rows
-    nodes = piece.start + np.arange(m)
+    rows = np.arange(piece.num_rows) if visit is None else np.flatnonzero(visit)
+    m = rows.size
+    if not m:
+        return None
+    nodes = piece.start + rows
     if compiled.enabled():
-        target, best = compiled.cluster_rows(piece, label, salt, parts)
+        target, best = compiled.cluster_rows(piece, label, salt, parts, rows)
         movers = np.flatnonzero(target >= 0)
         return (nodes[movers], target[movers], best[movers]) if movers.size else None
-    cols, rows, weights = piece.indices, piece.local_rows(), piece.entry_weights()
+    counts = np.diff(piece.indptr)[rows]
+    at = np.repeat(piece.indptr[rows], counts) + segments.segment_positions(counts) \
+        if visit is not None else slice(None)
     counts = scipy.sparse.csr_matrix(
-        (weights.astype(np.float64), (rows, label[cols])), shape=(m, label.size))
+        (piece.entry_weights()[at].astype(np.float64),
+         (segments.segment_ids(counts), label[piece.indices[at]])), shape=(m, label.size))
     counts.sum_duplicates()
     if not counts.nnz:
         return None
@@ -377,7 +399,8 @@ def _cluster_proposal(piece: Rows, label, salt: int, parts=None):
 
 
 def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requests: list,
-                   left: _Departures, askable, favourite):
+                   left: _Departures, askable, favourite, piece: Rows | None = None,
+                   marks=None):
     """Move the proposed nodes whose best cluster, one this process owns ([lo, hi)),
     has room (ParHIP's rule: only the best is tried; a node whose best cluster is full
     stays this pass); the proposals for other processes' clusters go to `requests`
@@ -385,12 +408,17 @@ def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requ
     `size` [hi - lo, S]: the sizes of this process's clusters (updated at once);
     `size_of(v)` int64[len(v), S]: its nodes' own (local indices); `left`: what the
     movers take out of other processes' clusters; `favourite`: each node's best cluster
-    as proposed (kept for `_gather_singletons`). Returns (the moves, the commit that
-    writes their labels: `_pipelined`)."""
+    as proposed (kept for `_gather_singletons`). With `marks` (this pass's and the
+    next's nodes to visit, over [lo, hi), as in `refine`), marks the proposed nodes for
+    the next pass, and with the commit the movers' neighbours (in `piece`, the rows
+    proposed from) for both. Returns (the moves, the commit that writes their labels:
+    `_pipelined`)."""
     if proposal is None or not proposal[0].size:
         return 0, None
     v, t, key = proposal
     favourite[v - lo] = t
+    if marks is not None:
+        marks[1][v - lo] = True
     keep = label[v] != t                     # a node another piece moved meanwhile
     v, t, key = v[keep], t[keep], key[keep]
     amounts = size_of(v - lo)
@@ -410,6 +438,9 @@ def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requ
 
     def commit():
         label[v] = t
+        if marks is not None:
+            for visit in marks:
+                compiled.wake(piece, v - piece.start, lo, hi, visit)
     return int(v.size), commit
 
 

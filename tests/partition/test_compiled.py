@@ -177,3 +177,27 @@ def test_skipping_settled_nodes_moves_the_same_nodes(facebook, monkeypatch, kern
     visited = [h[5] for h in label[1:]]
     assert all(v is not None and v < n for v in visited), visited
     assert (full != initial).sum() > n // 20
+
+
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+def test_skipping_settled_nodes_joins_the_same_clusters(facebook, monkeypatch, kernels):
+    """Coarsening's label propagation that visits, after its first pass, only the nodes
+    whose best cluster was another and the joiners' neighbours forms the clusters that
+    visiting every node every pass forms, with and without partitions to stay in."""
+    import jgraph.partition.multilevel as multilevel
+    if kernels == "numpy":
+        monkeypatch.setenv("JGRAPH_PARTITION_KERNELS", "numpy")
+    adjacency, weights = facebook
+    n = adjacency.num_nodes
+    limit = weights.totals()[weights.size_columns()] / 8 / 16
+    parts = (np.arange(n) * 8 // n).astype(np.int32)
+    for given in (None, parts):
+        out = []
+        for skip in (False, True):
+            monkeypatch.setattr(multilevel, "SKIP_SETTLED", skip)
+            heard = []
+            out.append((cluster(adjacency, weights, limit, seed=3, parts=given, passes=6,
+                                on_pass=lambda p, moved: heard.append(moved)), heard))
+        (a, heard_a), (b, heard_b) = out
+        np.testing.assert_array_equal(a.label, b.label)
+        assert heard_a == heard_b and len(heard_a) >= 3 and heard_a[1] > 0, heard_a
