@@ -213,7 +213,7 @@ if numba is not None:
         """`multilevel.contract`'s entries of one piece: (row's cluster, column's
         cluster, weight) of the entries between two clusters (`label`: every node's),
         each kept with probability `keep` (by a hash of its ends) and then weighing
-        w / keep."""
+        w / keep; copies that hold only those entries, not the piece's."""
         m = indptr.size - 1
         e = indptr[m] - indptr[0]
         a_out = np.empty(e, label.dtype)
@@ -238,7 +238,7 @@ if numba is not None:
                 b_out[k] = b
                 w_out[k] = np.int64(w)
                 k += 1
-        return a_out[:k], b_out[:k], w_out[:k]
+        return a_out[:k].copy(), b_out[:k].copy(), w_out[:k].copy()
 
 
 def between_rows(piece, label, keep: float, seed: int):
