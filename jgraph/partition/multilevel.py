@@ -110,6 +110,9 @@ PROCESS_REFINE_PASSES, MOVED_AT_LEAST, SAVED_AT_LEAST = 2, 1 / 4000, 1 / 2000
 # moved since they were last visited (`cluster`, `refine`): the same moves, a fraction
 # of the rows read. False visits every node every pass (a test's reference).
 SKIP_SETTLED = True
+# Once a pass has moved more than this fraction of the nodes, the next visits every node
+# rather than marking each mover's neighbours (coarsening's first pass moves most).
+MARKED_MOVES_AT_MOST = 1 / 8
 # A coarse graph is written whole while it has at most this many times the entries
 # METIS takes (`coarse_entries`); beyond, a sample of that size.
 SAMPLE_MARGIN = 4
@@ -246,6 +249,52 @@ def _admit(target: np.ndarray, key: np.ndarray, amounts: np.ndarray,
     return out
 
 
+class _Visits:
+    """Which of the nodes [lo, hi) one process's label-propagation pass visits (`now`:
+    bool over them, or None for every one) and which the next pass will: the nodes
+    that would move (found no room, or lost to a better request) and the movers and
+    their neighbours, marked for the pieces after them as well, which would see the
+    move. A node neither marks would stay where it is, as when last visited: skipping
+    it changes no move. Once a pass has moved more than MARKED_MOVES_AT_MOST of the
+    nodes, the next visits every one instead."""
+
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi = lo, hi
+        self.now: np.ndarray | None = None                  # the first pass: every node
+        self.next: np.ndarray | None = np.zeros(hi - lo, bool)
+        self.spare: np.ndarray | None = None
+        self.moved = 0
+
+    def of(self, piece: Rows) -> np.ndarray | None:
+        """The piece's rows this pass visits (bool), or None for every one."""
+        if self.now is None:
+            return None
+        a = piece.start - self.lo
+        return self.now[a:a + piece.num_rows]
+
+    def keen(self, nodes: np.ndarray) -> None:
+        """`nodes` (ids) would move: the next pass visits them."""
+        if self.next is not None:
+            self.next[nodes - self.lo] = True
+
+    def moved_rows(self, piece: Rows, rows: np.ndarray) -> None:
+        """The nodes of `rows` (local to the piece) moved: they and their neighbours
+        are visited by the pieces after this one and by the next pass."""
+        self.moved += rows.size
+        if self.next is not None and self.moved > MARKED_MOVES_AT_MOST * (self.hi - self.lo):
+            self.spare, self.next = self.next, None          # the next pass: every node
+        for marks in (self.now, self.next):
+            if marks is not None:
+                compiled.wake(piece, rows, self.lo, self.hi, marks)
+
+    def turn(self) -> None:
+        """The next pass begins."""
+        spare = self.now if self.now is not None else self.spare
+        self.now, self.spare, self.moved = self.next, None, 0
+        self.next = spare if spare is not None else np.zeros(self.hi - self.lo, bool)
+        self.next[:] = False
+
+
 # -- coarsening ---------------------------------------------------------------------------
 
 
@@ -295,27 +344,21 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
     # One process visits, after the first pass, only the nodes whose best cluster may
     # be another now: those whose best was another (full, or joined) and the joiners'
     # neighbours (as `refine` does; the same joins).
-    skipping = SKIP_SETTLED and group.size == 1
-    visit = np.ones(hi - lo, bool) if skipping else None
-    woke = np.zeros(hi - lo, bool) if skipping else None
+    visits = _Visits(lo, hi) if SKIP_SETTLED and group.size == 1 else None
     for p in range(passes):
         if p and group.size > 1:
             group.share(label, bounds, "labels")        # as the pass before left them
+        if p and visits is not None:
+            visits.turn()
         salt = seed * 1009 + p
         requests: list = []
-        if skipping:
-            woke[:] = False
         moved = _pipelined(
             _pieces(adjacency),
-            lambda piece, _, salt=salt, seen=visit: (piece, _cluster_proposal(
-                piece, label, salt, parts, None if seen is None else
-                seen[piece.start - lo:piece.start - lo + piece.num_rows])),
-            lambda proposed, requests=requests, ask=askable(p), marks=(
-                (visit, woke) if skipping else None): _join_clusters(
+            lambda piece, _, salt=salt: (piece, _cluster_proposal(
+                piece, label, salt, parts, None if visits is None else visits.of(piece))),
+            lambda proposed, requests=requests, ask=askable(p): _join_clusters(
                 proposed[1], label, lo, hi, size, size_of, limit, requests, left, ask,
-                favourite, proposed[0], marks))
-        if skipping:
-            visit, woke = woke, visit
+                favourite, proposed[0], visits))
         if group.size > 1:
             moved += _join_remote(requests, left, label, lo, hi, size, limit, bounds, group)
         moved = int(group.sum(moved, "cluster moves"))
@@ -323,7 +366,7 @@ def cluster(adjacency, weights: NodeWeights, limit: np.ndarray, *, passes: int |
             on_pass(p, moved)
         if moved < max(1, n // 200):
             break
-    visit = woke = None
+    visits = None
     if group.size > 1:                       # the sizes told every departure first
         _join_remote([], left, label, lo, hi, size, limit, bounds, group)
     merged = _gather_singletons(adjacency, label, size, size_of, favourite, parts, bounds,
@@ -401,7 +444,7 @@ def _cluster_proposal(piece: Rows, label, salt: int, parts=None, visit=None):
 
 def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requests: list,
                    left: _Departures, askable, favourite, piece: Rows | None = None,
-                   marks=None):
+                   visits: _Visits | None = None):
     """Move the proposed nodes whose best cluster, one this process owns ([lo, hi)),
     has room (ParHIP's rule: only the best is tried; a node whose best cluster is full
     stays this pass); the proposals for other processes' clusters go to `requests`
@@ -409,17 +452,15 @@ def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requ
     `size` [hi - lo, S]: the sizes of this process's clusters (updated at once);
     `size_of(v)` int64[len(v), S]: its nodes' own (local indices); `left`: what the
     movers take out of other processes' clusters; `favourite`: each node's best cluster
-    as proposed (kept for `_gather_singletons`). With `marks` (this pass's and the
-    next's nodes to visit, over [lo, hi), as in `refine`), marks the proposed nodes for
-    the next pass, and with the commit the movers' neighbours (in `piece`, the rows
-    proposed from) for both. Returns (the moves, the commit that writes their labels:
-    `_pipelined`)."""
+    as proposed (kept for `_gather_singletons`); `visits`: told of the nodes that
+    asked and, with the commit, of those that moved (`piece`: the rows proposed
+    from). Returns (the moves, the commit that writes their labels: `_pipelined`)."""
     if proposal is None or not proposal[0].size:
         return 0, None
     v, t, key = proposal
     favourite[v - lo] = t
-    if marks is not None:
-        marks[1][v - lo] = True
+    if visits is not None:
+        visits.keen(v)
     keep = label[v] != t                     # a node another piece moved meanwhile
     v, t, key = v[keep], t[keep], key[keep]
     amounts = size_of(v - lo)
@@ -439,9 +480,8 @@ def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requ
 
     def commit():
         label[v] = t
-        if marks is not None:
-            for visit in marks:
-                compiled.wake(piece, v - piece.start, lo, hi, visit)
+        if visits is not None:
+            visits.moved_rows(piece, v - piece.start)
     return int(v.size), commit
 
 
@@ -822,14 +862,13 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     # (the skipped rows' share is not). Several processes see each other's moves only
     # in the shared partitions, so they visit every node every pass.
     skipping = SKIP_SETTLED and group.size == 1
-    visit = woke = None              # bool over the nodes [lo, hi): this pass's, the next's
+    visits: _Visits | None = None
 
     def run(salt: int, balance: bool, turn: int | None = None, share_room: bool = False
             ) -> tuple[int, float, float | None, int]:
         """One pass: (moves, cut weight saved, cut weight before it (None where only
         one process's nodes moved, or where some were not visited), the nodes visited
         where some were not, else None). Updates `loads` in place."""
-        nonlocal visit, woke
         own_limits = limits
         if group.size == 1:
             own_loads = loads                               # moved in place
@@ -843,21 +882,15 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
                 own_limits = loads + np.maximum(limits - loads, 0.0) / group.size
         pieces = _pieces(adjacency, num_parts * len(weights.columns)) \
             if turn in (None, group.rank) else iter(())
-        seen, marks = (visit, woke) if skipping and not balance else (None, None)
-        if marks is not None:
-            marks[:] = False
+        told = None if balance else visits
         done = _pipelined(
             pieces,
             lambda piece, loads_then: _move_proposal(
                 piece, parts, lo, weights, loads_then, limits, num_parts, salt, balance,
-                None if seen is None else seen[piece.start - lo:
-                                               piece.start - lo + piece.num_rows]),
-            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance,
-                                   None if seen is None else (seen, marks), lo, hi),
+                None if told is None else told.of(piece)),
+            lambda proposal: _move(proposal, parts, own_loads, own_limits, balance, told),
             np.zeros(4), snapshot=own_loads.copy)
         visited = int(done[3])
-        if marks is not None:
-            visit, woke = marks, seen
         if group.size > 1:
             loads[:] += group.sum(own_loads - loads, "load changes")
             group.share(parts, bounds, "parts")
@@ -871,11 +904,12 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
         """Refinement passes until they settle: under several processes, until one
         moves fewer than MOVED_AT_LEAST of the nodes or the pass before lowered the cut
         by less than SAVED_AT_LEAST of it."""
-        nonlocal visit, woke
-        if skipping:                     # the first pass visits every node
-            visit, woke = np.ones(hi - lo, bool), np.zeros(hi - lo, bool)
+        nonlocal visits
+        visits = _Visits(lo, hi) if skipping else None
         before = None                            # the cut the pass before started from
         for p in range(count):
+            if p and visits is not None:
+                visits.turn()
             moved, saved, cut, visited = run(salt + p, balance=False, share_room=share_room)
             if on_pass is not None:
                 on_pass(kind, p, moved, saved, cut, visited)
@@ -886,7 +920,7 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
                     before is not None and before - cut < cut * SAVED_AT_LEAST):
                 break
             before = cut
-        visit = woke = None
+        visits = None
 
     label_passes("refine", passes * (PROCESS_REFINE_PASSES if group.size > 1 else 1),
                  seed * 7919)
@@ -1024,21 +1058,18 @@ def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, lim
     return proposal, external, keen, piece, m
 
 
-def _move(proposed, parts, loads, limits, balance: bool, marks=None, lo: int = 0,
-          hi: int = 0) -> np.ndarray:
+def _move(proposed, parts, loads, limits, balance: bool, visits: _Visits | None = None
+          ) -> np.ndarray:
     """Apply a `_move_proposal` against the loads as they stand: best first, as many as
     each target has room for (and with `balance`, no more than each source partition
     needs to get within its limits). Updates loads at once; returns (float64[4]: the
     moves, the cut weight they save (each against the partitions as the proposal saw
     them), the nodes' weight to other partitions before, the nodes visited; the commit
-    that writes the moved nodes' partitions: `_pipelined`). With `marks` (this pass's and the next's
-    nodes to visit: bool over the nodes [lo, hi)), marks for the next pass the nodes
-    that would gain by a move, and with the commit the moved nodes' neighbours for
-    both: the pieces after it see the move, as they would if they visited every
-    node."""
+    that writes the moved nodes' partitions: `_pipelined`). `visits`: told of the
+    nodes that would gain by a move and, with the commit, of those that moved."""
     proposal, external, keen, piece, visited = proposed
-    if marks is not None:
-        marks[1][piece.start + keen - lo] = True
+    if visits is not None:
+        visits.keen(piece.start + keen)
     if proposal is None:
         return np.array([0.0, 0.0, external, visited]), None
     nodes, own, target, best, w = proposal
@@ -1065,9 +1096,8 @@ def _move(proposed, parts, loads, limits, balance: bool, marks=None, lo: int = 0
 
     def commit():
         parts[nodes] = target
-        if marks is not None:
-            for visit in marks:
-                compiled.wake(piece, nodes - piece.start, lo, hi, visit)
+        if visits is not None:
+            visits.moved_rows(piece, nodes - piece.start)
     # Weights are integers and the noise below 0.49 (added after the gain, which is
     # rounded back): the floor of a score is its gain.
     return np.array([float(nodes.size), float(np.floor(best).sum()), external, visited]), \

@@ -147,14 +147,22 @@ def test_ranges_that_store_repeated_pairs_once_propose_as_numpy_does(facebook, m
     np.testing.assert_array_equal(a, b)
 
 
+# Marking the movers' neighbours however many move (1.0), and as jgraph does: the
+# passes after one that moved many nodes visit every node.
+MARKED = [1.0, None]
+
+
+@pytest.mark.parametrize("marked", MARKED)
 @pytest.mark.parametrize("kernels", ["numba", "numpy"])
-def test_skipping_settled_nodes_moves_the_same_nodes(facebook, monkeypatch, kernels):
+def test_skipping_settled_nodes_moves_the_same_nodes(facebook, monkeypatch, kernels, marked):
     """Refinement that visits only the nodes that may move (those that would gain by a
     move, and the moved nodes' neighbours) makes the moves that visiting every node
-    every pass makes, bit for bit, and visits fewer nodes after the first pass."""
+    every pass makes, bit for bit, and visits fewer nodes once few move."""
     import jgraph.partition.multilevel as multilevel
     if kernels == "numpy":
         monkeypatch.setenv("JGRAPH_PARTITION_KERNELS", "numpy")
+    if marked is not None:
+        monkeypatch.setattr(multilevel, "MARKED_MOVES_AT_MOST", marked)
     adjacency, weights = facebook
     n = adjacency.num_nodes
     # Blocks of ids with a fifth of the nodes scattered: many moves, then few.
@@ -175,18 +183,32 @@ def test_skipping_settled_nodes_moves_the_same_nodes(facebook, monkeypatch, kern
     assert [h[:4] for h in label] == [h[:4] for h in heard_full if h[0] == "refine"]
     assert len(label) >= 3 and label[0][5] is None             # the first visits all
     visited = [h[5] for h in label[1:]]
-    assert all(v is not None and v < n for v in visited), visited
+    if marked == 1.0:
+        assert all(v is not None and v < n for v in visited), visited
+    else:
+        # A pass after one that moved more than MARKED_MOVES_AT_MOST visits every node.
+        moved = [h[2] for h in label[:-1]]
+        many = [m > multilevel.MARKED_MOVES_AT_MOST * n for m in moved]
+        assert [v is None for v in visited] == many and not all(many), (moved, visited)
     assert (full != initial).sum() > n // 20
 
 
+@pytest.mark.parametrize("marked", MARKED)
 @pytest.mark.parametrize("kernels", ["numba", "numpy"])
-def test_skipping_settled_nodes_joins_the_same_clusters(facebook, monkeypatch, kernels):
+def test_skipping_settled_nodes_joins_the_same_clusters(facebook, monkeypatch, kernels,
+                                                        marked):
     """Coarsening's label propagation that visits, after its first pass, only the nodes
     whose best cluster was another and the joiners' neighbours forms the clusters that
     visiting every node every pass forms, with and without partitions to stay in."""
     import jgraph.partition.multilevel as multilevel
     if kernels == "numpy":
         monkeypatch.setenv("JGRAPH_PARTITION_KERNELS", "numpy")
+    if marked is not None:
+        monkeypatch.setattr(multilevel, "MARKED_MOVES_AT_MOST", marked)
+    visited = []
+    rows = compiled.cluster_rows
+    monkeypatch.setattr(compiled, "cluster_rows", lambda piece, label, salt, parts, visit: (
+        visited.append((salt, len(visit))), rows(piece, label, salt, parts, visit))[1])
     adjacency, weights = facebook
     n = adjacency.num_nodes
     limit = weights.totals()[weights.size_columns()] / 8 / 16
@@ -196,8 +218,21 @@ def test_skipping_settled_nodes_joins_the_same_clusters(facebook, monkeypatch, k
         for skip in (False, True):
             monkeypatch.setattr(multilevel, "SKIP_SETTLED", skip)
             heard = []
+            visited.clear()
             out.append((cluster(adjacency, weights, limit, seed=3, parts=given, passes=6,
-                                on_pass=lambda p, moved: heard.append(moved)), heard))
+                                on_pass=lambda p, moved, heard=heard: heard.append(moved)),
+                        heard))
         (a, heard_a), (b, heard_b) = out
         np.testing.assert_array_equal(a.label, b.label)
         assert heard_a == heard_b and len(heard_a) >= 3 and heard_a[1] > 0, heard_a
+        if kernels == "numba":      # the rows each pass gave the kernel, skipping
+            per_pass: dict = {}
+            for salt, k in visited:
+                per_pass[salt] = per_pass.get(salt, 0) + k
+            counts = list(per_pass.values())
+            # The first pass visits every node, and so does one after a pass that
+            # moved more than MARKED_MOVES_AT_MOST of them.
+            many = [True] + [m > multilevel.MARKED_MOVES_AT_MOST * n for m in heard_b]
+            assert all(c == n for c, m in zip(counts, many) if m), (heard_b, counts)
+            if given is None:
+                assert counts[-1] < n, (heard_b, counts)
