@@ -49,6 +49,11 @@ class Rows(NamedTuple):
         """int64[e]: each entry's row as a node id (`start` + its local row)."""
         return self.start + self.local_rows().astype(np.int64)
 
+    def entries_of(self, rows: np.ndarray) -> np.ndarray:
+        """int64: where in `indices` the entries of `rows` (local) are, row after row."""
+        counts = np.diff(self.indptr)[rows]
+        return np.repeat(self.indptr[rows], counts) + segments.segment_positions(counts)
+
     def entry_weights(self) -> np.ndarray:
         """int64[e]: each entry's weight."""
         return (np.ones(self.indices.size, np.int64) if self.weights is None

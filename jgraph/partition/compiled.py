@@ -17,8 +17,6 @@ import os
 
 import numpy as np
 
-import jgraph.segments as segments
-
 try:                                        # an optional extra: jgraph[fast]
     import numba
 except ImportError:                         # pragma: no cover - depends on the install
@@ -290,7 +288,5 @@ def wake(piece, rows: np.ndarray, lo: int, hi: int, woke: np.ndarray) -> None:
               np.int64(hi), woke)
         return
     woke[piece.start + rows - lo] = True
-    starts, counts = piece.indptr[rows], np.diff(piece.indptr)[rows]
-    x = piece.indices[np.repeat(starts, counts) + segments.segment_positions(counts)]
-    x = x.astype(np.int64)
+    x = piece.indices[piece.entries_of(rows)].astype(np.int64)
     woke[x[(x >= lo) & (x < hi)] - lo] = True

@@ -415,12 +415,11 @@ def _cluster_proposal(piece: Rows, label, salt: int, parts=None, visit=None):
         target, best = compiled.cluster_rows(piece, label, salt, parts, rows)
         movers = np.flatnonzero(target >= 0)
         return (nodes[movers], target[movers], best[movers]) if movers.size else None
-    counts = np.diff(piece.indptr)[rows]
-    at = np.repeat(piece.indptr[rows], counts) + segments.segment_positions(counts) \
-        if visit is not None else slice(None)
+    at = slice(None) if visit is None else piece.entries_of(rows)
     counts = scipy.sparse.csr_matrix(
         (piece.entry_weights()[at].astype(np.float64),
-         (segments.segment_ids(counts), label[piece.indices[at]])), shape=(m, label.size))
+         (segments.segment_ids(np.diff(piece.indptr)[rows]), label[piece.indices[at]])),
+        shape=(m, label.size))
     counts.sum_duplicates()
     if not counts.nnz:
         return None
@@ -858,9 +857,9 @@ def refine(adjacency, parts: np.ndarray, weights: NodeWeights, num_parts: int,
     # One process visits, after a pass, only the nodes it may move now: those that
     # would gain by a move (but found no room, or did not move) and the neighbours of
     # the nodes that moved. Any other node gains by no move, as when last visited (no
-    # neighbour has moved since): skipping it changes no move, only the cut counted
-    # (the skipped rows' share is not). Several processes see each other's moves only
-    # in the shared partitions, so they visit every node every pass.
+    # neighbour has moved since): skipping it changes no move, only the cut the pass
+    # counts, which misses the skipped rows' share. Several processes see each other's
+    # moves only in the shared partitions, so they visit every node every pass.
     skipping = SKIP_SETTLED and group.size == 1
     visits: _Visits | None = None
 
@@ -1029,10 +1028,9 @@ def _move_proposal(piece: Rows, parts, lo: int, weights: NodeWeights, loads, lim
         proposal = (nodes[movers], own[movers], target[movers], best[movers], w[movers]) \
             if movers.size else None
         return proposal, external, rows[keen], piece, m
-    counts = np.diff(piece.indptr)[rows]
-    at = np.repeat(piece.indptr[rows], counts) + segments.segment_positions(counts) \
-        if visit is not None else slice(None)
-    votes = np.bincount(segments.segment_ids(counts) * num_parts + parts[piece.indices[at]],
+    at = slice(None) if visit is None else piece.entries_of(rows)
+    row = segments.segment_ids(np.diff(piece.indptr)[rows])
+    votes = np.bincount(row * num_parts + parts[piece.indices[at]],
                         weights=piece.entry_weights()[at], minlength=m * num_parts
                         ).reshape(m, num_parts)
     mine = votes[np.arange(m), own]
