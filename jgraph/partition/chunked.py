@@ -74,7 +74,12 @@ from jgraph.partition.edge_splits import write_edge_splits
 from jgraph.partition.errors import PartitionError
 from jgraph.partition.excess import within
 from jgraph.partition.group import Group
-from jgraph.partition.multilevel import SAMPLE_MARGIN, NodeWeights, partition
+from jgraph.partition.multilevel import (
+    SAMPLE_MARGIN,
+    NodeWeights,
+    coarse_node_limit,
+    partition,
+)
 from jgraph.partition.numbering import (
     owner_of,
     part_info,
@@ -395,9 +400,10 @@ def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
     n, e = num_nodes, num_edges
     ids = 4 if n < 2**31 else 8
     # The adjacency's bucket records while they are written; then its CSR, an index an
-    # entry (fewer where repeated pairs are stored once) and an offset a node.
-    adjacency = 0 if given else 2 * e * (4 + ids)
-    sorted_adjacency = 0 if given else 2 * e * ids + 8 * n
+    # entry (fewer where repeated pairs are stored once) and an offset a node; and
+    # beside both, every node's id in it.
+    adjacency = 0 if given else 2 * e * (4 + ids) + ids * n
+    sorted_adjacency = 0 if given else 2 * e * ids + 8 * n + ids * n
     # At most SAMPLE_MARGIN x coarse_entries entries a coarse level (sampled beyond):
     # the assignment is fullest when a level's bucket records (16 bytes an entry) are
     # written beside the level before as a CSR (12), the coarser levels before it being
@@ -554,35 +560,83 @@ class _Job:
 
     # -- phase 2 ------------------------------------------------------------------------
 
+    # Where label propagation runs, the adjacency numbers each process's nodes by rising
+    # degree (ties in the input's order). Label propagation and contraction gather, for
+    # every entry, the partition or cluster of its neighbour from an array over every
+    # node, and most entries point at the few well-connected nodes: numbered last, they
+    # share a few cache lines instead of lying all over the array. On a 2^24-node R-MAT
+    # with shuffled ids a refinement pass's kernel took 13.2 ns an entry against 21.6,
+    # clustering's 16.3 against 28.0. Label propagation then visits the least connected
+    # nodes first, as KaMinPar's clustering does (falling degree cut 1.12x METIS on the
+    # quality gate's one-type graph, rising 0.99x). The assignment is mapped back to the
+    # input's ids as it is written.
+
+    def _by_degree(self) -> bool:
+        """Whether the adjacency numbers nodes by degree: not where METIS partitions the
+        whole of it (no label propagation), which then cuts as `--method metis` does."""
+        options = self.options
+        entries = int(np.load(self.work.path("degree.npy"), mmap_mode="r").sum())
+        return (entries > options.coarse_entries
+                or self.n > coarse_node_limit(options.coarse_entries, options.num_parts))
+
+    def _renumbering(self) -> str:
+        return os.path.join(self.work.path("adjacency"), "renumber.npy")
+
     def _adjacency_bounds(self) -> tuple[np.ndarray, list[int]]:
-        """(int64[R + 1] node ranges of the adjacency, none across two processes' nodes;
-        the index of each process's first range, and R)."""
+        """(int64[R + 1] node ranges of the adjacency, in its numbering, none across two
+        processes' nodes; the index of each process's first range, and R)."""
         degree = np.load(self.work.path("degree.npy"), mmap_mode="r")
+        by_degree = self._by_degree()
         bounds, firsts = [np.zeros(1, np.int64)], []
         for r in range(self.group.size):
             lo, hi = self.group.nodes(self.n, r)
             firsts.append(sum(b.size for b in bounds) - 1)
-            bounds.append(lo + segments.range_bounds(np.asarray(degree[lo:hi]),
-                                                     self.options.range_entries)[1:])
+            ordered = np.asarray(degree[lo:hi])
+            if by_degree:
+                ordered = np.sort(ordered)
+            bounds.append(lo + segments.range_bounds(ordered, self.options.range_entries)[1:])
         bounds = np.concatenate(bounds)
         return bounds, firsts + [bounds.size - 1]
+
+    def _write_renumbering(self) -> np.ndarray:
+        """Every node's id in the adjacency (`ids`[n], from its input id), each process
+        writing its own nodes' into the adjacency's folder."""
+        lo, hi, group = self.lo, self.hi, self.group
+        mine = np.arange(lo, hi, dtype=self.ids)
+        if self._by_degree():
+            degree = np.load(self.work.path("degree.npy"), mmap_mode="r")[lo:hi]
+            mine[np.argsort(degree, kind="stable")] = mine.copy()
+        path = self._renumbering()
+        if group.size == 1:
+            np.save(path, mine)
+            return mine
+        if group.leader:
+            preallocate(path, self.ids, (self.n,))
+        group.barrier("renumbering allocated")
+        out = NpyRows(path)
+        out.write(lo, mine)
+        out.close()
+        del mine
+        group.barrier("renumbering written")
+        return np.load(path)
 
     def adjacency(self) -> dict:
         if self.options.assignment:
             return {"skipped": "the assignment is given"}
         bounds, firsts = self._adjacency_bounds()
-
-        def pairs():
-            for _, _, chunk in self._edge_pass("adjacency (pass 2 of 3 over the edges)"):
-                keep = chunk.src != chunk.dst
-                src, dst = chunk.src[keep], chunk.dst[keep]
-                yield np.concatenate([src, dst]), np.concatenate([dst, src]), None
         root = self.work.path("adjacency")
         if self.group.leader:
             shutil.rmtree(root, ignore_errors=True)
             os.makedirs(root)
         self.group.barrier("adjacency folder")
-        write_buckets(root, self.n, bounds, pairs(), merge=False, writer=self.group.rank)
+
+        def pairs(renumber):
+            for _, _, chunk in self._edge_pass("adjacency (pass 2 of 3 over the edges)"):
+                keep = chunk.src != chunk.dst
+                src, dst = renumber[chunk.src[keep]], renumber[chunk.dst[keep]]
+                yield np.concatenate([src, dst]), np.concatenate([dst, src]), None
+        write_buckets(root, self.n, bounds, pairs(self._write_renumbering()), merge=False,
+                      writer=self.group.rank)
         self.group.barrier("adjacency buckets written")
         # Every entry's record, before the sort: the first process measures.
         held = _bytes_under(self.work.root) if self.group.leader else 0
@@ -647,7 +701,12 @@ class _Job:
             nonlocal held
             if self.group.leader:
                 held = max(held, _bytes_under(self.work.root))
-        parts, stats = partition(adjacency, self.weights(self.lo, self.hi),
+        weights = self.weights(self.lo, self.hi)
+        mine = np.load(self._renumbering(), mmap_mode="r")[self.lo:self.hi] - self.lo
+        weights = NodeWeights(weights.names, tuple(_scattered(column, mine)
+                                                   for column in weights.columns))
+        del mine
+        parts, stats = partition(adjacency, weights,
                                  self.options.num_parts, tolerance=self.options.tolerance,
                                  seed=self.options.seed,
                                  coarse_entries=self.options.coarse_entries, workdir=coarse,
@@ -657,9 +716,9 @@ class _Job:
                                      f"{message} [{time.perf_counter() - began:.0f}s, "
                                      f"{_memory_since_last()}]"))
         if self.group.leader:
-            parts = fill_empty(parts, self.options.num_parts)
-            np.save(self.work.path("parts.npy"),
-                    parts.astype(assignment_dtype(self.options.num_parts)))
+            parts = parts.astype(assignment_dtype(self.options.num_parts))[
+                np.load(self._renumbering())]                   # in the input's ids
+            np.save(self.work.path("parts.npy"), fill_empty(parts, self.options.num_parts))
         return {"levels": list(stats.level_nodes), "coarse_entries": stats.coarse_entries,
                 "coarse_sparsified": stats.sparsified, "disk_peak_bytes": held}
 
@@ -1008,6 +1067,13 @@ class _Job:
             for a in range(0, etype.size, 1 << 24):
                 total += np.bincount(etype[a:a + (1 << 24)], minlength=r)
         return total.tolist()
+
+
+def _scattered(values: np.ndarray, to: np.ndarray) -> np.ndarray:
+    """out[to[i]] = values[i]."""
+    out = np.empty_like(values)
+    out[to] = values
+    return out
 
 
 def _bucket_file(bucket: int, data: str | None, writer: int) -> str:

@@ -128,10 +128,12 @@ class _Planner:
                 self.edges_read)
 
     def adjacency(self) -> tuple[int, str]:
-        # degrees (a process's own) and their running sum; per block both directions as
-        # int64, the bucket records and their order; then two ranges sorted at once,
-        # each its records and keys.
-        return (self.base + max(16 * self.own + 130 * self.chunk, 2 * 28 * self.r),
+        # degrees (a process's own) and their running sum, every node's id in the
+        # adjacency (`_Job._write_renumbering`); per block both directions as int64,
+        # their new ids, the bucket records and their order; then two ranges sorted at
+        # once, each its records and keys.
+        return (self.base + max(16 * self.own + self.ids * self.n + 130 * self.chunk,
+                                2 * 28 * self.r),
                 self.edges_read)
 
     def assignment(self) -> tuple[int, str]:

@@ -801,6 +801,41 @@ def test_the_scan_counts_every_node_s_in_degree_and_adjacency_degree(tmp_path, m
                                   + np.bincount(dst[~loop], minlength=n))
 
 
+def test_the_adjacency_numbers_nodes_by_rising_degree_and_the_assignment_comes_back(
+        tmp_path, monkeypatch):
+    """The adjacency holds the input's symmetric adjacency in a numbering by rising
+    degree (ties in input order); the partitioner gets each node's balance weights under
+    its new id, and what it returns by new id is written by input id. The partitioner
+    here answers new id mod 3, and records what it was given."""
+    graph = hetero_graph()
+    save_chunked(graph, tmp_path / "in", edges_per_chunk=900, rows_per_chunk=100)
+    src, dst, _ = graph.homogeneous_edges()
+    n = graph.total_nodes
+    keep = src != dst
+    degree = np.bincount(src[keep], minlength=n) + np.bincount(dst[keep], minlength=n)
+    seen = {}
+
+    def partitioner(adjacency, weights, num_parts, **_):
+        seen["adjacency"] = adjacency.to_csr()
+        seen["renumber"] = np.load(Path(adjacency.root) / "renumber.npy")
+        seen["weights"] = weights
+        return np.arange(n, dtype=np.int32) % num_parts, multilevel.MultilevelStats((n,), 0,
+                                                                                   False)
+    monkeypatch.setattr(chunked_route, "partition", partitioner)
+    partition_chunked(tmp_path / "in", tmp_path / "out", ChunkedOptions(3, **SMALL))
+    new = seen["renumber"]
+    order = np.argsort(degree, kind="stable")               # new id -> input id
+    np.testing.assert_array_equal(new[order], np.arange(n))
+    expected = scipy.sparse.coo_matrix((np.ones(2 * keep.sum(), np.int64),
+                                        (new[np.r_[src[keep], dst[keep]]],
+                                         new[np.r_[dst[keep], src[keep]]])), (n, n)).tocsr()
+    assert (seen["adjacency"] != expected).nnz == 0
+    in_degree = np.bincount(dst, minlength=n)
+    edges = seen["weights"].columns[seen["weights"].names.index("edges")]
+    np.testing.assert_array_equal(edges[new], in_degree)
+    np.testing.assert_array_equal(assignment_of(str(tmp_path / "out")), new % 3)
+
+
 def test_cut_weight_counts_the_weight_of_entries_whose_ends_are_apart():
     from jgraph.partition.multilevel import cut_weight
     rng = np.random.default_rng(3)
