@@ -9,6 +9,7 @@ range sized to a bounded number of entries).
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -238,30 +239,48 @@ def _bucket_file(root: str, k: int, writer: int) -> str:
     return os.path.join(root, f"bucket-{k:05d}.{writer}.bin")
 
 
+def ahead(fn, items, workers: int = 2):
+    """fn(item) for each of `items`, in order, computed in `workers` threads at most
+    that many items ahead of the one taken (so at most workers + 1 results are held)."""
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        waiting: collections.deque = collections.deque()
+        for item in items:
+            waiting.append(pool.submit(fn, item))
+            if len(waiting) > workers:
+                yield waiting.popleft().result()
+        while waiting:
+            yield waiting.popleft().result()
+
+
 def write_buckets(root: str, num_nodes: int, bounds: np.ndarray,
                   pairs: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray | None]],
-                  *, merge: bool, writer: int = 0) -> None:
+                  *, merge: bool, writer: int = 0, workers: int = 2) -> None:
     """`build_disk_adjacency`'s first half: `pairs`' entries into one bucket file per
     range of `bounds`, this `writer`'s own (several processes write theirs side by
-    side; `sort_ranges` reads them all)."""
+    side; `sort_ranges` reads them all). `workers` threads group blocks by range
+    (numpy's sorts and gathers release the GIL) while this one takes the next block
+    from `pairs` and writes the last one's."""
     os.makedirs(root, exist_ok=True)
     bounds = np.asarray(bounds, np.int64)
     num_ranges = bounds.size - 1
     record = _bucket_record(num_nodes, merge)
+
+    def grouped(entries):
+        rows, cols, weights = entries
+        which = bucket_of(bounds, rows)
+        order, cuts = segments.group_by(which, num_ranges)
+        which = which[order]
+        block = np.empty(rows.size, record)
+        block["row"] = rows[order] - bounds[which]
+        block["col"] = cols[order]
+        if merge:
+            block["w"] = 1 if weights is None else weights[order]
+        return block, cuts
     with contextlib.ExitStack() as stack:
         files = [stack.enter_context(open(_bucket_file(root, k, writer), "wb"))
                  for k in range(num_ranges)]
-        for rows, cols, weights in pairs:
-            if not rows.size:
-                continue
-            which = bucket_of(bounds, rows)
-            order, cuts = segments.group_by(which, num_ranges)
-            which = which[order]
-            block = np.empty(rows.size, record)
-            block["row"] = rows[order] - bounds[which]
-            block["col"] = cols[order]
-            if merge:
-                block["w"] = 1 if weights is None else weights[order]
+        for block, cuts in ahead(grouped, (entries for entries in pairs if entries[0].size),
+                                 workers):
             for k in np.flatnonzero(np.diff(cuts)):
                 block[cuts[k]:cuts[k + 1]].tofile(files[k])
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import resource
@@ -56,6 +57,7 @@ from jgraph.npy import NpyAppender, NpyRows, gather, preallocate
 from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     DiskAdjacency,
+    ahead,
     bucket_of,
     sort_ranges,
     write_buckets,
@@ -630,13 +632,14 @@ class _Job:
             os.makedirs(root)
         self.group.barrier("adjacency folder")
 
-        def pairs(renumber):
-            for _, _, chunk in self._edge_pass("adjacency (pass 2 of 3 over the edges)"):
-                keep = chunk.src != chunk.dst
-                src, dst = renumber[chunk.src[keep]], renumber[chunk.dst[keep]]
-                yield np.concatenate([src, dst]), np.concatenate([dst, src]), None
-        write_buckets(root, self.n, bounds, pairs(self._write_renumbering()), merge=False,
+        # Each block's entries in the adjacency's ids in threads, ahead of the blocks
+        # being bucketed (`write_buckets`).
+        both = functools.partial(_both_ways, self._write_renumbering())
+        chunks = (chunk for _, _, chunk in self._edge_pass(
+            "adjacency (pass 2 of 3 over the edges)"))
+        write_buckets(root, self.n, bounds, ahead(both, chunks), merge=False,
                       writer=self.group.rank)
+        del both
         self.group.barrier("adjacency buckets written")
         # Every entry's record, before the sort: the first process measures.
         held = _bytes_under(self.work.root) if self.group.leader else 0
@@ -1067,6 +1070,14 @@ class _Job:
             for a in range(0, etype.size, 1 << 24):
                 total += np.bincount(etype[a:a + (1 << 24)], minlength=r)
         return total.tolist()
+
+
+def _both_ways(renumber: np.ndarray, chunk) -> tuple[np.ndarray, np.ndarray, None]:
+    """A block's edges, self-loops left out, both ways (rows, columns) in the
+    adjacency's ids."""
+    keep = chunk.src != chunk.dst
+    src, dst = renumber[chunk.src[keep]], renumber[chunk.dst[keep]]
+    return np.concatenate([src, dst]), np.concatenate([dst, src]), None
 
 
 def _scattered(values: np.ndarray, to: np.ndarray) -> np.ndarray:

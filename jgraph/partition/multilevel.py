@@ -54,7 +54,6 @@ METIS runs on every process's coarsest rows (`_initial`).
 """
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import functools
@@ -74,6 +73,7 @@ from jgraph.partition.adjacency import (
     CSRAdjacency,
     DiskAdjacency,
     Rows,
+    ahead,
     bucket_of,
     sort_ranges,
     write_buckets,
@@ -670,19 +670,6 @@ def _pipelined(pieces, propose, decide, total=0, snapshot=lambda: None,
     return total
 
 
-def _ahead(fn, items, workers: int = 2):
-    """fn(item) for each of `items`, in order, computed in `workers` threads at most
-    that many items ahead of the one taken (so at most workers + 1 results are held)."""
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        waiting: collections.deque = collections.deque()
-        for item in items:
-            waiting.append(pool.submit(fn, item))
-            if len(waiting) > workers:
-                yield waiting.popleft().result()
-        while waiting:
-            yield waiting.popleft().result()
-
-
 def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
              entries_per_range: int = 1 << 25, keep: float = 1.0, seed: int = 0,
              owners: np.ndarray | None = None, group: Group | None = None,
@@ -709,7 +696,7 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
         if compiled.enabled():
             # The kernel releases the GIL: pieces ahead are contracted in threads while
             # this one writes the last one's entries out.
-            yield from _ahead(lambda rows: compiled.between_rows(rows, label, keep, seed),
+            yield from ahead(lambda rows: compiled.between_rows(rows, label, keep, seed),
                               _pieces(adjacency))
             return
         for rows in _pieces(adjacency):          # a piece at a time: bounded temporaries

@@ -130,9 +130,12 @@ class _Planner:
     def adjacency(self) -> tuple[int, str]:
         # degrees (a process's own) and their running sum, every node's id in the
         # adjacency (`_Job._write_renumbering`); per block both directions as int64,
-        # their new ids, the bucket records and their order; then two ranges sorted at
-        # once, each its records and keys.
-        return (self.base + max(16 * self.own + self.ids * self.n + 130 * self.chunk,
+        # their new ids, the bucket records and their order (130 bytes an edge), and
+        # two blocks more ahead in each of the threads' two stages, both directions in
+        # new ids, then as bucket records (some 30 bytes an edge each: the 1B-edge
+        # R-MAT's phase peaked at 2.05 GiB); then two ranges sorted at once, each its
+        # records and keys.
+        return (self.base + max(16 * self.own + self.ids * self.n + 190 * self.chunk,
                                 2 * 28 * self.r),
                 self.edges_read)
 
