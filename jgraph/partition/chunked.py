@@ -323,21 +323,28 @@ def _memory_since_last() -> str:
 def _edge_order(block: np.ndarray) -> np.ndarray:
     """The order of a bucket's edge records (`_record`) by (destination, relation,
     source), equal ones in edge-id order however the processes' blocks interleaved.
-    One sort of 64-bit keys where the three fit in one and no two edges share a key
-    (a simple graph): several times faster than sorting by four keys, which remains
-    for the rest."""
+    One sort of 64-bit keys where the three fit in one, several times faster than
+    sorting by four keys, which remains for the rest; the records of repeated edges (a
+    multigraph's) are then put in edge-id order among themselves."""
     if not block.size:
         return np.zeros(0, np.int64)
     bits = [int(block[name].max()).bit_length() for name in ("dst", "etype", "src")]
-    if sum(bits) <= 63:
-        key = ((block["dst"].astype(np.int64) << (bits[1] + bits[2]))
-               | (block["etype"].astype(np.int64) << bits[2]) | block["src"].astype(np.int64))
-        order = np.argsort(key)
-        key = key[order]
-        if not (key[1:] == key[:-1]).any():
-            return order
-        del key, order
-    return np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
+    if sum(bits) > 63:
+        return np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
+    key = ((block["dst"].astype(np.int64) << (bits[1] + bits[2]))
+           | (block["etype"].astype(np.int64) << bits[2]) | block["src"].astype(np.int64))
+    order = np.argsort(key)
+    key = key[order]
+    repeat = np.zeros(key.size, bool)                   # in a run of equal keys
+    same = key[1:] == key[:-1]
+    repeat[1:] |= same
+    repeat[:-1] |= same
+    if repeat.any():
+        # The runs are whole and in key order: their records sorted by (key, edge id)
+        # take the same places.
+        runs = order[repeat]
+        order[repeat] = runs[np.lexsort((block["eid"][runs], key[repeat]))]
+    return order
 
 
 def _stamp(graph: ChunkedGraph) -> list:
@@ -820,23 +827,28 @@ class _Job:
         names = list(self.graph.edge_data)
         cut = 0
         ranges = dict.fromkeys(names)
+
+        def grouped(item):              # in threads, while the last block is written
+            i, rows, chunk = item
+            new_dst = inverse[chunk.dst]
+            which = bucket_of(bounds, new_dst)
+            order, cuts = segments.group_by(which, bounds.size - 1)
+            which = which[order]
+            block = np.empty(order.size, record)
+            block["src"] = inverse[chunk.src[order]]
+            block["dst"] = new_dst[order] - bounds[which]
+            block["etype"] = chunk.etype[order]
+            block["eid"] = chunk.start + order
+            data = {name: np.asarray(self.graph.load(self.graph.edge_data[name].files[i])
+                                     [rows])[order] for name in names}
+            return int((parts[chunk.src] != parts[chunk.dst]).sum()), block, cuts, data
         with contextlib.ExitStack() as stack:
             files = {(b, key): stack.enter_context(
                          open(os.path.join(root, _bucket_file(b, key, group.rank)), "wb"))
                      for b in range(bounds.size - 1) for key in [None, *names]}
-            for i, rows, chunk in self._edge_pass("bucketing (pass 3 of 3 over the edges)"):
-                cut += int((parts[chunk.src] != parts[chunk.dst]).sum())
-                new_dst = inverse[chunk.dst]
-                which = bucket_of(bounds, new_dst)
-                order, cuts = segments.group_by(which, bounds.size - 1)
-                which = which[order]
-                block = np.empty(order.size, record)
-                block["src"] = inverse[chunk.src[order]]
-                block["dst"] = new_dst[order] - bounds[which]
-                block["etype"] = chunk.etype[order]
-                block["eid"] = chunk.start + order
-                data = {name: np.asarray(self.graph.load(self.graph.edge_data[name].files[i])
-                                         [rows])[order] for name in names}
+            for cut_here, block, cuts, data in ahead(
+                    grouped, self._edge_pass("bucketing (pass 3 of 3 over the edges)")):
+                cut += cut_here
                 for name, values in data.items():
                     ranges[name] = _widen(ranges[name], values)
                 for b in np.flatnonzero(np.diff(cuts)):
@@ -869,6 +881,16 @@ class _Job:
         infos = {}
         mine = [k for k in range(p) if group.mine(k)]
         meter = self.progress.meter("writing partitions", len(mine), "partitions")
+        spans = {k: range(*np.searchsorted(bounds, offsets[k:k + 2])) for k in mine}
+
+        def sorted_bucket(b):           # in a thread, while the bucket before is written
+            block = self._bucket(b, None, record)
+            order = _edge_order(block)
+            # field by field: numpy gathers records of a structured dtype a copy a record
+            return ({field: block[field][order] for field in ("src", "etype", "eid")},
+                    {name: self._bucket(b, name, c.dtype, c.shape)[order]
+                     for name, c in g.edge_data.items()})
+        buckets = ahead(sorted_bucket, (b for k in mine for b in spans[k]), workers=1)
         for k in mine:
             lo, hi = int(offsets[k]), int(offsets[k + 1])
             d = part_dir(self.staging, k)
@@ -885,19 +907,16 @@ class _Job:
                 os.makedirs(os.path.join(d, "edge"), exist_ok=True)
                 data_out[name] = NpyAppender(os.path.join(d, "edge", f"{name}.npy"), c.dtype,
                                              (e, *c.shape))
-            first, last = np.searchsorted(bounds, [lo, hi])
-            for b in range(first, last):
-                block = self._bucket(b, None, record)
-                order = _edge_order(block)
-                block = block[order]
+            for b in spans[k]:
+                block, data = next(buckets)
                 at = int(indptr[bounds[b] - lo])       # buckets in order: appended
                 out["indices"].append(block["src"], at)
                 out["etype"].append(block["etype"], at)
                 out["edge_ids"].append(block["eid"], at)
-                for name, c in g.edge_data.items():
-                    data_out[name].append(self._bucket(b, name, c.dtype, c.shape)[order], at)
+                for name, values in data.items():
+                    data_out[name].append(values, at)
                 halo_mark[block["src"]] = True
-                del block, order
+                del block, data
             for appender in (*out.values(), *data_out.values()):
                 appender.close()
             del out, data_out

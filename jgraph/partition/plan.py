@@ -178,8 +178,10 @@ class _Planner:
         # every node's partition (int16) and new id (int64, mapped as it is read); a
         # block (int64 ids, its files' pages), its destinations' new ids, buckets and
         # order (int64 each), its bucket records (20 bytes) and the temporaries that
-        # fill them: some 80 bytes an edge (64-73 measured on the R-MAT graphs).
-        return self.later + (2 + 8) * self.n + 80 * self.chunk, self.edges_read
+        # fill them: some 80 bytes an edge (64-73 measured on the R-MAT graphs); and
+        # as much again for the blocks grouped in threads ahead of the one written (the
+        # phase's peak rose by 77 bytes an edge of a block on a 2^22-node R-MAT).
+        return self.later + (2 + 8) * self.n + 160 * self.chunk, self.edges_read
 
     def partitions(self) -> tuple[int, str]:
         # the halo marks, one partition's degrees (read a block at a time) and CSC

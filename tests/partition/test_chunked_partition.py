@@ -759,20 +759,23 @@ def test_chunks_read_in_blocks_give_the_same_partitions(tmp_path, monkeypatch):
     assert_same_partitions(str(tmp_path / "blocks"), str(tmp_path / "whole"))
 
 
-@pytest.mark.parametrize("repeats", [False, True])
-def test_edge_order_is_the_four_key_order(repeats):
+@pytest.mark.parametrize("case", ["unique", "repeats", "wide"])
+def test_edge_order_is_the_four_key_order(case):
     """A bucket's edges in (destination, relation, source, edge id) order: the one-key
-    sort where keys are unique, the four-key sort where a multigraph repeats edges."""
+    sort where keys are unique, then the repeated edges of a multigraph (some three
+    times) in edge-id order among themselves; the four-key sort where the three ids do
+    not fit one 64-bit key."""
     rng = np.random.default_rng(5)
     n = 4000
     block = np.empty(n, np.dtype([("src", np.int64), ("dst", np.int32), ("etype", np.int32),
                                   ("eid", np.int64)]))
-    block["src"] = rng.integers(0, 1 << 30, n)
-    block["dst"] = rng.integers(0, 300, n)
+    block["src"] = rng.integers(0, 1 << (40 if case == "wide" else 30), n)
+    block["dst"] = rng.integers(0, 1 << 24 if case == "wide" else 300, n)
     block["etype"] = rng.integers(0, 3, n)
     block["eid"] = rng.permutation(n)
-    if repeats:
+    if case != "unique":
         block[n // 2:][["src", "dst", "etype"]] = block[:n // 2][["src", "dst", "etype"]]
+        block[n // 4:n // 2][["src", "dst", "etype"]] = block[:n // 4][["src", "dst", "etype"]]
     expected = np.lexsort((block["eid"], block["src"], block["etype"], block["dst"]))
     np.testing.assert_array_equal(block[chunked_route._edge_order(block)], block[expected])
 
