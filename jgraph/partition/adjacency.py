@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -208,8 +208,35 @@ def bucket_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Each id's range of `bounds` (ranges [bounds[k], bounds[k + 1])), as uint16 where
     there are few enough ranges: numpy sorts 16-bit keys by radix, some 15x faster than
     int64 keys, and every bucketing pass sorts its block by range."""
-    which = segments.segment_of(bounds, ids)
-    return which.astype(np.uint16) if bounds.size <= 1 << 16 else which
+    if bounds.size > 1 << 16:
+        return segments.segment_of(bounds, ids)
+    ids = np.asarray(ids)
+    flat = ids.reshape(-1)
+    which = np.empty(flat.size, np.uint16)
+    for a in range(0, flat.size, _SLICE):    # searchsorted's int64 a slice at a time
+        which[a:a + _SLICE] = segments.segment_of(bounds, flat[a:a + _SLICE])
+    return which.reshape(ids.shape)
+
+
+# Entries of a block `bucket_of` and `set_local` take at a time.
+_SLICE = 1 << 20
+
+
+def by_range(bounds: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, cuts): the stable order that groups `ids` by their range of `bounds`, and
+    where each range's lie in it (`segments.group_by`)."""
+    return segments.group_by(bucket_of(bounds, ids), bounds.size - 1)
+
+
+def set_local(field: np.ndarray, ids: np.ndarray, bounds: np.ndarray,
+              cuts: np.ndarray) -> None:
+    """field[i] = ids[i] less the start of its range, for `ids` grouped by range of
+    `bounds` (`cuts`, `by_range`'s): in place, a range at a time, without an int64
+    copy of every entry's start. `field` may be narrower than `ids` (int32 for a
+    range's ids): the difference is made in the wider type and fits."""
+    for k in np.flatnonzero(np.diff(cuts)):
+        a, b = cuts[k], cuts[k + 1]
+        np.subtract(ids[a:b], bounds[k], out=field[a:b], casting="unsafe")
 
 
 def build_disk_adjacency(root: str, num_nodes: int, bounds: np.ndarray,
@@ -252,37 +279,36 @@ def ahead(fn, items, workers: int = 2):
             yield waiting.popleft().result()
 
 
-def write_buckets(root: str, num_nodes: int, bounds: np.ndarray,
-                  pairs: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray | None]],
-                  *, merge: bool, writer: int = 0, workers: int = 2) -> None:
-    """`build_disk_adjacency`'s first half: `pairs`' entries into one bucket file per
-    range of `bounds`, this `writer`'s own (several processes write theirs side by
-    side; `sort_ranges` reads them all). `workers` threads group blocks by range
-    (numpy's sorts and gathers release the GIL) while this one takes the next block
-    from `pairs` and writes the last one's."""
+def write_buckets(root: str, num_nodes: int, bounds: np.ndarray, blocks: Iterable,
+                  *, merge: bool, writer: int = 0, workers: int = 2,
+                  entries: Callable | None = None) -> None:
+    """`build_disk_adjacency`'s first half: the entries of `blocks` into one bucket file
+    per range of `bounds`, this `writer`'s own (several processes write theirs side by
+    side; `sort_ranges` reads them all). Each block is (rows, cols, weights or None), or
+    made so by `entries(block)`. `workers` threads make and group blocks by range
+    (numpy's sorts and gathers release the GIL) while this one takes the next block and
+    writes the last one's: one pipeline, so the blocks held are the one written, one
+    read ahead and `workers` being made."""
     os.makedirs(root, exist_ok=True)
     bounds = np.asarray(bounds, np.int64)
     num_ranges = bounds.size - 1
     record = _bucket_record(num_nodes, merge)
 
-    def grouped(entries):
-        rows, cols, weights = entries
-        which = bucket_of(bounds, rows)
-        order, cuts = segments.group_by(which, num_ranges)
-        which = which[order]
-        block = np.empty(rows.size, record)
-        block["row"] = rows[order] - bounds[which]
-        block["col"] = cols[order]
+    def grouped(block):
+        rows, cols, weights = block if entries is None else entries(block)
+        order, cuts = by_range(bounds, rows)
+        out = np.empty(rows.size, record)
+        set_local(out["row"], rows[order], bounds, cuts)
+        out["col"] = cols[order]
         if merge:
-            block["w"] = 1 if weights is None else weights[order]
-        return block, cuts
+            out["w"] = 1 if weights is None else weights[order]
+        return out, cuts
     with contextlib.ExitStack() as stack:
         files = [stack.enter_context(open(_bucket_file(root, k, writer), "wb"))
                  for k in range(num_ranges)]
-        for block, cuts in ahead(grouped, (entries for entries in pairs if entries[0].size),
-                                 workers):
+        for out, cuts in ahead(grouped, blocks, workers):
             for k in np.flatnonzero(np.diff(cuts)):
-                block[cuts[k]:cuts[k + 1]].tofile(files[k])
+                out[cuts[k]:cuts[k + 1]].tofile(files[k])
 
 
 def sort_ranges(root: str, num_nodes: int, bounds: np.ndarray, *, merge: bool,

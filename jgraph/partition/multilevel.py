@@ -73,7 +73,6 @@ from jgraph.partition.adjacency import (
     CSRAdjacency,
     DiskAdjacency,
     Rows,
-    ahead,
     bucket_of,
     sort_ranges,
     write_buckets,
@@ -692,25 +691,21 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
     owners = np.array([0, num_clusters], np.int64) if owners is None else owners
     c_lo = int(owners[group.rank])
 
-    def pairs():
-        if compiled.enabled():
-            # The kernel releases the GIL: pieces ahead are contracted in threads while
-            # this one writes the last one's entries out.
-            yield from ahead(lambda rows: compiled.between_rows(rows, label, keep, seed),
-                              _pieces(adjacency))
-            return
-        for rows in _pieces(adjacency):          # a piece at a time: bounded temporaries
-            u = rows.node_rows()
-            a, b = label[u], label[rows.indices]
-            between = np.flatnonzero(a != b)
-            w = rows.entry_weights()[between]
-            if keep < 1:
-                x, y = u[between], rows.indices[between].astype(np.int64)
-                sampled = _noise(np.minimum(x, y), np.maximum(x, y), seed) < keep
-                between, w = between[sampled], np.maximum(np.rint(w[sampled] / keep), 1)
-            yield a[between], b[between], w.astype(np.int64)
+    def between(rows: Rows):
+        """A piece's entries between clusters, as (rows, cols, weights) of clusters."""
+        if compiled.enabled():               # the kernel releases the GIL
+            return compiled.between_rows(rows, label, keep, seed)
+        u = rows.node_rows()
+        a, b = label[u], label[rows.indices]
+        across = np.flatnonzero(a != b)
+        w = rows.entry_weights()[across]
+        if keep < 1:
+            x, y = u[across], rows.indices[across].astype(np.int64)
+            sampled = _noise(np.minimum(x, y), np.maximum(x, y), seed) < keep
+            across, w = across[sampled], np.maximum(np.rint(w[sampled] / keep), 1)
+        return a[across], b[across], w.astype(np.int64)
     if root is None:
-        blocks = list(pairs())
+        blocks = [between(rows) for rows in _pieces(adjacency)]
         cat = lambda i: np.concatenate([blk[i] for blk in blocks])
         csr = scipy.sparse.csr_matrix((cat(2), (cat(0), cat(1))),
                                       shape=(num_clusters, num_clusters))
@@ -728,7 +723,9 @@ def contract(adjacency, label: np.ndarray, num_clusters: int, root: str | None,
     every = group.gather(own_bounds, "coarse ranges")
     firsts = segments.offsets([b.size - 1 for b in every])
     bounds = np.concatenate([every[0]] + [b[1:] for b in every[1:]])
-    write_buckets(root, num_clusters, bounds, pairs(), merge=True, writer=group.rank)
+    # A piece at a time, contracted in the threads that group it (bounded temporaries).
+    write_buckets(root, num_clusters, bounds, _pieces(adjacency), merge=True,
+                  writer=group.rank, entries=between)
     group.barrier("coarse buckets written")
     if on_written is not None:                  # while no process removes a bucket
         on_written()

@@ -129,12 +129,11 @@ class _Planner:
 
     def adjacency(self) -> tuple[int, str]:
         # degrees (a process's own) and their running sum, every node's id in the
-        # adjacency (`_Job._write_renumbering`); per block both directions as int64,
-        # their new ids, the bucket records and their order (130 bytes an edge), and
-        # two blocks more ahead in each of the threads' two stages, both directions in
-        # new ids, then as bucket records (some 30 bytes an edge each: the 1B-edge
-        # R-MAT's phase peaked at 2.05 GiB); then two ranges sorted at once, each its
-        # records and keys.
+        # adjacency (`_Job._write_renumbering`); blocks: the one read ahead (int64
+        # ends), two made in threads (both directions in new ids, their ranges, order
+        # and bucket records) and the records being written, some 190 bytes an edge
+        # of a block in all (180 measured on a 2^20-node R-MAT of 20M edges); then
+        # two ranges sorted at once, each its records and keys.
         return (self.base + max(16 * self.own + self.ids * self.n + 190 * self.chunk,
                                 2 * 28 * self.r),
                 self.edges_read)
@@ -178,10 +177,11 @@ class _Planner:
         # every node's partition (int16) and new id (int64, mapped as it is read); a
         # block (int64 ids, its files' pages), its destinations' new ids, buckets and
         # order (int64 each), its bucket records (20 bytes) and the temporaries that
-        # fill them: some 80 bytes an edge (64-73 measured on the R-MAT graphs); and
-        # as much again for the blocks grouped in threads ahead of the one written (the
-        # phase's peak rose by 77 bytes an edge of a block on a 2^22-node R-MAT).
-        return self.later + (2 + 8) * self.n + 160 * self.chunk, self.edges_read
+        # fill them (64-73 bytes an edge measured on the R-MAT graphs in one thread);
+        # and the block grouped in a thread while the last one's records are written:
+        # some 120 bytes an edge of a block (81 measured over the rest on a 2^20-node
+        # R-MAT of 20M edges).
+        return self.later + (2 + 8) * self.n + 120 * self.chunk, self.edges_read
 
     def partitions(self) -> tuple[int, str]:
         # the halo marks, one partition's degrees (read a block at a time) and CSC
@@ -189,7 +189,9 @@ class _Planner:
         # range of edge records (at most a partition's in-edges, 1.05 of the mean) read
         # into one array, its sort keys, order and sorted copy, and the columns as
         # written: some 60 bytes an edge (53-57 measured on the 100M-edge R-MAT at 1
-        # and 2 processes).
+        # and 2 processes). The next range is sorted in a thread while this one is
+        # written, its columns gathered one at a time, not as records: the phase's
+        # peak fell, 0.66 to 0.62 GiB on a 2^22-node R-MAT.
         n, p = self.n, self.p
         return (self.later + n + 16 * n // p + 8 * self.own
                 + 60 * min(self.r, -(-self.e * 21 // (20 * p))),
