@@ -581,9 +581,11 @@ class _Job:
     # quality gate's one-type graph, rising 0.99x). The assignment is mapped back to the
     # input's ids as it is written.
 
+    @functools.cached_property
     def _by_degree(self) -> bool:
         """Whether the adjacency numbers nodes by degree: not where METIS partitions the
-        whole of it (no label propagation), which then cuts as `--method metis` does."""
+        whole of it (no label propagation), which then cuts as `--method metis` does.
+        Known once the scan has written the degrees."""
         options = self.options
         entries = int(np.load(self.work.path("degree.npy"), mmap_mode="r").sum())
         return (entries > options.coarse_entries
@@ -596,7 +598,7 @@ class _Job:
         """(int64[R + 1] node ranges of the adjacency, in its numbering, none across two
         processes' nodes; the index of each process's first range, and R)."""
         degree = np.load(self.work.path("degree.npy"), mmap_mode="r")
-        by_degree = self._by_degree()
+        by_degree = self._by_degree
         bounds, firsts = [np.zeros(1, np.int64)], []
         for r in range(self.group.size):
             lo, hi = self.group.nodes(self.n, r)
@@ -613,7 +615,7 @@ class _Job:
         writing its own nodes' into the adjacency's folder."""
         lo, hi, group = self.lo, self.hi, self.group
         mine = np.arange(lo, hi, dtype=self.ids)
-        if self._by_degree():
+        if self._by_degree:
             degree = np.load(self.work.path("degree.npy"), mmap_mode="r")[lo:hi]
             mine[np.argsort(degree, kind="stable")] = mine.copy()
         path = self._renumbering()

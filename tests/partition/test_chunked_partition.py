@@ -759,6 +759,29 @@ def test_chunks_read_in_blocks_give_the_same_partitions(tmp_path, monkeypatch):
     assert_same_partitions(str(tmp_path / "blocks"), str(tmp_path / "whole"))
 
 
+@pytest.mark.parametrize("ranges", [4, 70_000])
+def test_ids_grouped_by_range_are_made_local_in_a_narrow_field(ranges):
+    """`by_range` and `set_local`, as the bucketing passes use them on a block: ids past
+    2^31 (a graph of more nodes) grouped by range, stably, and written less their
+    range's start into an int32 record field, on a block longer than the slice
+    `bucket_of` works in (and with more ranges than uint16 numbers)."""
+    from jgraph.partition.adjacency import _SLICE, bucket_of, by_range, set_local
+    rng = np.random.default_rng(0)
+    # ranges narrower than 2^31, as a range's ids are
+    bounds = np.unique(np.concatenate([np.arange(5) * (3 << 29),
+                                       rng.integers(1, 6 << 30, ranges - 4)]))
+    ids = rng.integers(0, 6 << 30, _SLICE + 1000)
+    which = np.searchsorted(bounds, ids, side="right") - 1
+    assert np.array_equal(bucket_of(bounds, ids), which)
+    order, cuts = by_range(bounds, ids)
+    assert np.array_equal(order, np.argsort(which, kind="stable"))
+    assert np.array_equal(cuts, np.searchsorted(which[order], np.arange(bounds.size)))
+    record = np.zeros(ids.size, [("src", np.int64), ("dst", np.int32)])
+    set_local(record["dst"], ids[order], bounds, cuts)
+    assert np.array_equal(record["dst"], ids[order] - bounds[which[order]])
+    assert not record["src"].any()
+
+
 @pytest.mark.parametrize("case", ["unique", "repeats", "wide"])
 def test_edge_order_is_the_four_key_order(case):
     """A bucket's edges in (destination, relation, source, edge id) order: the one-key
