@@ -204,6 +204,10 @@ def _record(root: str, first: int) -> str:
     return os.path.join(root, f"adjacency-{first:05d}.json")
 
 
+# Entries of a block `bucket_of` takes at a time.
+_SLICE = 1 << 20
+
+
 def bucket_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Each id's range of `bounds` (ranges [bounds[k], bounds[k + 1])), as uint16 where
     there are few enough ranges: numpy sorts 16-bit keys by radix, some 15x faster than
@@ -216,10 +220,6 @@ def bucket_of(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
     for a in range(0, flat.size, _SLICE):    # searchsorted's int64 a slice at a time
         which[a:a + _SLICE] = segments.segment_of(bounds, flat[a:a + _SLICE])
     return which.reshape(ids.shape)
-
-
-# Entries of a block `bucket_of` and `set_local` take at a time.
-_SLICE = 1 << 20
 
 
 def by_range(bounds: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
