@@ -7,6 +7,7 @@ offsets, or each entry's segment id. The device-side counterpart, traced inside
 - `segment_of`: which segment holds a position (which partition owns an id);
 - `segment_ids`, `segment_positions`: each entry's segment, and its place in it;
 - `group_by`: entries sorted into the segments their keys name;
+- `distinct`: the sorted distinct values of an array (np.unique's, by a sort);
 - `range_bounds`: consecutive segments cut into ranges of a bounded total.
 """
 from __future__ import annotations
@@ -74,6 +75,20 @@ def group_by(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     offsets[k + 1]] are the entries of key k, in their own order."""
     order = np.argsort(keys, kind="stable")
     return order, np.searchsorted(keys[order], np.arange(n + 1))
+
+
+def distinct(values: ArrayLike) -> np.ndarray:
+    """The sorted distinct values of `values` (flattened; integers or strings), as
+    `np.unique(values)`, by a sort and a comparison of neighbours: numpy 2.4's
+    `np.unique` without `return_*` hashes, some 20x slower than sorting on 10M
+    distinct int64 (14 s against 0.7)."""
+    flat = np.sort(np.ravel(values))
+    if flat.size < 2:
+        return flat
+    keep = np.empty(flat.size, bool)
+    keep[0] = True
+    np.not_equal(flat[1:], flat[:-1], out=keep[1:])
+    return flat[keep]
 
 
 def range_bounds(counts: ArrayLike, most: int) -> np.ndarray:

@@ -164,6 +164,20 @@ def test_group_by_lists_each_keys_entries_in_their_order():
                 assert order[bounds[k]:bounds[k + 1]].tolist() == members
 
 
+def test_distinct_is_the_sorted_set_of_the_values():
+    """`distinct` against a reference set: empty, one value, all alike, repeats of
+    a few, of many (int64 past 2^32, negatives), a matrix (flattened), byte strings."""
+    rng = np.random.default_rng(6)
+    cases = [np.zeros(0, np.int64), np.array([7], np.int32), np.full(9, 3, np.uint16),
+             rng.integers(0, 5, 40), rng.integers(-(1 << 40), 1 << 40, 5000),
+             rng.integers(0, 4, (6, 5)).astype(np.int32),
+             np.array([b"b", b"a", b"bb", b"a", b""], "S2")]
+    for values in cases:
+        got = segments.distinct(values)
+        assert got.dtype == values.dtype and got.ndim == 1
+        assert got.tolist() == sorted(set(values.ravel().tolist()))
+
+
 def test_range_bounds_cut_segments_greedily_below_the_most():
     rng = np.random.default_rng(5)
     cases = [np.asarray(c, np.int64) for c in EDGE_COUNTS]

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.bench.common import memory_shortage, partition_on_mesh
 from jgraph.bench.config import ExchangeBench
 from jgraph.data import SparseRows
@@ -83,9 +84,9 @@ def neighbourhood(indptr, indices, seeds, fanouts, rng) -> np.ndarray:
         frontier = frontier[deg > 0]
         deg = deg[deg > 0]
         pick = (rng.random((frontier.size, fanout)) * deg[:, None]).astype(np.int64)
-        frontier = np.unique(indices[indptr[frontier][:, None] + pick])
+        frontier = segments.distinct(indices[indptr[frontier][:, None] + pick])
         nodes.append(frontier)
-    return np.unique(np.concatenate(nodes))
+    return segments.distinct(np.concatenate(nodes))
 
 
 def request_batches(dg: DistGraph, cfg: ExchangeBench, rng) -> np.ndarray:
@@ -118,7 +119,7 @@ def remote_counts(book: PartitionBook, batch: np.ndarray) -> np.ndarray:
     for k, ids in enumerate(batch):
         ids = ids[ids >= 0]
         lo, hi = book.part_range(k)
-        counts[k] = np.unique(ids[(ids < lo) | (ids >= hi)]).size
+        counts[k] = segments.distinct(ids[(ids < lo) | (ids >= hi)]).size
     return counts
 
 

@@ -156,7 +156,7 @@ class Graph:
                                      f"array, got {idx.dtype}{list(idx.shape)}")
                 idx = idx.astype(np.int64)
                 check_ids(idx, num_nodes[ntype], f"split {key!r} of type {ntype!r}")
-                unique = np.unique(idx)
+                unique = segments.distinct(idx)
                 if unique.size != idx.size:
                     raise GraphError(f"split {key!r} of type {ntype!r} lists "
                                      f"{idx.size - unique.size} node(s) more than once")

@@ -33,6 +33,7 @@ import dataclasses
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.graph import Graph, GraphError
 
 EDGE_SPLITS = ("train", "val", "test")
@@ -137,8 +138,8 @@ def is_symmetric(graph: Graph) -> bool:
         if rel.src_type != rel.dst_type:
             return False
         n = graph.num_nodes[rel.dst_type]
-        forward = np.unique(index[0] * n + index[1])
-        backward = np.unique(index[1] * n + index[0])
+        forward = segments.distinct(index[0] * n + index[1])
+        backward = segments.distinct(index[1] * n + index[0])
         if forward.size != backward.size or not np.array_equal(forward, backward):
             return False
     return True

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.data.chunked import (
     ChunkedWriter,
     check_chunked_out,
@@ -361,7 +362,7 @@ def _splits(directory: str) -> dict[str, np.ndarray]:
         file = os.path.join(directory, f"{ogb_name}.csv.gz")
         if os.path.exists(file):
             ids = read_ogb_csv(file, np.int64)[:, 0]
-            unique = np.unique(ids)
+            unique = segments.distinct(ids)
             if unique.size != ids.size:
                 raise DatasetError(f"{file}: lists {ids.size - unique.size} node(s) more "
                                    f"than once")

@@ -72,14 +72,14 @@ class _Distinct:
         self.count = 0
 
     def add(self, values: np.ndarray) -> None:
-        self.pending.append(np.unique(values))
+        self.pending.append(segments.distinct(values))
         self.count += self.pending[-1].size
         if self.count > max(self.merged.size, READ_ROWS):
             self.result()
 
     def result(self) -> np.ndarray:
         if self.pending:
-            self.merged = np.unique(np.concatenate([self.merged, *self.pending]))
+            self.merged = segments.distinct(np.concatenate([self.merged, *self.pending]))
             self.pending, self.count = [], 0
         return self.merged
 

@@ -215,8 +215,8 @@ def _repeated(values: np.ndarray) -> np.ndarray:
 def _check_halo(path: str, part: Partition) -> None:
     """halo.npy: exactly the sorted, distinct sources owned by other partitions."""
     lo, hi = part.node_range
-    remote = [np.unique(x[(x < lo) | (x >= hi)]) for _, x in _block_views(part.indices)]
-    expected = np.unique(np.concatenate(remote)) if remote else np.zeros(0, np.int64)
+    remote = [segments.distinct(x[(x < lo) | (x >= hi)]) for _, x in _block_views(part.indices)]
+    expected = segments.distinct(np.concatenate(remote)) if remote else np.zeros(0, np.int64)
     halo = np.asarray(part.halo)
     if not np.array_equal(halo, expected):
         both = min(halo.size, expected.size)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+import jgraph.segments as segments
+
 
 @dataclasses.dataclass(frozen=True)
 class RefineStats:
@@ -207,7 +209,7 @@ def _swap(counts_of, parts, loads, w, limits, profiles, candidates, gain, p, c,
     table, profile_of = profiles
     num_parts, k = loads.shape[0], table.shape[0]
     top = np.argsort(-np.max(np.delete(gain, p, axis=1), axis=1), kind="stable")[:tries]
-    mine = table[np.unique(profile_of[candidates[top]])]                      # [A, C]
+    mine = table[segments.distinct(profile_of[candidates[top]])]              # [A, C]
     present = np.bincount(parts.astype(np.int64) * k + profile_of,
                           minlength=num_parts * k).reshape(num_parts, k) > 0
     base = _excess(loads, limits).sum(axis=1)

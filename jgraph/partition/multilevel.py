@@ -1362,18 +1362,21 @@ def _split_by_parts(clusters: Clusters, parts: np.ndarray, num_parts: int) -> Cl
         i + np.flatnonzero(parts[i:i + step] != main[label[i:i + step]])
         for i in range(0, label.size, step)])
     keys = label[strays].astype(np.int64) * num_parts + parts[strays]
-    pieces, which = np.unique(keys, return_inverse=True)     # stray (cluster, partition)
-    cluster_of = pieces // num_parts
-    # Cluster c's main piece is numbered c + the stray pieces of the clusters before it;
-    # its stray pieces follow it.
-    before = lambda c: np.searchsorted(cluster_of, c, side="left")
+    pieces = segments.distinct(keys)              # stray (cluster, partition) pieces
+    # before[c]: the stray pieces of the clusters before c. Cluster c's main piece is
+    # numbered c + before[c]; its stray pieces follow it.
+    before = np.zeros(k + 1, np.int64)
+    np.cumsum(np.bincount(pieces // num_parts, minlength=k), out=before[1:])
     out = np.empty_like(label)
     for i in range(0, label.size, step):
-        block = label[i:i + step].astype(np.int64)
-        out[i:i + step] = block + before(block)
-    # Stray piece j: its cluster's main piece + 1 + the stray pieces before it.
-    out[strays] = cluster_of[which] + 1 + which
-    return Clusters(out, k + pieces.size, owners + before(owners))
+        block = label[i:i + step]
+        out[i:i + step] = block + before[block]
+    # Stray piece j: its cluster's main piece + 1 + the stray pieces before it, a block
+    # of strays at a time.
+    for i in range(0, strays.size, step):
+        which = np.searchsorted(pieces, keys[i:i + step])
+        out[strays[i:i + step]] = pieces[which] // num_parts + 1 + which
+    return Clusters(out, k + pieces.size, owners + before[owners])
 
 
 def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, owners: np.ndarray,

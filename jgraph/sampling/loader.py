@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh
 
+import jgraph.segments as segments
 from jgraph.hashing import fmix32, hash32
 from jgraph.mesh import AXIS, ROWS, shard_rows
 from jgraph.sharded.graph import DistGraph
@@ -81,7 +82,7 @@ class NodeLoader:
                  seed: int = 0) -> NodeLoader:
         """Any distinct global ids (host array), each dealt to the device owning it."""
         offsets = np.asarray(offsets, np.int64)
-        ids = np.unique(np.asarray(ids, np.int64))
+        ids = segments.distinct(np.asarray(ids, np.int64))
         if ids.size and (ids[0] < 0 or ids[-1] >= offsets[-1]):
             bad = ids[0] if ids[0] < 0 else ids[-1]
             raise ValueError(f"seed id {int(bad)} is outside the graph's [0, {int(offsets[-1])})")

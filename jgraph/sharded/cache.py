@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import jgraph.segments as segments
 from jgraph.exchange import row_bytes
 from jgraph.mesh import replicate, replicated
 from jgraph.sharded.tensor import DistTensor
@@ -38,7 +39,7 @@ def request_counts(batches: Iterable[np.ndarray], num_nodes: int) -> np.ndarray:
     (each batch counted once per distinct id, as the exchange deduplicates)."""
     counts = np.zeros(num_nodes, np.int64)
     for ids in batches:
-        ids = np.unique(np.asarray(ids, np.int64).reshape(-1))
+        ids = segments.distinct(np.asarray(ids, np.int64).reshape(-1))
         ids = ids[(ids >= 0) & (ids < num_nodes)]
         counts[ids] += 1
     return counts

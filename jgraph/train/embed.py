@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+import jgraph.segments as segments
 from jgraph.atomic import free_bytes, occupied, publish, staging_dir
 from jgraph.config import ConfigError
 from jgraph.data.graph import GraphError
@@ -178,7 +179,7 @@ def checked_types(node_types: Sequence[str], node_type: str | None) -> list[str]
 def _nodes(dg, types: list[str], nodes) -> np.ndarray:
     """int64[k] sorted new ids of the original (type-local) ids `nodes` of the only
     type in `types`, checked."""
-    return np.unique(new_ids(dg, types, nodes, "--nodes"))
+    return segments.distinct(new_ids(dg, types, nodes, "--nodes"))
 
 
 def new_ids(dg, types: list[str], nodes, where: str) -> np.ndarray:

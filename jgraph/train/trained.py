@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import jgraph.segments as segments
 from jgraph.config import ConfigError
 from jgraph.data.outputs import What
 from jgraph.jobs.link import to_host
@@ -211,7 +212,7 @@ class TrainedRun:
         """The outputs of the nodes of new ids `new`, in their order."""
         run = self._run
         dg = run.dg
-        unique = np.unique(new)
+        unique = segments.distinct(new)
         offsets = np.asarray(dg.book.offsets, np.int64)
         bounds = np.searchsorted(unique, offsets)
         counts = np.diff(bounds)
