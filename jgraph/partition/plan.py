@@ -45,9 +45,10 @@ BASELINE_BYTES = 300 << 20
 # (with numba; without it, not measured, and not counted).
 KERNEL_BYTES = 80 << 20
 # A contraction sorts two ranges of half `--range-entries` coarse entries at once
-# (`sort_ranges`), each its records and scipy's sum of repeated entries: some 48 bytes
-# an entry (1.6 GB more on the 1B-edge R-MAT, ranges of 2^24).
-CONTRACT_ENTRY_BYTES = 48
+# (`sort_ranges`), each its records and scipy's sum of repeated entries, beside the
+# pieces contracted in threads: some 64 bytes an entry (the 1B-edge R-MAT's first
+# level's contraction held 2.1 GiB more in both cycles, at 2^25 entries).
+CONTRACT_ENTRY_BYTES = 64
 
 
 @dataclasses.dataclass(frozen=True)
