@@ -551,21 +551,57 @@ class ChunkedGraph:
             raise DatasetError(f"{where} holds {rows[at]} at node {int(ids[at])}; labels are "
                                f"classes 0..C-1, or -1 for unlabelled")
 
-    def split(self, ntype: str, name: str) -> np.ndarray:
-        """int64[k]: the split's node ids (type-local), checked sorted, unique, in range."""
-        c = self.splits[ntype][name]
-        ids = (np.concatenate([np.asarray(self.load(f), np.int64) for f in c.files])
-               if c.files else np.zeros(0, np.int64))
+    def split(self, ntype: str, name: str, lo: int = 0, hi: int | None = None
+              ) -> np.ndarray:
+        """int64: the split's node ids (type-local), those in [lo, hi) (every one by
+        default), checked sorted, unique and in range. A range is cut from each chunk
+        (memory-mapped) by binary search, so reading it costs what it holds; the chunks'
+        order is checked whole by `check_split`."""
+        n = self.num_nodes[ntype]
+        hi = n if hi is None else min(hi, n)
+        files = self.splits[ntype][name].files
+        pieces, before = [], None
+        for i, f in enumerate(files):
+            chunk = self.load(f)
+            if (lo, hi) != (0, n):
+                chunk = chunk[np.searchsorted(chunk, lo):np.searchsorted(chunk, hi)]
+            ids = np.asarray(chunk, np.int64)
+            self._check_split_ids(ntype, name, i, ids, before)
+            before = int(ids[-1]) if ids.size else before
+            pieces.append(ids)
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+
+    def check_split(self, ntype: str, name: str, chunks: Sequence[int] | None = None
+                    ) -> None:
+        """Check the split's `chunks` (every one by default), a chunk at a time: node ids
+        in range, sorted and unique within each and after the chunk before it (its
+        last id, read alone). Several processes each check a share of the chunks."""
+        files = self.splits[ntype][name].files
+        for i in range(len(files)) if chunks is None else chunks:
+            before = None
+            for j in range(i - 1, -1, -1):                  # the last id before chunk i
+                earlier = self.load(files[j])
+                if earlier.size:
+                    before = int(earlier[-1])
+                    break
+            self._check_split_ids(ntype, name, i, np.asarray(self.load(files[i]), np.int64),
+                                  before)
+
+    def _check_split_ids(self, ntype: str, name: str, i: int, ids: np.ndarray,
+                         before: int | None) -> None:
+        """Chunk i's ids (or a run of them) in range and increasing, after `before`."""
         where = f"{self.root}: splits.{ntype}.{name}"
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes[ntype]):
-            bad = ids[(ids < 0) | (ids >= self.num_nodes[ntype])][0]
-            raise DatasetError(f"{where}: node {int(bad)} is out of range "
-                               f"[0, {self.num_nodes[ntype]})")
+        n = self.num_nodes[ntype]
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            bad = ids[(ids < 0) | (ids >= n)][0]
+            raise DatasetError(f"{where}: node {int(bad)} is out of range [0, {n})")
+        if before is not None and ids.size:
+            ids = np.concatenate([[before], ids])
         if ids.size > 1 and not (np.diff(ids) > 0).all():
             at = int(np.flatnonzero(np.diff(ids) <= 0)[0])
             raise DatasetError(f"{where}: ids must be sorted and unique across the chunks; "
-                               f"{int(ids[at])} is followed by {int(ids[at + 1])}")
-        return ids
+                               f"{int(ids[at])} is followed by {int(ids[at + 1])} (chunk "
+                               f"{self.path(self.splits[ntype][name].files[i])})")
 
     def node_ids(self, ntype: str) -> np.ndarray | None:
         """The user's id of each node of `ntype` (int64[n] or S<k>[n], memory-mapped), or

@@ -88,7 +88,6 @@ from jgraph.partition.numbering import (
     part_info,
     partition_meta,
     ranges_of,
-    split_pieces,
 )
 from jgraph.partition.store import (
     ASSIGNMENT,
@@ -97,7 +96,6 @@ from jgraph.partition.store import (
     PartitionMeta,
     part_dir,
     read_meta,
-    save_array,
     write_meta,
 )
 from jgraph.partition.work import Work
@@ -128,6 +126,8 @@ PHASES = tuple(phase.name for phase in JOB)
 # chunked); `block_sizes` divides them among processes, down to the second pair.
 ROWS_PER_BLOCK, EDGES_PER_BLOCK = 1 << 20, 1 << 22
 MIN_ROWS_PER_BLOCK, MIN_EDGES_PER_BLOCK = 1 << 16, 1 << 18
+# A split's node ids mapped to new ids and written this many nodes' worth at a time.
+SPLIT_BLOCK = 1 << 22
 IDENTITY_VERSION = 4
 # The largest coarse graph METIS partitions by default (adjacency entries), for one
 # process; `coarse_limit` divides it among processes, down to the second.
@@ -545,10 +545,10 @@ class _Job:
                 np.subtract.at(counts[1], chunk.src[loop], 2)
                 loops += int(loop.sum())
         counts[1] += counts[0]
-        if group.leader:
-            for t, named in self.graph.splits.items():
-                for name in named:
-                    self.graph.split(t, name)      # checked: sorted, unique, in range
+        for t, named in self.graph.splits.items():   # sorted, unique, in range
+            for name, chunks in named.items():      # each process a share of the chunks
+                self.graph.check_split(t, name, [i for i in range(len(chunks.files))
+                                                 if group.mine(i)])
         if group.size == 1:
             np.save(self.work.path("in_degree.npy"), counts[0].astype(np.int64))
             np.save(self.work.path("degree.npy"), counts[1].astype(np.int64))
@@ -675,9 +675,10 @@ class _Job:
         for split in BALANCED_SPLITS:
             member = np.zeros(hi - lo, np.uint8)
             for t, ntype in enumerate(g.node_types):
-                if split in g.splits.get(ntype, {}):
-                    ids = offsets[t] + g.split(ntype, split)
-                    member[ids[(ids >= lo) & (ids < hi)] - lo] = 1
+                if split in g.splits.get(ntype, {}):         # those of [lo, hi) alone
+                    ids = offsets[t] + g.split(ntype, split, max(lo - offsets[t], 0),
+                                               max(hi - offsets[t], 0))
+                    member[ids - lo] = 1
             if any(split in named and named[split].num_rows
                    for named in g.splits.values()):
                 names.append(split)
@@ -875,7 +876,7 @@ class _Job:
 
     def partitions(self) -> dict:
         g, p, group = self.graph, self.options.num_parts, self.group
-        counts, offsets, ntype_offsets = self.numbering()
+        counts, offsets, _ = self.numbering()
         bounds = np.load(self.work.path("buckets.npy"))
         node_map = np.load(os.path.join(self.staging, "node_map.npy"), mmap_mode="r")
         record = self._record()
@@ -932,29 +933,72 @@ class _Job:
                                                     num_edges=e, halo=halo))
         for other in group.gather(np.array(json.dumps(infos)), "partition facts"):
             infos.update({int(k): v for k, v in json.loads(str(other)).items()})
-        sizes = None
+        sizes = {"splits": self._write_splits(offsets), "edge_splits": None}
         if group.leader:
             inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
-            sizes = {"splits": self._write_splits(offsets, ntype_offsets),
-                     "edge_splits": write_edge_splits(g, inverse, offsets, self.staging)}
-        sizes = json.loads(str(group.gather(np.array(json.dumps(sizes)), "split sizes")[0]))
-        return {"parts": [{**infos[k], "splits": sizes["splits"][k],
-                           "edge_splits": sizes["edge_splits"][k]} for k in range(p)]}
+            sizes["edge_splits"] = write_edge_splits(g, inverse, offsets, self.staging)
+        every = [json.loads(str(s)) for s in group.gather(np.array(json.dumps(sizes)),
+                                                          "split sizes")]
+        return {"parts": [{**infos[k], "splits": every[k % group.size]["splits"][k],
+                           "edge_splits": every[0]["edge_splits"][k]} for k in range(p)]}
 
-    def _write_splits(self, offsets, ntype_offsets) -> list[dict]:
-        """Each partition's split files: sorted new ids. Returns {type: {split: count}}
-        per partition."""
-        g, p = self.graph, self.options.num_parts
+    def _write_splits(self, offsets) -> list[dict]:
+        """Each partition's split files: sorted new ids. Each process maps the split ids
+        of its own nodes a block at a time (their range of each split,
+        `ChunkedGraph.split`) and appends each partition's to its piece: a partition's
+        new ids rise with the node ids within a process, and every process's nodes
+        follow the earlier processes' in each partition, so the pieces joined in rank
+        order (by each partition's process, `Group.mine`) are sorted. Returns {type:
+        {split: count}} for each partition (filled for this process's)."""
+        g, p, group = self.graph, self.options.num_parts, self.group
         inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
+        starts = g.type_offsets()
+        named = [(t, ntype, name) for t, ntype in enumerate(g.node_types)
+                 for name in g.splits.get(ntype, {})]
+        path = lambda k, ntype, name: os.path.join(part_dir(self.staging, k), "split", ntype,
+                                                   name + ".npy")
+        piece = lambda k, ntype, name, r: path(k, ntype, name) + f".{r}.npy"
+
+        def blocks(t: int, ntype: str, name: str):
+            """(new ids, their partitions) of this process's nodes in the split."""
+            a, b = max(self.lo - starts[t], 0), max(self.hi - starts[t], 0)
+            for c in range(a, b, SPLIT_BLOCK):
+                ids = g.split(ntype, name, c, min(c + SPLIT_BLOCK, b))
+                new = np.asarray(inverse[starts[t] + ids], np.int64)
+                yield new, np.searchsorted(offsets, new, side="right") - 1
         sizes = [{} for _ in range(p)]
-        for t, ntype in enumerate(g.node_types):
-            for name in g.splits.get(ntype, {}):
-                pieces = split_pieces(inverse[g.type_offsets()[t] + g.split(ntype, name)],
-                                      offsets)
-                for k, ids in enumerate(pieces):
-                    save_array(os.path.join(part_dir(self.staging, k), "split", ntype,
-                                            f"{name}.npy"), ids)
-                    sizes[k].setdefault(ntype, {})[name] = int(ids.size)
+        for t, ntype, name in named:
+            counts = sum((np.bincount(part, minlength=p) for _, part in blocks(t, ntype, name)),
+                         np.zeros(p, np.int64))
+            for k in range(p):
+                os.makedirs(os.path.dirname(path(k, ntype, name)), exist_ok=True)
+                sizes[k].setdefault(ntype, {})[name] = int(counts[k])
+            files = [NpyAppender(path(k, ntype, name) if group.size == 1
+                                 else piece(k, ntype, name, group.rank), np.int64,
+                                 (int(counts[k]),)) for k in range(p)]
+            for new, part in blocks(t, ntype, name):
+                order, cuts = segments.group_by(part, p)
+                for k in range(p):
+                    files[k].append(new[order[cuts[k]:cuts[k + 1]]])
+            for f in files:
+                f.close()
+        if group.size == 1:
+            return sizes
+        group.barrier("split pieces written")
+        for k in filter(group.mine, range(p)):
+            for _, ntype, name in named:
+                pieces = [np.load(piece(k, ntype, name, r), mmap_mode="r")
+                          for r in range(group.size)]
+                total = sum(x.shape[0] for x in pieces)
+                joined = NpyAppender(path(k, ntype, name), np.int64, (total,))
+                for x in pieces:
+                    for c in range(0, x.shape[0], SPLIT_BLOCK):
+                        joined.append(x[c:c + SPLIT_BLOCK])
+                joined.close()
+                del pieces
+                for r in range(group.size):
+                    os.remove(piece(k, ntype, name, r))
+                sizes[k][ntype][name] = total
         return sizes
 
     # -- phase 7 ------------------------------------------------------------------------

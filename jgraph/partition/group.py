@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 
 import numpy as np
-
-import jgraph.segments as segments
-from jgraph.partition.adjacency import bucket_of
 
 # Barriers wait this long for a slow peer (a phase may run for an hour on one process
 # more than another); a peer that dies is noticed by the heartbeat well before.
@@ -152,52 +150,72 @@ class Group:
         os.remove(path(self.rank))
         return full
 
-    def exchange(self, outgoing: list[dict[str, np.ndarray]], name: str
+    def exchange(self, outgoing: list[dict[str, np.ndarray]] | Callable[[int], dict],
+                 name: str, each: Callable[[dict], None] | None = None
                  ) -> list[dict[str, np.ndarray]]:
         """What each process sends each other: `outgoing[r]` (named arrays) goes to
         process r; returns, in rank order, what every process sent this one (this
-        process's own `outgoing[rank]` as it is), through a file for each pair."""
+        process's own `outgoing[rank]` as it is), through a file for each pair.
+        `outgoing` may be a function of r, called once for each process in turn, so
+        that only one process's arrays are made and held at a time; with `each`, what
+        each process sent is handed to each(arrays) in rank order instead, one at a
+        time, and nothing is returned."""
+        make = outgoing if callable(outgoing) else outgoing.__getitem__
+        incoming: list = []
+        take = incoming.append if each is None else each
         if self.size == 1:
-            return [outgoing[0]]
+            take(make(0))
+            return incoming
         if self.scratch is None:
             raise RuntimeError("Group.exchange needs a scratch folder (use_scratch)")
         path = lambda src, dst: os.path.join(self.scratch, f"{name}.{src}-{dst}.npz")
         for r in range(self.size):
             if r != self.rank:
                 with open(path(self.rank, r) + ".tmp", "wb") as f:
-                    np.savez(f, **outgoing[r])
+                    np.savez(f, **make(r))
                 os.replace(path(self.rank, r) + ".tmp", path(self.rank, r))
+        own = make(self.rank)
         self.barrier(name + " written")
-        incoming = []
         for r in range(self.size):
             if r == self.rank:
-                incoming.append(outgoing[r])
+                take(own)
+                own = None
                 continue
             with np.load(path(r, self.rank), allow_pickle=False) as f:
-                incoming.append({key: f[key] for key in f.files})
+                got = {key: f[key] for key in f.files}
             os.remove(path(r, self.rank))
+            take(got)
+            got = None
         self.barrier(name + " read")
         return incoming
 
-    def add_at_owners(self, ids: np.ndarray, values: np.ndarray, bounds, name: str
-                      ) -> np.ndarray:
+    def add_at_owners(self, ids: np.ndarray, values, bounds, name: str) -> np.ndarray:
         """float64[hi - lo, C]: for the ids [lo, hi) = [bounds[rank], bounds[rank + 1])
-        this process owns, the sum over every process of `values` [m, C] at `ids` [m]
-        (ids anywhere in [0, bounds[-1])). What is at other processes' ids travels to
-        them (`exchange`): memory follows the ids and values each process has, never
-        the whole id range."""
+        this process owns, the sum over every process of `values` at `ids` [m] (ids
+        anywhere in [0, bounds[-1])); `values`: [m] or [m, C], or a sequence of C
+        columns [m] (each in its own dtype: not widened together).
+
+        Each process sums its values a column and an owner at a time, into an array
+        over that owner's ids, and sends the owner those sums (`exchange`, one owner's
+        made at a time, and those received added one at a time): what it holds beyond
+        its ids and values is a few arrays over one owner's share of the id range,
+        never the whole range nor a copy of the values."""
         bounds = np.asarray(bounds, np.int64)
         lo, hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
-        values = np.asarray(values, np.float64)
-        values = values[:, None] if values.ndim == 1 else values      # [m, C], m may be 0
-        owner = bucket_of(bounds, ids)
-        order, cuts = segments.group_by(owner, self.size)
-        pick = lambda r: order[cuts[r]:cuts[r + 1]]
-        incoming = self.exchange([{"ids": ids[pick(r)], "values": values[pick(r)]}
-                                  for r in range(self.size)], name)
-        out = np.zeros((hi - lo, values.shape[1]))
-        for got in incoming:
-            local = got["ids"].astype(np.int64) - lo
-            for c in range(out.shape[1]):
-                out[:, c] += np.bincount(local, weights=got["values"][:, c], minlength=hi - lo)
+        if isinstance(values, np.ndarray):
+            values = [values] if values.ndim == 1 else [values[:, c]
+                                                        for c in range(values.shape[1])]
+
+        def sums(r: int) -> dict[str, np.ndarray]:
+            a, b = int(bounds[r]), int(bounds[r + 1])
+            inside = (ids >= a) & (ids < b)
+            local = (ids[inside] - a).astype(np.intp)
+            return {f"c{c}": np.bincount(local, weights=column[inside], minlength=b - a)
+                    for c, column in enumerate(values)}
+        out = np.zeros((hi - lo, len(values)))
+
+        def add(got: dict[str, np.ndarray]) -> None:     # one process's sums at a time
+            for c in range(len(values)):
+                out[:, c] += got[f"c{c}"]
+        self.exchange(sums, name, each=add)
         return out

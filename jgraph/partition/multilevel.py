@@ -89,6 +89,10 @@ PIECE_ENTRIES, PIECE_ROWS = 1 << 22, 1 << 17
 # Per-node work outside label propagation's passes goes this many nodes at a time (a
 # few temporaries of 8 bytes a node each, not of every node).
 NODE_BLOCK = 1 << 22
+# A process admits the requests to join its clusters this many at a time (some 180
+# bytes each while admitted: 4M of them took a process of the 2^26-node R-MAT at 4
+# processes from 1.45 to 2.19 GiB).
+ADMIT_RUN = 1 << 20
 # Label propagation's passes at most, in one process, for a level's clusters; under
 # several processes this many times as many: a pass asks only one way along the
 # processes and sees their clusters as the pass before left them, so it settles
@@ -465,7 +469,9 @@ def _join_clusters(proposal, label, lo: int, hi: int, size, size_of, limit, requ
     mine = (t >= lo) & (t < hi)
     if not mine.all():
         ask = ~mine & askable(t)
-        requests.append((v[ask], t[ask], key[ask], amounts[ask]))
+        # in the labels' and sizes' dtypes: a pass may ask for most of a process's nodes
+        requests.append((v[ask].astype(label.dtype), t[ask].astype(label.dtype), key[ask],
+                         amounts[ask].astype(size.dtype)))
         v, t, key, amounts = v[mine], t[mine], key[mine], amounts[mine]
     keep = ((size[t - lo] + amounts) <= limit).all(axis=1)
     v, t, key, amounts = v[keep], t[keep], key[keep], amounts[keep]
@@ -569,36 +575,64 @@ def _join_remote(requests: list, left: _Departures, label, lo: int, hi: int, siz
     width = size.shape[1]
     if requests:
         v, t, key, amounts = (np.concatenate([r[i] for r in requests]) for i in range(4))
+        requests.clear()                        # the pass's blocks: held once, here
     else:
-        v, t = np.zeros(0, np.int64), np.zeros(0, np.int64)
-        key, amounts = np.zeros(0), np.zeros((0, width), np.int64)
+        v, t = np.zeros(0, label.dtype), np.zeros(0, label.dtype)
+        key, amounts = np.zeros(0), np.zeros((0, width), size.dtype)
     gone, gone_amounts = left.take(width)
-    to, gone_to = bucket_of(bounds, t), bucket_of(bounds, gone)
-    incoming = group.exchange(
-        [{"t": t[to == r], "key": key[to == r], "amounts": amounts[to == r],
-          "gone": gone[gone_to == r], "gone_amounts": gone_amounts[gone_to == r]}
-         for r in range(group.size)], "join requests")
+    order, cuts = segments.group_by(bucket_of(bounds, t), group.size)
+    gone_order, gone_cuts = segments.group_by(bucket_of(bounds, gone), group.size)
+
+    def asking(r: int) -> dict[str, np.ndarray]:      # made for one owner at a time
+        mine, left_r = order[cuts[r]:cuts[r + 1]], gone_order[gone_cuts[r]:gone_cuts[r + 1]]
+        return {"t": t[mine], "key": key[mine], "amounts": amounts[mine],
+                "gone": gone[left_r], "gone_amounts": gone_amounts[left_r]}
+    incoming = group.exchange(asking, "join requests")
+    key = gone = gone_amounts = gone_order = None        # sent
     for got in incoming:
         np.subtract.at(size, got["gone"] - lo, got["gone_amounts"].astype(size.dtype))
     asked = [got["t"].size for got in incoming]
-    t_in = np.concatenate([got["t"] for got in incoming]).astype(np.int64)
-    key_in = np.concatenate([got["key"] for got in incoming])
-    amounts_in = np.concatenate([got["amounts"] for got in incoming]).astype(np.int64)
-    admit = ((size[t_in - lo] + amounts_in) <= limit).all(axis=1)
-    chosen = np.flatnonzero(admit)
-    admit[chosen] = _admit(t_in[chosen], key_in[chosen],
-                           amounts_in[chosen].astype(np.float64),
-                           (limit - size[t_in[chosen] - lo]).astype(np.float64))
-    np.add.at(size, t_in[admit] - lo, amounts_in[admit].astype(size.dtype))
+    cat = lambda name: np.concatenate([got.pop(name) for got in incoming])
+    t_in, key_in, amounts_in = cat("t"), cat("key"), cat("amounts")
+    incoming = None
+    admit = _admit_requests(t_in, key_in, amounts_in, lo, size, limit)
+    del t_in, key_in, amounts_in
     answers = np.split(admit, np.cumsum(asked)[:-1])
     replies = group.exchange([{"admitted": a} for a in answers], "join answers")
     admitted = np.zeros(t.size, bool)
     for r, got in enumerate(replies):
-        admitted[to == r] = got["admitted"]
+        admitted[order[cuts[r]:cuts[r + 1]]] = got["admitted"]
     v, t, amounts = v[admitted], t[admitted], amounts[admitted]
     _leave(label[v], amounts, lo, hi, size, left)
     label[v] = t
     return int(v.size)
+
+
+def _admit_requests(target: np.ndarray, key: np.ndarray, amounts: np.ndarray, lo: int,
+                    size: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """bool[m]: which requests to join this process's clusters (`target`, from `lo`;
+    `size` their sizes, updated for those admitted) to admit: best `key` first within
+    each cluster, while it stays within `limit`. The requests are taken in runs of
+    whole clusters of some ADMIT_RUN requests, so what the admission holds beyond
+    them is a run's."""
+    admit = np.zeros(target.size, bool)
+    order = np.argsort(target, kind="stable")
+    ordered = target[order]
+    start = 0
+    while start < order.size:
+        # up to the end of the cluster at NODE_BLOCK requests on
+        stop = int(np.searchsorted(ordered, ordered[min(start + ADMIT_RUN, order.size) - 1],
+                                   side="right"))
+        run = order[start:stop]
+        t, a = target[run].astype(np.int64) - lo, amounts[run].astype(np.int64)
+        fits = ((size[t] + a) <= limit).all(axis=1)
+        chosen = np.flatnonzero(fits)
+        fits[chosen] = _admit(t[chosen], key[run[chosen]], a[chosen].astype(np.float64),
+                              (limit - size[t[chosen]]).astype(np.float64))
+        np.add.at(size, t[fits], a[fits].astype(size.dtype))
+        admit[run] = fits
+        start = stop
+    return admit
 
 
 # Bits set in each byte value: how many clusters a byte of the presence bitmap holds.
@@ -1130,9 +1164,9 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
         return np.zeros(n, np.int32), MultilevelStats((n,), 0, False)
     totals = group.sum(weights.totals(), "totals")
     limit = np.maximum(totals[weights.size_columns()] / num_parts * cluster_fraction, 1.0)
-    coarsen = lambda parts, cycle, finest: _coarsen(
+    coarsen = lambda parts, cycle, split: _coarsen(
         adjacency, weights, num_parts, limit, coarse_entries, max_levels, seed + 101 * cycle,
-        workdir, log, parts, group, range_entries // 2, finest, on_written)
+        workdir, log, parts, group, range_entries // 2, split, on_written)
     levels, current, current_weights, _, finest = coarsen(None, 0, None)
     parts, coarse_seen, sparsified = _initial(current, current_weights, num_parts,
                                               coarse_entries, tolerance, seed, workdir, log,
@@ -1141,10 +1175,25 @@ def partition(adjacency, weights: NodeWeights, num_parts: int, *, tolerance: flo
     parts = _uncoarsen(levels, current, current_weights, parts, num_parts, tolerance, seed,
                        log, group)
     levels = current = current_weights = None       # not held while coarsening again
+    lo, hi = adjacency.start, adjacency.stop
     for cycle in range(1, v_cycles + 1):
-        levels, current, current_weights, coarse_parts, finest = coarsen(parts, cycle,
-                                                                         finest)
+        split = None
+        if finest is not None:
+            # The cycle before's finest clusters split by partition, from each
+            # process's own nodes: every node's partition is let go (the pieces'
+            # partitions carry it) and the split is handed over (`_coarsen` empties
+            # the list), so the pieces are the one array of every node held while
+            # the level is contracted.
+            label, mine, owners = finest.label, _own(parts, lo, hi), finest.owners
+            finest = parts = None
+            split = list(_split_by_parts(label, mine, _node_bounds(adjacency, group),
+                                         owners, num_parts, group))
+            log(f"  level 1: the cycle before's {int(owners[-1]):,} clusters split by "
+                f"partition into {split[0].k:,}")
+            del label, mine
+        levels, current, current_weights, coarse_parts, finest = coarsen(parts, cycle, split)
         if not levels:
+            parts = coarse_parts                    # the finest graph's, as they were
             break
         coarse_parts = refine(current, coarse_parts, current_weights, num_parts, tolerance,
                               seed=seed + 101 * cycle, group=group)
@@ -1246,34 +1295,38 @@ def _node_bounds(adjacency, group: Group) -> np.ndarray:
 
 def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entries: int,
              max_levels: int, seed: int, workdir, log, parts=None, group: Group | None = None,
-             entries_per_range: int = 1 << 24, finest=None,
+             entries_per_range: int = 1 << 24, split=None,
              on_written: Callable[[], None] | None = None):
     """Contract clusters level by level until the graph has at most `coarse_entries`
     entries (or `max_levels` were taken, or a level's clusters would be pairs alone:
     `PAIRS_ONLY`) and `coarse_node_limit` nodes (or the clusters stop shrinking: an
-    error where more than STALLED_NODES_ALLOWED nodes are left): ([(every node's
-    cluster, finer adjacency, its weights)] per level, the coarsest adjacency, its
-    weights, `parts` (every node's) carried to it, and the finest level's `Clusters`
-    (None without levels)). With `parts`, clusters stay inside them, so each coarse
-    node has one partition; with `finest` too (the cycle before's finest clusters), the
-    finest level's clusters are those split by `parts` (`_split_by_parts`) instead of
-    found again by passes over the largest graph."""
+    error where more than STALLED_NODES_ALLOWED nodes are left): ([(the cluster of
+    each of this process's nodes, finer adjacency, its weights)] per level, the
+    coarsest adjacency, its weights, `parts` (every node's) carried to it, and the
+    finest level's `Clusters`, their label this process's nodes' (None without
+    levels)). With `parts`, clusters stay inside them, so each coarse
+    node has one partition. `split` (a V-cycle's, in place of `parts`: a list of
+    `_split_by_parts`'s clusters and their partitions, which `_coarsen` empties so
+    that the caller holds neither) is the finest level's clusters, instead of
+    clusters found again by passes over the largest graph; the partitions are carried
+    from it."""
     group = group or Group.single()
     levels = []
     current, current_weights = adjacency, weights
     kept = None
     # METIS partitions the first cycle's coarsest graph (a V-cycle's is refined).
-    most_nodes = coarse_node_limit(coarse_entries, num_parts) if parts is None else np.inf
+    most_nodes = (coarse_node_limit(coarse_entries, num_parts)
+                  if parts is None and not split else np.inf)
+    first, carried = split or (None, None)                  # handed over
+    if split:
+        split.clear()
     # `max_levels` bounds the levels taken for the entries, not for the nodes: a graph
     # of many isolated nodes halves them a level.
     while ((group.sum(current.num_entries, "entries") > coarse_entries
             and len(levels) < max_levels) or current.num_nodes > most_nodes):
         lo, hi = current.start, current.stop
-        if not levels and finest is not None and parts is not None:
-            clusters = _split_by_parts(finest, parts, num_parts)
-            log(f"  level 1: the cycle before's {finest.k:,} clusters split by partition "
-                f"into {clusters.k:,}")
-            joined = None
+        if first is not None:
+            clusters, first, joined = first, None, None
         else:
             joined = 0
 
@@ -1288,7 +1341,7 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
                                parts=parts, group=group, on_pass=on_pass)
         label, k, owners = clusters
         if not levels:
-            kept = clusters
+            kept = Clusters(_own(label, lo, hi), k, owners)
         shrink = k / current.num_nodes
         log(f"  level {len(levels) + 1}: {current.num_nodes:,} -> {k:,} nodes")
         if k < num_parts * 4 or shrink > 0.9:
@@ -1312,15 +1365,21 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
         coarse = contract(current, label, k, root, entries_per_range, keep=keep,
                           seed=seed + len(levels), owners=owners, group=group,
                           on_written=on_written)
-        levels.append((label, current, current_weights))
-        if parts is not None:
+        if carried is not None:
+            parts, carried = carried, None
+        elif parts is not None:
             coarse_parts = np.empty(k, np.int32)
             coarse_parts[label] = parts
             parts = coarse_parts
+        # Only this process's nodes' clusters wait for the way back (`_uncoarsen`).
+        levels.append((_own(label, lo, hi), current, current_weights))
         current, current_weights = coarse, _coarse_weights(current_weights, label[lo:hi],
                                                            owners, k, group)
+        clusters = label = None                 # every node's: not held at the next level
         log(f"  level {len(levels)}: coarse graph "
             f"{int(group.sum(coarse.num_entries, 'entries')):,} entries")
+    if carried is not None:         # the split level not taken: every node's partition
+        parts = carried[(clusters if first is None else first).label]
     if current.num_nodes > max(most_nodes, STALLED_NODES_ALLOWED):
         raise PartitionError(
             f"coarsening stopped at {current.num_nodes:,} nodes after {len(levels)} "
@@ -1329,6 +1388,22 @@ def _coarsen(adjacency, weights: NodeWeights, num_parts: int, limit, coarse_entr
             f"each coarsest node's weights and partition); give --coarse-entries "
             f"(coarse_entries in Python) of at least {2 * current.num_nodes:,}")
     return levels, current, current_weights, parts, (kept if levels else None)
+
+
+def _own(values: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The rows [lo, hi) of a per-node array, a copy of its own (the whole array where
+    they are all of it)."""
+    return values if (lo, hi) == (0, values.size) else values[lo:hi].copy()
+
+
+def _every(own: np.ndarray, adjacency, group: Group, name: str) -> np.ndarray:
+    """Every node's values of a per-node array of which this process has `own`, those
+    of its rows of `adjacency`: the processes' rows shared (`Group.share`)."""
+    if group.size == 1:
+        return own
+    out = np.empty(adjacency.num_nodes, own.dtype)
+    out[adjacency.start:adjacency.stop] = own
+    return group.share(out, _node_bounds(adjacency, group), name)
 
 
 def coarse_node_limit(coarse_entries: int, num_parts: int) -> int:
@@ -1342,41 +1417,89 @@ def coarse_node_limit(coarse_entries: int, num_parts: int) -> int:
     return max(coarse_entries // 2, 4 * num_parts)
 
 
-def _split_by_parts(clusters: Clusters, parts: np.ndarray, num_parts: int) -> Clusters:
-    """`clusters` split by `parts` (every node's partition): the nodes of a cluster in
-    each partition form a cluster of their own, numbered in cluster order, a cluster's
-    piece in its first node's partition first, so a process owns the pieces of the
-    clusters it owned.
+def _split_by_parts(label: np.ndarray, parts: np.ndarray, bounds: np.ndarray,
+                    owners: np.ndarray, num_parts: int, group: Group
+                    ) -> tuple[Clusters, np.ndarray]:
+    """A level's clusters split by partition: the nodes of a cluster in each partition
+    form a cluster of their own (a piece), numbered in cluster order, a cluster's piece
+    in its first node's partition (its main piece) first, its other pieces after it in
+    partition order, so a process owns the pieces of the clusters it owned. `label`,
+    `parts`: the cluster and partition of this process's nodes [bounds[rank],
+    bounds[rank + 1]); `owners`: the clusters each process owns. Returns (the pieces,
+    every node's: shared; int32[k]: every piece's partition).
 
-    A cluster's nodes share a partition but for those refinement moved alone: only
-    those (the strays) are sorted, so every process computes the same in a few passes
-    over its per-node arrays."""
-    label, k, owners = clusters
-    step = NODE_BLOCK
-    first = np.full(k, label.size, np.int64)      # each cluster's first node
+    A cluster's nodes share a partition but for those refinement moved alone (the
+    strays). Each owner learns its clusters' main partitions (from the processes of
+    their first nodes), then the stray pieces other processes' nodes are in, and
+    numbers them: what travels is a few values a cluster or stray piece, and what a
+    process holds is its own nodes' arrays and a few over the clusters."""
+    k, rank, step = int(owners[-1]), group.rank, NODE_BLOCK
+    lo, n = int(bounds[rank]), int(bounds[-1])
+    o_lo, o_hi = int(owners[rank]), int(owners[rank + 1])
+    to_owners = lambda clusters: np.searchsorted(clusters, owners[1:-1], side="left")
+    # Each cluster's first node here; its owner keeps the first of them all, whose
+    # partition is the cluster's main one.
+    none = np.iinfo(np.int64).max
+    first = np.full(k, none, np.int64)
     for i in range(0, label.size, step):
-        np.minimum.at(first, label[i:i + step], np.arange(i, i + label[i:i + step].size))
-    main = parts[first]                           # its partition
-    del first
+        block = label[i:i + step]
+        np.minimum.at(first, block, np.arange(lo + i, lo + i + block.size))
+    seen = np.flatnonzero(first != none)                    # sorted clusters
+    first = first[seen]
+    cuts = np.concatenate([[0], to_owners(seen), [seen.size]])
+    told = group.exchange([{"cluster": seen[a:b], "first": first[a:b],
+                            "part": parts[first[a:b] - lo]}
+                           for a, b in itertools.pairwise(cuts)], "first nodes")
+    del first, seen
+    earliest = np.full(o_hi - o_lo, none, np.int64)
+    for got in told:
+        np.minimum.at(earliest, got["cluster"] - o_lo, got["first"])
+    main = np.empty(k, np.int32)                             # each cluster's partition
+    for got in told:
+        is_first = got["first"] == earliest[got["cluster"] - o_lo]
+        main[got["cluster"][is_first]] = got["part"][is_first]
+    del told, earliest
+    group.share(main, owners, "main partitions")
+    # The stray pieces this process's nodes are in, asked of their clusters' owners.
     strays = np.concatenate([np.zeros(0, np.int64)] + [
         i + np.flatnonzero(parts[i:i + step] != main[label[i:i + step]])
         for i in range(0, label.size, step)])
     keys = label[strays].astype(np.int64) * num_parts + parts[strays]
-    pieces = segments.distinct(keys)              # stray (cluster, partition) pieces
-    # before[c]: the stray pieces of the clusters before c. Cluster c's main piece is
-    # numbered c + before[c]; its stray pieces follow it.
-    before = np.zeros(k + 1, np.int64)
-    np.cumsum(np.bincount(pieces // num_parts, minlength=k), out=before[1:])
-    out = np.empty_like(label)
+    asked = segments.distinct(keys)
+    cuts = np.concatenate([[0], to_owners(asked // num_parts), [asked.size]])
+    wanted = group.exchange([{"keys": asked[a:b]} for a, b in itertools.pairwise(cuts)],
+                            "stray pieces")
+    # This owner's stray pieces; before[c]: those of its clusters before c. Cluster
+    # c's main piece is numbered c + the stray pieces of every cluster before c; its
+    # stray pieces follow it.
+    pieces = segments.distinct(np.concatenate([w["keys"] for w in wanted]))
+    before = segments.offsets(np.bincount(pieces // num_parts - o_lo,
+                                          minlength=o_hi - o_lo))
+    new_owners = segments.offsets(group.gather(o_hi - o_lo + pieces.size, "pieces"))
+    shift = int(new_owners[rank]) - o_lo                 # earlier owners' stray pieces
+    numbers = np.arange(pieces.size) + pieces // num_parts + 1 + shift
+    answers = group.exchange([{"ids": numbers[np.searchsorted(pieces, w["keys"])]}
+                              for w in wanted], "stray piece ids")
+    dtype = np.int32 if new_owners[-1] < 2**31 else np.int64
+    numbered = np.zeros(k, dtype)                         # each cluster's main piece
+    numbered[o_lo:o_hi] = np.arange(o_lo, o_hi) + shift + before[:-1]
+    group.share(numbered, owners, "main pieces")
+    piece_parts = np.empty(int(new_owners[-1]), np.int32)
+    piece_parts[numbered[o_lo:o_hi]] = main[o_lo:o_hi]
+    piece_parts[numbers] = pieces % num_parts
+    del main, pieces, numbers
+    out = np.empty(n, dtype)
     for i in range(0, label.size, step):
         block = label[i:i + step]
-        out[i:i + step] = block + before[block]
-    # Stray piece j: its cluster's main piece + 1 + the stray pieces before it, a block
-    # of strays at a time.
+        out[lo + i:lo + i + block.size] = numbered[block]
+    del numbered
+    # Each stray: the number of its piece, as its owner answered.
+    got = np.concatenate([a["ids"] for a in answers]).astype(dtype)
     for i in range(0, strays.size, step):
-        which = np.searchsorted(pieces, keys[i:i + step])
-        out[strays[i:i + step]] = pieces[which] // num_parts + 1 + which
-    return Clusters(out, k + pieces.size, owners + before[owners])
+        out[lo + strays[i:i + step]] = got[np.searchsorted(asked, keys[i:i + step])]
+    group.share(out, bounds, "pieces of the nodes")
+    group.share(piece_parts, new_owners, "piece partitions")
+    return Clusters(out, int(new_owners[-1]), new_owners), piece_parts
 
 
 def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, owners: np.ndarray,
@@ -1386,7 +1509,7 @@ def _coarse_weights(weights: NodeWeights, clusters: np.ndarray, owners: np.ndarr
     process's nodes, which `weights` are of)."""
     if group.size == 1:
         return weights.coarsen(clusters, num_clusters)
-    sums = group.add_at_owners(clusters, np.stack(weights.columns, axis=1), owners,
+    sums = group.add_at_owners(clusters, weights.columns, owners,
                                "cluster weights")
     return NodeWeights(weights.names, tuple(sums[:, c].astype(np.int64)
                                             for c in range(sums.shape[1])))
@@ -1415,7 +1538,7 @@ def _uncoarsen(levels, current, current_weights: NodeWeights, parts, num_parts: 
                       group=group)
     for i in range(len(levels) - 1, -1, -1):
         label, finer, finer_weights = levels[i]
-        parts = parts[label]
+        parts = _every(parts[label], finer, group, "projected partitions")
         if isinstance(current, DiskAdjacency):
             current.remove()
         current = finer

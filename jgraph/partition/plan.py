@@ -14,6 +14,7 @@ import dataclasses
 from jgraph.partition import compiled
 from jgraph.partition.chunked import (
     JOB,
+    SPLIT_BLOCK,
     ChunkedOptions,
     block_sizes,
     count_split_ids,
@@ -145,24 +146,25 @@ class _Planner:
         # weights (some 8 bytes a finest node in all), and in the V-cycle every node's
         # partition and the first cycle's levels (12 more); then the largest of:
         # clustering's sizes of the clusters a process owns in nodes and edges (int32
-        # [own, 2]), its requests to join other processes' clusters (at most one of
-        # 40 bytes a node) and its numbering of every node's cluster (a bool, a bit
-        # and a running count a node: 2 bytes) with a piece; a contraction's two
-        # ranges; METIS on the coarse graph (or a sample of it: every process; in a
-        # child process under several).
+        # [own, 2]), its requests to join other processes' clusters and, as their
+        # owner, the requests it admits (each at most one a node: 24 bytes sent,
+        # concatenated, ordered by owner; some 64 bytes a node in all) and its
+        # numbering of every node's cluster (a bool, a bit and a running count a node:
+        # 2 bytes) with a piece; a contraction's two ranges; METIS on the coarse graph
+        # (or a sample of it: every process; in a child process under several).
         n, own, q, sizes = self.n, self.own, self.q, self.sizes
         # compact columns, and the in-degrees (int64, mapped from the scan's file)
         weights = (sizes.types + sizes.splits) * own + 8 * own
         piece = PIECE_ENTRIES * 64                                # one piece's arrays
         coarse = min(self.options.coarse_entries, 2 * self.e)
-        # Held whole by every process when there are several (int32 each): the level's
-        # cluster of every node while contracting, the partition of every node while
-        # refining, and in the V-cycle the first cycle's finest clusters and those split
-        # by partition (the 1B-edge R-MAT at 4 processes: 3.22-3.58 GiB measured, at the
-        # V-cycle's first contraction, against 2.48 planned with the first two alone).
-        shared = 16 * n if q > 1 else 0
+        # Held whole by every process when there are several: one int32 of every node,
+        # the level's cluster while clustering and contracting (the V-cycle's first
+        # level: its clusters split by partition, from each process's own nodes) or
+        # the partition while refining, and the cluster sizes' sums and the labels'
+        # exchange around it.
+        shared = 6 * n if q > 1 else 0
         return (self.base + shared + weights + 4 * own + 8 * own + 12 * own
-                + max(8 * own + (40 * own if q > 1 else 0) + 2 * n + piece,
+                + max(8 * own + (64 * own if q > 1 else 0) + 2 * n + piece,
                       CONTRACT_ENTRY_BYTES * self.r, METIS_ENTRY_BYTES * coarse
                       + (METIS_CHILD_BYTES + METIS_CHILD_ENTRY_BYTES * coarse
                          if q > 1 else 0)),
@@ -192,10 +194,13 @@ class _Planner:
         # written: some 60 bytes an edge (53-57 measured on the 100M-edge R-MAT at 1
         # and 2 processes). The next range is sorted in a thread while this one is
         # written, its columns gathered one at a time, not as records: the phase's
-        # peak fell, 0.66 to 0.62 GiB on a 2^22-node R-MAT.
+        # peak fell, 0.66 to 0.62 GiB on a 2^22-node R-MAT. Then the splits, a block
+        # of a process's nodes at a time: their ids, new ids, partitions and order
+        # (int64 each) and each partition's piece.
         n, p = self.n, self.p
         return (self.later + n + 16 * n // p + 8 * self.own
-                + 60 * min(self.r, -(-self.e * 21 // (20 * p))),
+                + max(60 * min(self.r, -(-self.e * 21 // (20 * p))),
+                      40 * min(SPLIT_BLOCK, self.own)),
                 "the edge buckets once")
 
     def node_data(self) -> tuple[int, str]:

@@ -251,6 +251,27 @@ def test_split_ids_unsorted_across_chunks_are_refused(tmp_path):
     graph = open_chunked(tmp_path / "g")
     refused(["splits._N.train", "sorted", "7 is followed by 0"], graph.split, N, "train")
     refused(["splits._N.train"], load_chunked, tmp_path / "g")
+    # checked a share of the chunks at a time: the second chunk against the first's end
+    graph.check_split(N, "train", [0])
+    refused(["splits._N.train", "7 is followed by 0", "train-00001.npy"], graph.check_split,
+            N, "train", [1])
+
+
+def test_a_range_of_a_split_is_its_ids_in_that_range(tmp_path):
+    """`ChunkedGraph.split(ntype, name, lo, hi)`: the split's ids in [lo, hi), cut from
+    each chunk, for ranges inside a chunk, across chunks, empty and past the end."""
+    ids = np.sort(np.random.default_rng(0).choice(100, 40, replace=False))
+    with ChunkedWriter(tmp_path / "g", 100) as w:
+        w.add_edges([0, 1], [1, 2])
+        for piece in np.split(ids, [7, 7, 25]):              # an empty chunk among them
+            w.add_split("train", piece)
+    graph = open_chunked(tmp_path / "g")
+    np.testing.assert_array_equal(graph.split(N, "train"), ids)
+    for lo, hi in [(0, 100), (0, 1), (int(ids[7]), int(ids[30]) + 1), (50, 50), (60, 40),
+                   (97, 500), (int(ids[3]), int(ids[4]))]:
+        got = graph.split(N, "train", lo, hi)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, ids[(ids >= lo) & (ids < hi)], err_msg=(lo, hi))
 
 
 def test_an_edge_whose_source_is_not_of_its_relations_source_type_is_refused(tmp_path):

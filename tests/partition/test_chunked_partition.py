@@ -4,12 +4,14 @@ feature row, label and split entry once, by original ids), the multilevel partit
 keeps every balance constraint and cuts about as few edges as METIS, a killed job
 resumes after its last finished phase, and bad input is refused by name with nothing
 left at the output path."""
+import ast
 import itertools
 import json
 import os
 import resource
 import shutil
 import threading
+import unittest.mock
 from pathlib import Path
 
 import numpy as np
@@ -934,6 +936,36 @@ class ThreadClient:
         barrier.wait(timeout=120)
 
 
+def run_as_processes(target, size: int) -> None:
+    """target(rank) in a thread named "rank r" for each of `size` processes; raises
+    what any of them raised.
+
+    numpy reads an .npy file's header with `ast.literal_eval`, and CPython 3.11's
+    parser is not safe in threads ("SystemError: AST constructor recursion depth
+    mismatch", seen with three threads exchanging files); processes each have their
+    own, so the threads standing in for them parse one at a time."""
+    errors, parsing, parse = [], threading.Lock(), ast.literal_eval
+
+    def one_at_a_time(*args, **kwargs):
+        with parsing:
+            return parse(*args, **kwargs)
+
+    def run(rank):
+        try:
+            target(rank)
+        except BaseException as error:               # raised below
+            errors.append(error)
+            raise
+    with unittest.mock.patch.object(ast, "literal_eval", one_at_a_time):
+        threads = [threading.Thread(target=run, args=(r,), name=f"rank {r}")
+                   for r in range(size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+    assert not errors, errors
+
+
 def test_processes_partition_their_share_of_the_metis_samples(shared_data, tmp_path,
                                                               monkeypatch):
     """Under N processes every process partitions its share of `metis_trials(N)`
@@ -971,13 +1003,7 @@ def test_processes_partition_their_share_of_the_metis_samples(shared_data, tmp_p
         results[rank] = multilevel._initial(rows, weights, 8, adjacency.nnz // 3, 0.05,
                                             seed=0, workdir=str(tmp_path), log=print,
                                             group=group)
-
-    threads = [threading.Thread(target=process, args=(r,), name=f"rank {r}")
-               for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
+    run_as_processes(process, size)
     trials = multilevel.metis_trials(size)
     assert trials >= multilevel.METIS_TRIALS and trials % size == 0
     assert sorted(tried) == list(range(trials))       # each sample once

@@ -326,12 +326,13 @@ def test_failed_write_removes_its_staging_directory(tmp_path, synthetic, monkeyp
     from jgraph.partition import chunked
     written = []
 
-    def save_then_fail(path, array):
-        written.append(path)
-        if len(written) == 2:
-            raise OSError(28, "No space left on device", path)
-        np.save(path, array)
-    monkeypatch.setattr(chunked, "save_array", save_then_fail)
+    class FullDisk(chunked.NpyAppender):          # the disk fills at the second write
+        def append(self, values, at=None):
+            written.append(self.path)
+            if len(written) == 2:
+                raise OSError(28, "No space left on device", self.path)
+            super().append(values, at)
+    monkeypatch.setattr(chunked, "NpyAppender", FullDisk)
     with pytest.raises(OSError):
         partition_graph(synthetic, 3, "random", tmp_path / "p")
     assert not (tmp_path / "p").exists() and leftovers(tmp_path / "p") == []

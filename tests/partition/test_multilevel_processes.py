@@ -17,7 +17,7 @@ from jgraph.partition.adjacency import Chained, CSRAdjacency, build_disk_adjacen
 from jgraph.partition.assignment import constraints_for, undirected_adjacency
 from jgraph.partition.group import Group
 
-from .test_chunked_partition import ThreadClient
+from .test_chunked_partition import ThreadClient, run_as_processes
 
 
 def in_processes(tmp_path, constraints, adjacency, bounds, work):
@@ -25,25 +25,16 @@ def in_processes(tmp_path, constraints, adjacency, bounds, work):
     [bounds[r], bounds[r + 1]) each, on disk), with a shared scratch folder; their
     results by rank."""
     size = len(bounds) - 1
-    client, results, errors = ThreadClient(size), {}, []
+    client, results = ThreadClient(size), {}
     (tmp_path / "sync").mkdir()
 
     def one(rank):
         lo, hi = bounds[rank], bounds[rank + 1]
         group = Group(rank, size, client)
         group.use_scratch(str(tmp_path / "sync"))
-        try:
-            results[rank] = work(group, rows_of(tmp_path, adjacency, rank, lo, hi),
-                                 node_weights(constraints, lo, hi))
-        except BaseException as error:           # reported below
-            errors.append(error)
-            raise
-    threads = [threading.Thread(target=one, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    assert not errors, errors
+        results[rank] = work(group, rows_of(tmp_path, adjacency, rank, lo, hi),
+                             node_weights(constraints, lo, hi))
+    run_as_processes(one, size)
     return [results[r] for r in range(size)]
 
 
@@ -80,11 +71,10 @@ def test_clusters_cross_processes_and_contract_as_the_whole_graph(facebook, tmp_
         levels, coarse, coarse_weights, _, _ = multilevel._coarsen(
             rows, weights, 8, limit, adjacency.nnz // 2, 1, 3, str(tmp_path / "work"),
             print, group=group, entries_per_range=20_000)
-        return levels[0][0], coarse, coarse_weights
-    (label, _, _), *others = results = in_processes(tmp_path, constraints, adjacency,
-                                                    bounds, process)
-    for other, _, _ in others:
-        np.testing.assert_array_equal(other, label)          # every process's the same
+        return levels[0][0], coarse, coarse_weights       # the clusters of its own rows
+    results = in_processes(tmp_path, constraints, adjacency, bounds, process)
+    label = np.concatenate([own for own, _, _ in results])
+    assert all(own.size == b - a for (own, _, _), a, b in zip(results, bounds, bounds[1:]))
     k = int(label.max()) + 1
     assert np.array_equal(np.unique(label), np.arange(k))     # numbered 0..k-1
     # Clusters with members in several processes' ranges, none over its limit.
@@ -234,7 +224,7 @@ def test_a_process_whose_nodes_all_join_others_clusters_owns_none(tmp_path, monk
             group=group, entries_per_range=1000)
         return levels[0][0], coarse.start, coarse.stop, coarse.first
     results = in_processes(tmp_path, constraints, adjacency, bounds, process)
-    label = results[0][0]
+    label = np.concatenate([r[0] for r in results])         # each process's own rows
     assert label[16] == label[17] and label[16] != 16       # joined the next process's
     starts, stops, firsts = zip(*[r[1:] for r in results])
     assert len(set(firsts)) == 3 and list(starts[1:]) == list(stops[:-1])
@@ -263,33 +253,90 @@ def test_a_process_whose_nodes_all_join_others_clusters_owns_none(tmp_path, monk
     assert parts[0].size == n and loads.max() <= max(1.05 * n / 2, np.ceil(n / 2))
 
 
-def test_a_v_cycle_splits_the_first_cycle_s_clusters_by_partition():
+def _split_in_threads(tmp_path, label, parts, bounds, owners, num_parts):
+    """`_split_by_parts` in a thread for each process of the node `bounds`, each with
+    its own nodes' clusters and partitions: every process's result, by rank."""
+    size = len(bounds) - 1
+    client, results = ThreadClient(size), {}
+    (tmp_path / "sync").mkdir()
+
+    def one(rank):
+        group = Group(rank, size, client)
+        group.use_scratch(str(tmp_path / "sync"))
+        lo, hi = bounds[rank], bounds[rank + 1]
+        results[rank] = multilevel._split_by_parts(
+            label[lo:hi].copy(), parts[lo:hi].copy(), np.array(bounds), owners, num_parts,
+            group)
+    run_as_processes(one, size)
+    return [results[r] for r in range(size)]
+
+
+@pytest.mark.parametrize("node_bounds", [[0, 5000], [0, 1700, 1700, 3100, 5000]],
+                         ids=["one process", "four processes, one without nodes"])
+def test_a_v_cycle_splits_the_first_cycle_s_clusters_by_partition(tmp_path, node_bounds):
     """The V-cycle's finest level is the first cycle's clusters split by partition, not
     clustered again: each (cluster, partition) of the nodes is one cluster, numbered in
-    cluster order so each process owns the pieces of the clusters it owned."""
+    cluster order, a cluster's piece in its first node's partition first, so each
+    process owns the pieces of the clusters it owned; every process, from its own
+    nodes alone, ends with every node's piece and every piece's partition, equal to a
+    reference computed from every node at once."""
     rng = np.random.default_rng(0)
     n, k, num_parts = 5000, 300, 4
     label = rng.integers(0, k, n).astype(np.int32)
-    label[:k] = np.arange(k)                            # every cluster has a node
+    label[rng.permutation(n)[:k]] = np.arange(k)         # every cluster has a node
     parts = rng.integers(0, num_parts, k)[label].astype(np.int32)
     moved = rng.choice(n, 200, replace=False)            # refinement's moves of single nodes
     parts[moved] = rng.integers(0, num_parts, moved.size)
-    owners = np.array([0, 90, 90, 300])                  # the second process owns none
-    split, k2, owners2 = multilevel._split_by_parts(multilevel.Clusters(label, k, owners),
-                                                    parts, num_parts)
-    pairs = sorted(set(zip(label.tolist(), parts.tolist())))
-    assert k2 == len(pairs)
-    # One id a (cluster, partition), every id in 0..k2-1 used, in the clusters' order.
-    ids = {pair: set() for pair in pairs}
-    for c, p, s in zip(label.tolist(), parts.tolist(), split.tolist()):
-        ids[c, p].add(s)
-    assert all(len(s) == 1 for s in ids.values())
-    first = {pair: s.pop() for pair, s in ids.items()}
-    assert sorted(first.values()) == list(range(k2))
-    by_cluster = [sorted(v for (c, _), v in first.items() if c == cluster)
-                  for cluster in range(k)]
-    assert [v for ids_of in by_cluster for v in ids_of] == list(range(k2))
+    owners = np.array([0, 90, 90, 200, 300])              # the second process owns none
+    owners = owners[[0, -1]] if len(node_bounds) == 2 else owners
+    results = _split_in_threads(tmp_path, label, parts, node_bounds, owners, num_parts)
+    (split, k2, owners2), piece_parts = results[0]
+    for (other, k_other, owners_other), other_parts in results[1:]:
+        np.testing.assert_array_equal(other, split)
+        np.testing.assert_array_equal(other_parts, piece_parts)
+        assert k_other == k2
+        np.testing.assert_array_equal(owners_other, owners2)
+    # The reference: every node's (cluster, partition) pieces, in cluster order, the
+    # piece of the cluster's first node first, then the others by partition.
+    first = {}
+    for v in range(n):
+        first.setdefault(int(label[v]), v)
+    order = sorted(set(zip(label.tolist(), parts.tolist())),
+                   key=lambda cp: (cp[0], cp[1] != parts[first[cp[0]]], cp[1]))
+    number = {cp: i for i, cp in enumerate(order)}
+    assert k2 == len(order)
+    np.testing.assert_array_equal(split, [number[c, p] for c, p in zip(label.tolist(),
+                                                                         parts.tolist())])
+    np.testing.assert_array_equal(piece_parts, [p for _, p in order])
+    np.testing.assert_array_equal(piece_parts[split], parts)
     for r in range(owners.size - 1):
-        for cluster in range(owners[r], owners[r + 1]):
-            assert all(owners2[r] <= v < owners2[r + 1] for v in by_cluster[cluster])
+        mine = [number[cp] for cp in order if owners[r] <= cp[0] < owners[r + 1]]
+        assert all(owners2[r] <= v < owners2[r + 1] for v in mine)
     assert owners2[0] == 0 and owners2[-1] == k2
+
+
+def test_sums_at_owners_are_the_sums_over_every_process(tmp_path):
+    """`Group.add_at_owners`: each process gets, for the ids it owns, every process's
+    values summed at those ids (columns of their own dtypes, ids at the ends of the
+    owners' ranges, an owner of no ids, a process with no values)."""
+    rng = np.random.default_rng(3)
+    owners = np.array([0, 40, 40, 97, 130])
+    ids = [rng.integers(0, 130, m) for m in (500, 0, 300, 211)]
+    ids[0][:4] = [0, 39, 40, 129]
+    columns = [[rng.integers(0, 3, i.size).astype(np.uint8),
+                rng.integers(-2**40, 2**40, i.size)] for i in ids]
+    client, results = ThreadClient(4), {}
+    (tmp_path / "sync").mkdir()
+
+    def one(rank):
+        group = Group(rank, 4, client)
+        group.use_scratch(str(tmp_path / "sync"))
+        results[rank] = group.add_at_owners(ids[rank], columns[rank], owners, "sums")
+    run_as_processes(one, 4)
+    every = np.concatenate(ids)
+    for c in range(2):
+        whole = np.zeros(130)
+        np.add.at(whole, every, np.concatenate([col[c] for col in columns]).astype(np.float64))
+        np.testing.assert_array_equal(np.concatenate([results[r][:, c] for r in range(4)]),
+                                      whole)
+    assert results[1].shape == (0, 2)
