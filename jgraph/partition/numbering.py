@@ -1,7 +1,6 @@
 """What a partition directory says of its numbering (`jgraph.partition.chunked` writes
 every partition directory, `partition_graph`'s included): the partitions' id ranges,
-which partition owns an id, each split's ids cut by partition, each partition's facts,
-and meta.json.
+which partition owns an id, each partition's facts, and meta.json.
 
 New ids number the nodes partition by partition, and within a partition type by type,
 each type's nodes in original order. The job counts the nodes of each type in each
@@ -31,14 +30,6 @@ def ranges_of(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def owner_of(offsets: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
     """The partition owning each new id (uint16 where there are few enough)."""
     return bucket_of(offsets, new_ids)
-
-
-def split_pieces(new_ids: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
-    """A split's new ids as each partition holds them: int64, sorted, one array a
-    partition."""
-    ids = np.sort(np.asarray(new_ids, np.int64))
-    cuts = np.searchsorted(ids, offsets)
-    return [ids[cuts[k]:cuts[k + 1]] for k in range(offsets.size - 1)]
 
 
 def part_info(node_types: Sequence[str], counts: np.ndarray, offsets: np.ndarray, k: int,

@@ -17,8 +17,16 @@ import numpy as np
 from jgraph.data.graph import Graph
 from jgraph.data.links import EdgeSet
 from jgraph.data.sparse import SparseRows
-from jgraph.partition.numbering import owner_of, part_info, ranges_of, split_pieces
+from jgraph.partition.numbering import owner_of, part_info, ranges_of
 from jgraph.partition.store import PartInfo
+
+
+def split_pieces(new_ids: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+    """A split's new ids as each partition holds them: int64, sorted, one array a
+    partition."""
+    ids = np.sort(np.asarray(new_ids, np.int64))
+    cuts = np.searchsorted(ids, offsets)
+    return [ids[cuts[k]:cuts[k + 1]] for k in range(offsets.size - 1)]
 
 
 class Relabelling(NamedTuple):
@@ -121,7 +129,7 @@ def edge_split_part(edge_set: EdgeSet, relabelling: Relabelling, k: int) -> dict
 
 
 def split_parts(graph: Graph, relabelling: Relabelling) -> dict[str, dict[str, list]]:
-    """{type: {split: its new ids in each partition}} (`numbering.split_pieces`)."""
+    """{type: {split: its new ids in each partition}} (`split_pieces`)."""
     r = relabelling
     return {ntype: {name: split_pieces(r.inverse[r.orig_offsets[graph.node_types.index(ntype)]
                                                  + idx], r.offsets)
