@@ -510,18 +510,26 @@ class _Job:
 
     # -- phase 1 ------------------------------------------------------------------------
 
-    def _edge_pass(self, desc: str):
-        """(chunk, rows, edges) of this process's edge blocks: every N-th, from its rank."""
+    def _edge_blocks(self) -> list[tuple[int, slice]]:
+        """(chunk, rows) of every edge block, in order: this process takes every N-th."""
         g, size = self.graph, block_sizes(self.group.size)[0]
-        blocks = [(i, slice(a, min(a + size, rows)))
-                  for i, rows in enumerate(g.edges["src"].rows)
-                  for a in range(0, rows, size)]
+        return [(i, slice(a, min(a + size, rows)))
+                for i, rows in enumerate(g.edges["src"].rows) for a in range(0, rows, size)]
+
+    def _edge_pass(self, desc: str, rounds: bool = False):
+        """(chunk, rows, edges) of this process's edge blocks: every N-th, from its rank.
+        rounds: then None until every process has had as many items (the most blocks
+        any process has), for a pass whose every block meets the other processes'."""
+        blocks = self._edge_blocks()
         mine = [block for b, block in enumerate(blocks) if self.group.mine(b)]
         meter = self.progress.meter(desc, sum(r.stop - r.start for _, r in mine), "edges")
         for i, rows in mine:
-            chunk = g.edge_chunk(i, True, rows)
+            chunk = self.graph.edge_chunk(i, True, rows)
             yield i, rows, chunk
             meter.update(chunk.src.size)
+        if rounds:
+            for _ in range(-(-len(blocks) // self.group.size) - len(mine)):
+                yield None
 
     def _node_array(self, name: str, dtype, shape=()) -> str:
         """A work file over every node, preallocated by the first process."""
@@ -532,43 +540,54 @@ class _Job:
 
     def scan(self) -> dict:
         n, group = self.n, self.group
-        # In-degree and adjacency degree of every node, over this process's blocks: a
-        # count below 2^31 when its blocks hold fewer edges than that.
-        mine = -(-self.graph.num_edges // group.size) + block_sizes(group.size)[0]
-        counts = np.zeros((2, n), np.int32 if 2 * mine < 2**31 else np.int64)
-        loops = 0
-        # Degree = in-degree + out-degree - 2 per self-loop: two counting passes over a
-        # block, not three (each is a random access per edge into [n]).
-        for _, _, chunk in self._edge_pass("scan (pass 1 of 3 over the edges)"):
-            compiled.count_into(counts[0], chunk.dst)
-            compiled.count_into(counts[1], chunk.src)
-            loop = chunk.src == chunk.dst
-            if loop.any():
-                np.subtract.at(counts[1], chunk.src[loop], 2)
-                loops += int(loop.sum())
-        counts[1] += counts[0]
         for t, named in self.graph.splits.items():   # sorted, unique, in range
             for name, chunks in named.items():      # each process a share of the chunks
                 self.graph.check_split(t, name, [i for i in range(len(chunks.files))
                                                  if group.mine(i)])
         if group.size == 1:
+            counts, loops = self._degrees(0, n, "scan (pass 1 of 3 over the edges)")
             np.save(self.work.path("in_degree.npy"), counts[0].astype(np.int64))
             np.save(self.work.path("degree.npy"), counts[1].astype(np.int64))
             return {"self_loops": loops}
-        # Every process's counts added into the sums in turns: in turn j, process r adds
-        # its counts of the nodes of process (r + j) mod N, so the N processes write N
-        # disjoint ranges at once and no file of every node is written per process.
+        # In turn j, process r counts its blocks' edges at the nodes of process
+        # (r + j) mod N and adds them into the sums: the N processes write N disjoint
+        # ranges at once, and each holds the counts of one process's nodes, not of every
+        # node (N passes over its blocks, each 1/N of the edges).
         paths = [self._node_array(name, np.int64) for name in ("in_degree", "degree")]
         group.barrier("scan sums allocated")
+        loops = 0
         for turn in range(group.size):
             lo, hi = group.nodes(n, (group.rank + turn) % group.size)
+            counts, loops_here = self._degrees(
+                lo, hi, f"scan (pass 1 of 3 over the edges, turn {turn + 1} of {group.size})")
+            loops += loops_here
             for row, path in enumerate(paths):
                 before = np.asarray(np.load(path, mmap_mode="r")[lo:hi])
                 out = NpyRows(path)
-                out.write(lo, before + counts[row, lo:hi])
+                out.write(lo, before + counts[row])
                 out.close()
+            del counts
             group.barrier(f"scan sums, turn {turn}")
         return {"self_loops": int(group.sum(loops, "self-loops"))}
+
+    def _degrees(self, lo: int, hi: int, desc: str) -> tuple[np.ndarray, int]:
+        """(int32 or int64 [2, hi - lo]: the in-degree and the adjacency degree of nodes
+        [lo, hi) over this process's edge blocks, the self-loops among them)."""
+        # A count below 2^31 when this process's blocks hold fewer edges than that.
+        mine = -(-self.graph.num_edges // self.group.size) + block_sizes(self.group.size)[0]
+        counts = np.zeros((2, hi - lo), np.int32 if 2 * mine < 2**31 else np.int64)
+        loops = 0
+        # Degree = in-degree + out-degree - 2 per self-loop: two counting passes over a
+        # block, not three (each is a random access per edge into [n]).
+        for _, _, chunk in self._edge_pass(desc):
+            compiled.count_into(counts[0], chunk.dst, lo)
+            compiled.count_into(counts[1], chunk.src, lo)
+            loop = (chunk.src == chunk.dst) & (chunk.src >= lo) & (chunk.src < hi)
+            if loop.any():
+                np.subtract.at(counts[1], chunk.src[loop] - lo, 2)
+                loops += int(loop.sum())
+        counts[1] += counts[0]
+        return counts, loops
 
     # -- phase 2 ------------------------------------------------------------------------
 
@@ -786,12 +805,14 @@ class _Job:
         counts = np.load(self.work.path("counts.npy"))
         return (counts, *ranges_of(counts))
 
-    def inverse(self) -> np.ndarray:
-        """Every node's new id, in the smallest integer type that holds it."""
+    def inverse(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """The new ids of nodes [lo, hi) (every node's by default), in the smallest
+        integer type that holds them."""
+        hi = self.n if hi is None else hi
         inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
-        out = np.empty(self.n, self.ids)
-        for a in range(0, self.n, 1 << 24):
-            out[a:a + (1 << 24)] = inverse[a:a + (1 << 24)]
+        out = np.empty(hi - lo, self.ids)
+        for a in range(lo, hi, 1 << 24):
+            out[a - lo:a - lo + (1 << 24)] = inverse[a:min(a + (1 << 24), hi)]
         return out
 
     # -- phase 5 ------------------------------------------------------------------------
@@ -826,33 +847,48 @@ class _Job:
             np.save(self.work.path("buckets.npy"), self.bucket_bounds())
         group.barrier("bucket bounds")
         bounds = np.load(self.work.path("buckets.npy"))
-        parts, inverse = self.parts(), self.inverse()
+        _, offsets, _ = self.numbering()
+        # Each process holds its own nodes' new ids and asks the others' of their owners,
+        # a block's ends at a time (every process meets the others once a block).
+        own = self.inverse(self.lo, self.hi)
+        owners = [group.nodes(self.n, r)[0] for r in range(group.size)] + [self.n]
         record = self._record()
         names = list(self.graph.edge_data)
         cut = 0
         ranges = dict.fromkeys(names)
 
-        def grouped(item):              # in threads, while the last block is written
+        def grouped(item):              # in a thread, while the last block is written
+            if item is None:            # this process has no block left: it answers
+                group.look_up(np.zeros(0, self.ids), own, owners, "bucketing ids")
+                return None
             i, rows, chunk = item
-            new_dst = inverse[chunk.dst]
+            new = group.look_up(np.concatenate([chunk.src, chunk.dst]), own, owners,
+                                "bucketing ids")
+            new_src, new_dst = new[:chunk.src.size], new[chunk.src.size:]
+            del new
+            cut_here = int((segments.segment_of(offsets, new_src)
+                            != segments.segment_of(offsets, new_dst)).sum())
             order, cuts = by_range(bounds, new_dst)
             block = np.empty(order.size, record)
-            block["src"] = inverse[chunk.src[order]]
+            block["src"] = new_src[order]
+            del new_src
             set_local(block["dst"], new_dst[order], bounds, cuts)
             del new_dst
             block["etype"] = chunk.etype[order]
             block["eid"] = chunk.start + order
             data = {name: np.asarray(self.graph.load(self.graph.edge_data[name].files[i])
                                      [rows])[order] for name in names}
-            return int((parts[chunk.src] != parts[chunk.dst]).sum()), block, cuts, data
+            return cut_here, block, cuts, data
         with contextlib.ExitStack() as stack:
             files = {(b, key): stack.enter_context(
                          open(os.path.join(root, _bucket_file(b, key, group.rank)), "wb"))
                      for b in range(bounds.size - 1) for key in [None, *names]}
             # One thread: a second made the phase a tenth faster for a block's memory.
-            for cut_here, block, cuts, data in ahead(
-                    grouped, self._edge_pass("bucketing (pass 3 of 3 over the edges)"),
-                    workers=1):
+            for done in ahead(grouped, self._edge_pass("bucketing (pass 3 of 3 over the "
+                                                       "edges)", rounds=True), workers=1):
+                if done is None:
+                    continue
+                cut_here, block, cuts, data = done
                 cut += cut_here
                 for name, values in data.items():
                     ranges[name] = _widen(ranges[name], values)

@@ -200,9 +200,11 @@ if numba is not None:
 
 if numba is not None:
     @_jit
-    def _count_into(counts, ids):
+    def _count_into(counts, ids, lo):
+        hi = lo + counts.size
         for i in ids:
-            counts[i] += 1
+            if lo <= i < hi:
+                counts[i - lo] += 1
 
 
 if numba is not None:
@@ -246,14 +248,16 @@ def between_rows(piece, label, keep: float, seed: int):
                          np.float64(keep), np.int64(seed))
 
 
-def count_into(counts: np.ndarray, ids: np.ndarray) -> None:
-    """counts[i] += the occurrences of i in `ids`, in place: O(len(ids)) where
-    np.bincount over every node costs O(len(counts)) a call (the scan's per-node
-    degrees, a block of edges at a time)."""
+def count_into(counts: np.ndarray, ids: np.ndarray, lo: int = 0) -> None:
+    """counts[i - lo] += the occurrences of i in `ids`, in place, for the ids in [lo,
+    lo + len(counts)) (the others are not counted): O(len(ids)) where np.bincount over
+    every node costs O(len(counts)) a call (the scan's per-node degrees, a block of edges
+    at a time)."""
     if enabled():
-        _count_into(counts, ids)
+        _count_into(counts, ids, np.int64(lo))
     else:
-        counts += np.bincount(ids, minlength=counts.size).astype(counts.dtype, copy=False)
+        inside = ids[(ids >= lo) & (ids < lo + counts.size)] - lo
+        counts += np.bincount(inside, minlength=counts.size).astype(counts.dtype, copy=False)
 
 
 def cluster_rows(piece, label, salt: int, parts, visit: np.ndarray):

@@ -219,3 +219,27 @@ class Group:
                 out[:, c] += got[f"c{c}"]
         self.exchange(sums, name, each=add)
         return out
+
+    def look_up(self, ids: np.ndarray, own: np.ndarray, bounds, name: str) -> np.ndarray:
+        """values[ids] of an array over [0, bounds[-1]) that each process holds only its
+        part of: `own` = values[lo:hi] for the ids [lo, hi) = [bounds[rank],
+        bounds[rank + 1]) this process owns; `ids` anywhere. Each id is asked of its
+        owner (`exchange`, twice: the ids, then their values), so a process holds its
+        own part, its ids and those asked of it, never the whole array. Every process
+        calls it, with no ids where it has none to ask."""
+        ids = np.asarray(ids)
+        if self.size == 1:
+            return own[ids]
+        bounds = np.asarray(bounds, np.int64)
+        lo = int(bounds[self.rank])
+        owner = np.searchsorted(bounds, ids, side="right") - 1
+        order = np.argsort(owner, kind="stable")
+        firsts = np.searchsorted(owner[order], np.arange(self.size + 1))
+        asked = self.exchange(lambda r: {"ids": ids[order[firsts[r]:firsts[r + 1]]]},
+                              name + " asked")
+        answers = self.exchange(lambda r: {"values": own[asked[r]["ids"] - lo]},
+                                name + " answered")
+        out = np.empty(ids.shape, own.dtype)
+        for r, got in enumerate(answers):
+            out[order[firsts[r]:firsts[r + 1]]] = got["values"]
+        return out

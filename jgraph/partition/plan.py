@@ -119,15 +119,20 @@ class _Planner:
         self.node_data_read = f"the node data once ({gib(sizes.node_data_bytes)}{share})"
 
     def scan(self) -> tuple[int, str]:
-        # in-degree and out-degree over every node (each process counts its blocks'
-        # endpoints; int32 below 2^31 edges a process), without numba one bincount's
-        # int64 [n]; a split's ids (int64, checked sorted and in range); a block as
-        # int64 ids, etype and the loop test, and the pages of its files as they are
-        # read (28 bytes an edge: 26-27 measured on R-MAT graphs of 2^21 and 2^23 nodes).
-        n = self.n
-        return (self.base + (8 if self.e // self.q < 2**30 else 16) * n
-                + (0 if compiled.enabled() else 8 * n) + 8 * n + 28 * self.chunk,
-                self.edges_read)
+        # a split's chunk checked (int64 ids, sorted and in range: a whole split at most);
+        # then the in-degree and degree counts of one process's nodes at a time (every
+        # node's with one process; int32 below 2^31 edges a process, without numba one
+        # bincount's int64 of them), a block as int64 ids, etype and the loop test, and
+        # the pages of its files as they are read (28 bytes an edge: 26-27 measured on
+        # R-MAT graphs of 2^21 and 2^23 nodes).
+        own, sizes = self.own, self.sizes
+        split = 8 * min(self.n if sizes.split_ids is None else sizes.split_ids, self.n)
+        counts = ((8 if self.e // self.q < 2**30 else 16) * own
+                  + (0 if compiled.enabled() else 8 * own))
+        reads = self.edges_read if self.q == 1 else (
+            f"the edge chunks {self.q} times, each process its 1/{self.q} "
+            f"({2 * self.e * self.ids / 2**30:.1f} GiB each time)")
+        return self.base + max(split, counts + 28 * self.chunk), reads
 
     def adjacency(self) -> tuple[int, str]:
         # degrees (a process's own) and their running sum, every node's id in the
@@ -177,14 +182,13 @@ class _Planner:
         return self.later + 28 * self.own, "nothing but the assignment"
 
     def bucketing(self) -> tuple[int, str]:
-        # every node's partition (int16) and new id (int64, mapped as it is read); a
-        # block (int64 ids, its files' pages), its destinations' new ids, buckets and
-        # order (int64 each), its bucket records (20 bytes) and the temporaries that
-        # fill them (64-73 bytes an edge measured on the R-MAT graphs in one thread);
-        # and the block grouped in a thread while the last one's records are written:
-        # some 120 bytes an edge of a block (81 measured over the rest on a 2^20-node
-        # R-MAT of 20M edges).
-        return self.later + (2 + 8) * self.n + 120 * self.chunk, self.edges_read
+        # a process's own nodes' new ids (every node's with one process); a block (int64
+        # ids, its files' pages), its ends' new ids asked of their owners (the ends, their
+        # owners and order, int64 each, and those other processes ask of this one), its
+        # destinations' buckets and order, its bucket records (20 bytes) and the
+        # temporaries that fill them; and the block grouped in a thread while the last
+        # one's records are written: some 200 bytes an edge of a block.
+        return self.later + self.ids * self.own + 200 * self.chunk, self.edges_read
 
     def partitions(self) -> tuple[int, str]:
         # the halo marks, one partition's degrees (read a block at a time) and CSC

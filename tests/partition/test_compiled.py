@@ -123,6 +123,20 @@ def test_counting_is_bincount(monkeypatch):
                                   + np.bincount(ids[::3], minlength=1000))
 
 
+def test_counting_a_range_counts_only_its_ids(monkeypatch):
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 1000, 50_000).astype(np.int32)
+
+    def run():
+        counts = np.zeros(300, np.int64)
+        compiled.count_into(counts, ids, lo=600)
+        compiled.count_into(counts, ids, lo=600)
+        return counts
+    a, b = both(monkeypatch, run)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, 2 * np.bincount(ids, minlength=1000)[600:900])
+
+
 @pytest.mark.parametrize("counts", ["all twice", "some thrice"])
 def test_ranges_that_store_repeated_pairs_once_propose_as_numpy_does(facebook, monkeypatch,
                                                                      tmp_path, counts):
