@@ -340,3 +340,31 @@ def test_sums_at_owners_are_the_sums_over_every_process(tmp_path):
         np.testing.assert_array_equal(np.concatenate([results[r][:, c] for r in range(4)]),
                                       whole)
     assert results[1].shape == (0, 2)
+
+
+def test_values_looked_up_at_their_owners_are_the_array_s(tmp_path):
+    """`Group.look_up`: each process gets values[ids] of an array it holds only its part
+    of, in the order asked (ids repeated, at the ends of the owners' ranges, an owner
+    that holds nothing, a process that asks nothing)."""
+    rng = np.random.default_rng(5)
+    owners = np.array([0, 40, 40, 97, 130])
+    values = rng.integers(-2**40, 2**40, 130)
+    ids = [rng.integers(0, 130, m) for m in (500, 0, 300, 211)]
+    ids[0][:5] = [0, 39, 40, 129, 39]
+    client, results = ThreadClient(4), {}
+    (tmp_path / "sync").mkdir()
+
+    def one(rank):
+        group = Group(rank, 4, client)
+        group.use_scratch(str(tmp_path / "sync"))
+        own = values[owners[rank]:owners[rank + 1]]
+        results[rank] = [group.look_up(ids[rank], own, owners, "values")
+                         for _ in range(2)]         # twice: a name used again
+    run_as_processes(one, 4)
+    for rank in range(4):
+        for got in results[rank]:
+            np.testing.assert_array_equal(got, values[ids[rank]])
+            assert got.dtype == values.dtype
+    single = Group.single()
+    np.testing.assert_array_equal(single.look_up(ids[0], values, [0, 130], "v"),
+                                  values[ids[0]])
