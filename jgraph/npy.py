@@ -3,9 +3,10 @@
 A memory map's touched pages count in the process's resident memory until it is
 closed, so the bounded-memory jobs go through plain file reads and writes instead: a
 file written front to back (`NpyAppender`), or preallocated and written in place, in
-any order and by any process (`preallocate`, `NpyRows`); rows gathered by id a block at
-a time (`gather`); and the one reading of a header (`read_header`) that the chunked
-graph, the `.npz` member stream and the partition directory's checks share.
+any order and by any process (`preallocate`, `NpyRows`); a range of rows read
+(`read_rows`); rows gathered by id a block at a time (`gather`); and the one reading
+of a header (`read_header`) that the chunked graph, the `.npz` member stream and the
+partition directory's checks share.
 """
 from __future__ import annotations
 
@@ -49,6 +50,23 @@ class NpyAppender:
         self.file.close()
         if self.rows != self.shape[0]:
             raise RuntimeError(f"{self.path}: {self.rows} rows written of {self.shape[0]}")
+
+
+def read_rows(path: str, lo: int, hi: int) -> np.ndarray:
+    """Rows [lo, hi) of the .npy file at `path`, read into an array of their own (a
+    slice of a memory map keeps the pages it touched resident while the map is open)."""
+    with open(path, "rb") as f:
+        shape, fortran, dtype = read_header(f)
+        if fortran and len(shape) > 1:
+            raise ValueError(f"{path}: rows of a Fortran-ordered array")
+        if not 0 <= lo <= hi <= shape[0]:
+            raise ValueError(f"{path}: rows [{lo}, {hi}) outside its {shape[0]}")
+        row = int(np.prod(shape[1:], dtype=np.int64))
+        f.seek(lo * row * dtype.itemsize, os.SEEK_CUR)
+        out = np.fromfile(f, dtype, (hi - lo) * row)
+    if out.size != (hi - lo) * row:
+        raise ValueError(f"{path}: rows [{lo}, {hi}) past its end")
+    return out.reshape(hi - lo, *shape[1:])
 
 
 def gather(path: str, ids: np.ndarray, rows_per_read: int = 1 << 20) -> np.ndarray:

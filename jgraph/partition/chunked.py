@@ -53,7 +53,7 @@ from jgraph.atomic import clear_leftovers, publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.data.prepare import recorded_preparation
 from jgraph.memory import PhasePeak, peak_rss_bytes, release_memory, rss_bytes
-from jgraph.npy import NpyAppender, NpyRows, gather, preallocate
+from jgraph.npy import NpyAppender, NpyRows, gather, preallocate, read_rows
 from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     DiskAdjacency,
@@ -562,7 +562,7 @@ class _Job:
                 lo, hi, f"scan (pass 1 of 3 over the edges, turn {turn + 1} of {group.size})")
             loops += loops_here
             for row, path in enumerate(paths):
-                before = np.asarray(np.load(path, mmap_mode="r")[lo:hi])
+                before = read_rows(path, lo, hi)
                 out = NpyRows(path)
                 out.write(lo, before + counts[row])
                 out.close()
@@ -608,7 +608,9 @@ class _Job:
         whole of it (no label propagation), which then cuts as `--method metis` does.
         Known once the scan has written the degrees."""
         options = self.options
-        entries = int(np.load(self.work.path("degree.npy"), mmap_mode="r").sum())
+        path = self.work.path("degree.npy")
+        entries = sum(int(read_rows(path, a, min(a + SPLIT_BLOCK, self.n)).sum())
+                      for a in range(0, self.n, SPLIT_BLOCK))
         return (entries > options.coarse_entries
                 or self.n > coarse_node_limit(options.coarse_entries, options.num_parts))
 
@@ -617,19 +619,17 @@ class _Job:
 
     def _adjacency_bounds(self) -> tuple[np.ndarray, list[int]]:
         """(int64[R + 1] node ranges of the adjacency, in its numbering, none across two
-        processes' nodes; the index of each process's first range, and R)."""
-        degree = np.load(self.work.path("degree.npy"), mmap_mode="r")
-        by_degree = self._by_degree
-        bounds, firsts = [np.zeros(1, np.int64)], []
-        for r in range(self.group.size):
-            lo, hi = self.group.nodes(self.n, r)
-            firsts.append(sum(b.size for b in bounds) - 1)
-            ordered = np.asarray(degree[lo:hi])
-            if by_degree:
-                ordered = np.sort(ordered)
-            bounds.append(lo + segments.range_bounds(ordered, self.options.range_entries)[1:])
-        bounds = np.concatenate(bounds)
-        return bounds, firsts + [bounds.size - 1]
+        processes' nodes; the index of each process's first range, and R). Each process
+        cuts its own nodes into ranges; every process calls it."""
+        ordered = read_rows(self.work.path("degree.npy"), self.lo, self.hi)
+        if self._by_degree:
+            ordered.sort()
+        mine = self.lo + segments.range_bounds(ordered, self.options.range_entries)[1:]
+        del ordered
+        every = self.group.gather(mine, "adjacency ranges")
+        bounds = np.concatenate([np.zeros(1, np.int64), *every])
+        firsts = np.concatenate([[0], np.cumsum([b.size for b in every])])
+        return bounds, [int(f) for f in firsts]
 
     def _write_renumbering(self) -> np.ndarray:
         """Every node's id in the adjacency (`ids`[n], from its input id), each process
@@ -637,7 +637,7 @@ class _Job:
         lo, hi, group = self.lo, self.hi, self.group
         mine = np.arange(lo, hi, dtype=self.ids)
         if self._by_degree:
-            degree = np.load(self.work.path("degree.npy"), mmap_mode="r")[lo:hi]
+            degree = read_rows(self.work.path("degree.npy"), lo, hi)
             mine[np.argsort(degree, kind="stable")] = mine.copy()
         path = self._renumbering()
         if group.size == 1:
@@ -705,8 +705,7 @@ class _Job:
                 names.append(split)
                 columns.append(member)
         names.append("edges")
-        columns.append(np.asarray(np.load(self.work.path("in_degree.npy"), mmap_mode="r")
-                                  [lo:hi]))
+        columns.append(read_rows(self.work.path("in_degree.npy"), lo, hi))
         return NodeWeights(tuple(names), tuple(columns))
 
     def assignment(self) -> dict:
@@ -809,10 +808,11 @@ class _Job:
         """The new ids of nodes [lo, hi) (every node's by default), in the smallest
         integer type that holds them."""
         hi = self.n if hi is None else hi
-        inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
+        path = os.path.join(self.staging, "node_map_inv.npy")
         out = np.empty(hi - lo, self.ids)
-        for a in range(lo, hi, 1 << 24):
-            out[a - lo:a - lo + (1 << 24)] = inverse[a:min(a + (1 << 24), hi)]
+        for a in range(lo, hi, SPLIT_BLOCK):
+            b = min(a + SPLIT_BLOCK, hi)
+            out[a - lo:b - lo] = read_rows(path, a, b)
         return out
 
     # -- phase 5 ------------------------------------------------------------------------
@@ -830,11 +830,11 @@ class _Job:
         """int64[B + 1]: ranges of new ids, none across a partition boundary, each with
         at most about `range_entries` in-edges."""
         _, offsets, _ = self.numbering()
-        node_map = np.load(os.path.join(self.staging, "node_map.npy"), mmap_mode="r")
+        node_map = os.path.join(self.staging, "node_map.npy")
         bounds = [np.zeros(1, np.int64)]
         for k in range(self.options.num_parts):
             lo, hi = int(offsets[k]), int(offsets[k + 1])
-            degree = self._in_degrees(node_map[lo:hi])
+            degree = self._in_degrees(read_rows(node_map, lo, hi))
             bounds.append(lo + segments.range_bounds(degree, self.options.range_entries)[1:])
         return np.concatenate(bounds)
 
@@ -916,7 +916,7 @@ class _Job:
         g, p, group = self.graph, self.options.num_parts, self.group
         counts, offsets, _ = self.numbering()
         bounds = np.load(self.work.path("buckets.npy"))
-        node_map = np.load(os.path.join(self.staging, "node_map.npy"), mmap_mode="r")
+        node_map = os.path.join(self.staging, "node_map.npy")
         record = self._record()
         halo_mark = np.zeros(self.n, bool)
         infos = {}
@@ -936,7 +936,7 @@ class _Job:
             lo, hi = int(offsets[k]), int(offsets[k + 1])
             d = part_dir(self.staging, k)
             os.makedirs(d, exist_ok=True)
-            degree = self._in_degrees(node_map[lo:hi])
+            degree = self._in_degrees(read_rows(node_map, lo, hi))
             indptr = segments.offsets(degree)
             e = int(indptr[-1])
             np.save(os.path.join(d, "indptr.npy"), indptr)
@@ -989,7 +989,7 @@ class _Job:
         order (by each partition's process, `Group.mine`) are sorted. Returns {type:
         {split: count}} for each partition (filled for this process's)."""
         g, p, group = self.graph, self.options.num_parts, self.group
-        inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
+        inverse = os.path.join(self.staging, "node_map_inv.npy")
         starts = g.type_offsets()
         named = [(t, ntype, name) for t, ntype in enumerate(g.node_types)
                  for name in g.splits.get(ntype, {})]
@@ -1001,8 +1001,9 @@ class _Job:
             """(new ids, their partitions) of this process's nodes in the split."""
             a, b = max(self.lo - starts[t], 0), max(self.hi - starts[t], 0)
             for c in range(a, b, SPLIT_BLOCK):
-                ids = g.split(ntype, name, c, min(c + SPLIT_BLOCK, b))
-                new = np.asarray(inverse[starts[t] + ids], np.int64)
+                d = min(c + SPLIT_BLOCK, b)
+                ids = g.split(ntype, name, c, d)
+                new = read_rows(inverse, starts[t] + c, starts[t] + d)[ids - c].astype(np.int64)
                 yield new, np.searchsorted(offsets, new, side="right") - 1
         sizes = [{} for _ in range(p)]
         for t, ntype, name in named:
@@ -1025,15 +1026,15 @@ class _Job:
         group.barrier("split pieces written")
         for k in filter(group.mine, range(p)):
             for _, ntype, name in named:
-                pieces = [np.load(piece(k, ntype, name, r), mmap_mode="r")
-                          for r in range(group.size)]
-                total = sum(x.shape[0] for x in pieces)
+                rows = [np.load(piece(k, ntype, name, r), mmap_mode="r").shape[0]
+                        for r in range(group.size)]
+                total = sum(rows)
                 joined = NpyAppender(path(k, ntype, name), np.int64, (total,))
-                for x in pieces:
-                    for c in range(0, x.shape[0], SPLIT_BLOCK):
-                        joined.append(x[c:c + SPLIT_BLOCK])
+                for r, m in enumerate(rows):
+                    for c in range(0, m, SPLIT_BLOCK):
+                        joined.append(read_rows(piece(k, ntype, name, r), c,
+                                                min(c + SPLIT_BLOCK, m)))
                 joined.close()
-                del pieces
                 for r in range(group.size):
                     os.remove(piece(k, ntype, name, r))
                 sizes[k][ntype][name] = total
@@ -1060,7 +1061,7 @@ class _Job:
         copies its own share of the blocks."""
         g, p, group = self.graph, self.options.num_parts, self.group
         counts, offsets, ntype_offsets = self.numbering()
-        inverse = np.load(os.path.join(self.staging, "node_map_inv.npy"), mmap_mode="r")
+        inverse = os.path.join(self.staging, "node_map_inv.npy")
         path = lambda k, ntype, name, leaf: os.path.join(
             part_dir(self.staging, k), "node", ntype, *([name, leaf] if leaf else [name])
         ) + ".npy"
@@ -1093,7 +1094,7 @@ class _Job:
                     g.check_rows(files[i], ntype, name, rows,
                                  c.starts[i] + a + np.arange(rows.shape[0]))
                 first = g.type_offsets()[t] + c.starts[i] + a
-                new = np.asarray(inverse[first:first + rows.shape[0]])
+                new = read_rows(inverse, first, first + rows.shape[0])
                 owner = owner_of(offsets, new)
                 order, cuts = segments.group_by(owner, p)
                 for k in np.flatnonzero(np.diff(cuts)):

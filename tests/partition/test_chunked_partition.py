@@ -30,7 +30,7 @@ from jgraph.data import (
 )
 from jgraph.data.prepare import HeldOut, Preparation, prepare
 from jgraph.data.prepare_chunked import prepare_chunked
-from jgraph.npy import gather
+from jgraph.npy import gather, read_rows
 from jgraph.partition import PartitionError, multilevel, open_partitions, partition_graph
 from jgraph.partition import chunked as chunked_route
 from jgraph.partition.adjacency import CSRAdjacency, Rows
@@ -383,6 +383,19 @@ def test_gather_reads_the_rows_asked_block_by_block(tmp_path, n, rows_per_read):
         ids = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
         np.testing.assert_array_equal(gather(str(tmp_path / "a.npy"), ids, rows_per_read),
                                       values[ids])
+
+
+@pytest.mark.parametrize("shape", [(0,), (1000,), (1000, 3)])
+def test_a_range_of_rows_read_is_the_array_s_rows(tmp_path, shape):
+    values = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    np.save(tmp_path / "a.npy", values)
+    n = shape[0]
+    for lo, hi in {(0, 0), (0, n), (n // 3, n // 2), (n, n), (max(n - 1, 0), n)}:
+        got = read_rows(str(tmp_path / "a.npy"), lo, hi)
+        np.testing.assert_array_equal(got, values[lo:hi])
+        assert got.shape == values[lo:hi].shape and not isinstance(got, np.memmap)
+    with pytest.raises(ValueError, match=rf"a\.npy: rows \[0, {n + 1}\) outside its {n}"):
+        read_rows(str(tmp_path / "a.npy"), 0, n + 1)
 
 
 def few_edges_many_nodes(n: int = 30_000, ring: int = 300):
