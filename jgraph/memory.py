@@ -72,13 +72,15 @@ def rss_bytes() -> int:
 
 class PhasePeak:
     """A phase's peak RSS, sampled every `interval` seconds by a thread (Linux
-    /proc/self/statm; elsewhere the process's peak so far). Sampling leaves the kernel's
+    /proc/self/statm; elsewhere the process's peak so far), and its RSS at the start
+    (`start`). Sampling leaves the kernel's
     own peak alone, so `/usr/bin/time -v` still reports the whole job's."""
 
     current: PhasePeak | None = None      # the phase being sampled, if any
 
     def __init__(self, interval: float = 0.02):
         self.interval, self.peak = interval, rss_bytes()
+        self.start = self.peak                 # what the process held as the phase began
         self.recent = self.peak                # the peak since `since_last` last asked
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)

@@ -285,13 +285,14 @@ def partition_chunked(input_dir: str | os.PathLike, out_dir: str | os.PathLike,
                 facts = run() or {}
             release_memory()
             peaks = [int(p) for p in group.gather(peak.peak, f"{name} peak")]
+            starts = [int(p) for p in group.gather(peak.start, f"{name} start")]
             # The work directory's bytes at the phase's end, or where the phase held more
             # before removing files of its own (`disk_peak_bytes`): what `plan` estimates.
             # Measured by the first process while the others wait (none removes a file).
             facts["disk_bytes"] = max(_bytes_under(work.root) if group.leader else 0,
                                       facts.pop("disk_peak_bytes", 0))
             group.barrier(f"{name} disk measured")
-            work.finish(name, time.perf_counter() - began, peaks, **facts)
+            work.finish(name, time.perf_counter() - began, peaks, starts, **facts)
         # What a finished phase leaves behind for no later one goes only once it is
         # recorded (again on a resume: a job killed while deleting it resumes).
         if group.leader:

@@ -71,12 +71,16 @@ class Work:
     def done(self, phase: str) -> bool:
         return phase in self.state["phases"]
 
-    def finish(self, phase: str, seconds: float, peaks: list[int], **facts) -> None:
-        """Record a finished phase: its seconds, its peak RSS (the largest process's,
-        and with several processes each one's), and what it found."""
-        record = {"seconds": seconds, "peak_rss_bytes": max(peaks)}
+    def finish(self, phase: str, seconds: float, peaks: list[int], starts: list[int],
+               **facts) -> None:
+        """Record a finished phase: its seconds, its peak RSS and the RSS it began with
+        (the largest process's, and with several processes each one's: what a phase
+        added is the difference), and what it found."""
+        record = {"seconds": seconds, "peak_rss_bytes": max(peaks),
+                  "start_rss_bytes": max(starts)}
         if len(peaks) > 1:
             record["peak_rss_bytes_per_process"] = peaks
+            record["start_rss_bytes_per_process"] = starts
         self.state["phases"][phase] = {**record, **facts}
         self._save()
 

@@ -67,6 +67,12 @@ def test_processes_write_the_graph_as_partition_graph_does(tmp_path, shared_data
     # A peak in KiB or in pages falls outside.
     assert all(len(peaks) == processes and min(peaks) >= 2**26 and max(peaks) <= MEMORY
                for peaks in per_process), per_process
+    # What each process held as each phase began: what it had imported, at most its
+    # peak in the phase.
+    starts = [p["start_rss_bytes_per_process"] for p in meta.build["phases"].values()]
+    assert all(len(held) == processes and min(held) >= 2**26 for held in starts), starts
+    assert all(a <= b for held, peaks in zip(starts, per_process)
+               for a, b in zip(held, peaks, strict=True)), (starts, per_process)
     parts = assignment_of(str(tmp_path / "out"))
     reference = partition_graph(graph, 4, "given", tmp_path / "ref", rebalance=False,
                                 assignment=parts)
