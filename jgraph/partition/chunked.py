@@ -547,8 +547,11 @@ class _Job:
                                                  if group.mine(i)])
         if group.size == 1:
             counts, loops = self._degrees(0, n, "scan (pass 1 of 3 over the edges)")
-            np.save(self.work.path("in_degree.npy"), counts[0].astype(np.int64))
-            np.save(self.work.path("degree.npy"), counts[1].astype(np.int64))
+            for row, name in enumerate(("in_degree", "degree")):    # int64, a block at a time
+                out = NpyAppender(self.work.path(f"{name}.npy"), np.int64, (n,))
+                for a in range(0, n, SPLIT_BLOCK):
+                    out.append(counts[row, a:a + SPLIT_BLOCK])
+                out.close()
             return {"self_loops": loops}
         # In turn j, process r counts its blocks' edges at the nodes of process
         # (r + j) mod N and adds them into the sums: the N processes write N disjoint
@@ -563,9 +566,10 @@ class _Job:
                 lo, hi, f"scan (pass 1 of 3 over the edges, turn {turn + 1} of {group.size})")
             loops += loops_here
             for row, path in enumerate(paths):
-                before = read_rows(path, lo, hi)
                 out = NpyRows(path)
-                out.write(lo, before + counts[row])
+                for a in range(lo, hi, SPLIT_BLOCK):
+                    b = min(a + SPLIT_BLOCK, hi)
+                    out.write(a, read_rows(path, a, b) + counts[row, a - lo:b - lo])
                 out.close()
             del counts
             group.barrier(f"scan sums, turn {turn}")
