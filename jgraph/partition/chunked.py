@@ -867,8 +867,8 @@ class _Job:
                 group.look_up(np.zeros(0, self.ids), own, owners, "bucketing ids")
                 return None
             i, rows, chunk = item
-            new = group.look_up(np.concatenate([chunk.src, chunk.dst]), own, owners,
-                                "bucketing ids")
+            new = group.look_up(np.concatenate([chunk.src, chunk.dst]).astype(self.ids),
+                                own, owners, "bucketing ids")
             new_src, new_dst = new[:chunk.src.size], new[chunk.src.size:]
             del new
             cut_here = int((segments.segment_of(offsets, new_src)
