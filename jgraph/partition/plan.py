@@ -183,12 +183,14 @@ class _Planner:
 
     def bucketing(self) -> tuple[int, str]:
         # a process's own nodes' new ids (every node's with one process); a block (int64
-        # ids, its files' pages), its ends' new ids asked of their owners (the ends, their
-        # owners and order, int64 each, and those other processes ask of this one), its
-        # destinations' buckets and order, its bucket records (20 bytes) and the
-        # temporaries that fill them; and the block grouped in a thread while the last
-        # one's records are written: some 200 bytes an edge of a block.
-        return self.later + self.ids * self.own + 200 * self.chunk, self.edges_read
+        # ids, its files' pages), its ends (in the ids' width) and their new ids, asked
+        # of their owners with several processes (with their owners and order, and
+        # those other processes ask of this one), its destinations' buckets and order,
+        # its bucket records (20 bytes) and the temporaries that fill them; and the
+        # block grouped in a thread while the last one's records are written: some 110
+        # bytes an edge of a block (100 measured on the 100M-edge R-MAT at one process,
+        # 95 at four).
+        return self.later + self.ids * self.own + 110 * self.chunk, self.edges_read
 
     def partitions(self) -> tuple[int, str]:
         # the halo marks, one partition's degrees (read a block at a time) and CSC
@@ -208,13 +210,12 @@ class _Planner:
                 "the edge buckets once")
 
     def node_data(self) -> tuple[int, str]:
-        # a process's share of the inverse map (memory-mapped: its pages as they are
-        # read); a block of rows read, its new ids, owners and order (int64 each), and
-        # its rows of one partition at a time (half a block at most counted: 1.1-1.4
-        # blocks in all measured on the R-MAT graphs of 2^23 and 2^26 nodes, where
-        # three were planned).
+        # a block of rows read, its new ids (read a block at a time), owners and order
+        # (int64 each), and its rows of one partition at a time (half a block at most
+        # counted: 1.1-1.4 blocks in all measured on the R-MAT graphs of 2^23 and 2^26
+        # nodes, where three were planned).
         n, rows = self.n, min(self.rows_block, self.n)
-        return (self.later + 8 * n // self.q + 32 * rows
+        return (self.later + 32 * rows
                 + 3 * max(self.sizes.node_data_bytes * rows // max(n, 1), 1) // 2,
                 self.node_data_read)
 
