@@ -4,9 +4,9 @@ A memory map's touched pages count in the process's resident memory until it is
 closed, so the bounded-memory jobs go through plain file reads and writes instead: a
 file written front to back (`NpyAppender`), or preallocated and written in place, in
 any order and by any process (`preallocate`, `NpyRows`); a range of rows read
-(`read_rows`); rows gathered by id a block at a time (`gather`); and the one reading
-of a header (`read_header`) that the chunked graph, the `.npz` member stream and the
-partition directory's checks share.
+(`read_rows`), or a block at a time (`read_blocks`); rows gathered by id a block at a
+time (`gather`); and the one reading of a header (`read_header`) that the chunked
+graph, the `.npz` member stream and the partition directory's checks share.
 """
 from __future__ import annotations
 
@@ -67,6 +67,13 @@ def read_rows(path: str, lo: int, hi: int) -> np.ndarray:
     if out.size != (hi - lo) * row:
         raise ValueError(f"{path}: rows [{lo}, {hi}) past its end")
     return out.reshape(hi - lo, *shape[1:])
+
+
+def read_blocks(path: str, lo: int, hi: int, rows: int):
+    """(start, rows [start, start + rows) of the file) for the rows [lo, hi) of the
+    .npy file at `path`, `rows` at a time (`read_rows`)."""
+    for start in range(lo, hi, rows):
+        yield start, read_rows(path, start, min(start + rows, hi))
 
 
 def gather(path: str, ids: np.ndarray, rows_per_read: int = 1 << 20) -> np.ndarray:

@@ -53,7 +53,7 @@ from jgraph.atomic import clear_leftovers, publish
 from jgraph.data.chunked import ChunkedGraph, is_chunked_dir, open_chunked
 from jgraph.data.prepare import recorded_preparation
 from jgraph.memory import PhasePeak, peak_rss_bytes, release_memory, rss_bytes
-from jgraph.npy import NpyAppender, NpyRows, gather, preallocate, read_rows
+from jgraph.npy import NpyAppender, NpyRows, gather, preallocate, read_blocks, read_rows
 from jgraph.partition import compiled
 from jgraph.partition.adjacency import (
     DiskAdjacency,
@@ -567,9 +567,8 @@ class _Job:
             loops += loops_here
             for row, path in enumerate(paths):
                 out = NpyRows(path)
-                for a in range(lo, hi, SPLIT_BLOCK):
-                    b = min(a + SPLIT_BLOCK, hi)
-                    out.write(a, read_rows(path, a, b) + counts[row, a - lo:b - lo])
+                for a, before in read_blocks(path, lo, hi, SPLIT_BLOCK):
+                    out.write(a, before + counts[row, a - lo:a - lo + before.size])
                 out.close()
             del counts
             group.barrier(f"scan sums, turn {turn}")
@@ -613,9 +612,8 @@ class _Job:
         whole of it (no label propagation), which then cuts as `--method metis` does.
         Known once the scan has written the degrees."""
         options = self.options
-        path = self.work.path("degree.npy")
-        entries = sum(int(read_rows(path, a, min(a + SPLIT_BLOCK, self.n)).sum())
-                      for a in range(0, self.n, SPLIT_BLOCK))
+        entries = sum(int(block.sum()) for _, block in
+                      read_blocks(self.work.path("degree.npy"), 0, self.n, SPLIT_BLOCK))
         return (entries > options.coarse_entries
                 or self.n > coarse_node_limit(options.coarse_entries, options.num_parts))
 
@@ -813,11 +811,10 @@ class _Job:
         """The new ids of nodes [lo, hi) (every node's by default), in the smallest
         integer type that holds them."""
         hi = self.n if hi is None else hi
-        path = os.path.join(self.staging, "node_map_inv.npy")
         out = np.empty(hi - lo, self.ids)
-        for a in range(lo, hi, SPLIT_BLOCK):
-            b = min(a + SPLIT_BLOCK, hi)
-            out[a - lo:b - lo] = read_rows(path, a, b)
+        for a, block in read_blocks(os.path.join(self.staging, "node_map_inv.npy"), lo, hi,
+                                    SPLIT_BLOCK):
+            out[a - lo:a - lo + block.size] = block
         return out
 
     # -- phase 5 ------------------------------------------------------------------------
@@ -1036,9 +1033,8 @@ class _Job:
                 total = sum(rows)
                 joined = NpyAppender(path(k, ntype, name), np.int64, (total,))
                 for r, m in enumerate(rows):
-                    for c in range(0, m, SPLIT_BLOCK):
-                        joined.append(read_rows(piece(k, ntype, name, r), c,
-                                                min(c + SPLIT_BLOCK, m)))
+                    for _, block in read_blocks(piece(k, ntype, name, r), 0, m, SPLIT_BLOCK):
+                        joined.append(block)
                 joined.close()
                 for r in range(group.size):
                     os.remove(piece(k, ntype, name, r))

@@ -27,6 +27,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+import jgraph.segments as segments
+
 # Barriers wait this long for a slow peer (a phase may run for an hour on one process
 # more than another); a peer that dies is noticed by the heartbeat well before.
 BARRIER_TIMEOUT_MS = 24 * 3600 * 1000
@@ -232,9 +234,7 @@ class Group:
             return own[ids]
         bounds = np.asarray(bounds, np.int64)
         lo = int(bounds[self.rank])
-        owner = np.searchsorted(bounds, ids, side="right") - 1
-        order = np.argsort(owner, kind="stable")
-        firsts = np.searchsorted(owner[order], np.arange(self.size + 1))
+        order, firsts = segments.group_by(segments.segment_of(bounds, ids), self.size)
         asked = self.exchange(lambda r: {"ids": ids[order[firsts[r]:firsts[r + 1]]]},
                               name + " asked")
         answers = self.exchange(lambda r: {"values": own[asked[r]["ids"] - lo]},

@@ -30,7 +30,7 @@ from jgraph.data import (
 )
 from jgraph.data.prepare import HeldOut, Preparation, prepare
 from jgraph.data.prepare_chunked import prepare_chunked
-from jgraph.npy import gather, read_rows
+from jgraph.npy import gather, read_blocks, read_rows
 from jgraph.partition import PartitionError, multilevel, open_partitions, partition_graph
 from jgraph.partition import chunked as chunked_route
 from jgraph.partition.adjacency import CSRAdjacency, Rows
@@ -394,6 +394,10 @@ def test_a_range_of_rows_read_is_the_array_s_rows(tmp_path, shape):
         got = read_rows(str(tmp_path / "a.npy"), lo, hi)
         np.testing.assert_array_equal(got, values[lo:hi])
         assert got.shape == values[lo:hi].shape and not isinstance(got, np.memmap)
+    blocks = list(read_blocks(str(tmp_path / "a.npy"), n // 5, n, 7))
+    assert [a for a, _ in blocks] == list(range(n // 5, n, 7))
+    np.testing.assert_array_equal(np.concatenate([b for _, b in blocks] or [values[:0]]),
+                                  values[n // 5:])
     with pytest.raises(ValueError, match=rf"a\.npy: rows \[0, {n + 1}\) outside its {n}"):
         read_rows(str(tmp_path / "a.npy"), 0, n + 1)
 
