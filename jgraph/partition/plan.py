@@ -45,11 +45,23 @@ BASELINE_BYTES = 300 << 20
 # phase held 0.10 GiB over its arrays on the 100M-edge R-MAT, 0.08 on a 2^21-node one
 # (with numba; without it, not measured, and not counted).
 KERNEL_BYTES = 80 << 20
-# A contraction sorts two ranges of half `--range-entries` coarse entries at once
-# (`sort_ranges`), each its records and scipy's sum of repeated entries, beside the
-# pieces contracted in threads: some 64 bytes an entry (the 1B-edge R-MAT's first
-# level's contraction held 2.1 GiB more in both cycles, at 2^25 entries).
-CONTRACT_ENTRY_BYTES = 64
+# The assignment's steps, each what it holds of a process's own nodes and of a range,
+# fitted to `jgraph partition -v`'s log (each step's most) on the R-MATs of 2^23 nodes
+# and 100M edges and of 2^26 nodes and 1B edges at one process, and of 2^26 nodes and
+# 250M edges at four (a60fdfd): clustering a level some 30 bytes an own node beside a
+# piece (33-35 measured), and 24 more for the requests to join other processes'
+# clusters and those admitted (some 30 measured at four processes); refining the
+# finest level 46 (50-54 measured with a piece on the 1B-edge graph; its moves are
+# the most there); while a level is contracted or METIS runs, 15 held (the levels'
+# clusters and the coarse nodes' weights: 15-19 measured), and a contraction holds
+# the finest range read and its entries between clusters (some 23 bytes an entry of a
+# range) and the clusters' entry counts summed at their owners (22 bytes an own node):
+# 2.1 GiB more at the 1B-edge graph's first level; a coarse level's weighted ranges,
+# sized at half a range before their repeats merge, some 48 bytes an entry of a
+# range (1.3-1.4 GiB more at 2^25 entries on the 100M-edge graph).
+CLUSTER_NODE_BYTES, REQUEST_NODE_BYTES, REFINE_NODE_BYTES = 30, 24, 46
+LEVELS_NODE_BYTES = 15
+CONTRACT_ENTRY_BYTES, CONTRACT_NODE_BYTES, COARSE_CONTRACT_ENTRY_BYTES = 23, 22, 48
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,33 +158,27 @@ class _Planner:
                 self.edges_read)
 
     def assignment(self) -> tuple[int, str]:
-        # the balance weights and each node's partition or cluster (int32) of a
-        # process's own nodes, the levels' cluster of each node and the coarse nodes'
-        # weights (some 8 bytes a finest node in all), and in the V-cycle every node's
-        # partition and the first cycle's levels (12 more); then the largest of:
-        # clustering's sizes of the clusters a process owns in nodes and edges (int32
-        # [own, 2]), its requests to join other processes' clusters and, as their
-        # owner, the requests it admits (each at most one a node: 24 bytes sent,
-        # concatenated, ordered by owner; some 64 bytes a node in all) and its
-        # numbering of every node's cluster (a bool, a bit and a running count a node:
-        # 2 bytes) with a piece; a contraction's two ranges; METIS on the coarse graph
-        # (or a sample of it: every process; in a child process under several).
-        n, own, q, sizes = self.n, self.own, self.q, self.sizes
-        # compact columns, and the in-degrees (int64, mapped from the scan's file)
-        weights = (sizes.types + sizes.splits) * own + 8 * own
+        # the balance weights' compact columns of a process's own nodes, and under
+        # several processes what every process holds whole: one int32 of every node
+        # (the level's cluster while clustering and contracting, the partition while
+        # refining), the cluster sizes' sums and the labels' exchange around it, and
+        # the numbering of every node's cluster (a bool, a bit and a running count);
+        # then the largest step (the constants' comment: clustering, refining,
+        # contracting, METIS on the coarse graph or a sample of it, in a child process
+        # under several).
+        own, q, r, sizes = self.own, self.q, self.r, self.sizes
+        weights = (sizes.types + sizes.splits) * own
+        shared = 8 * self.n if q > 1 else 0
         piece = PIECE_ENTRIES * 64                                # one piece's arrays
         coarse = min(self.options.coarse_entries, 2 * self.e)
-        # Held whole by every process when there are several: one int32 of every node,
-        # the level's cluster while clustering and contracting (the V-cycle's first
-        # level: its clusters split by partition, from each process's own nodes) or
-        # the partition while refining, and the cluster sizes' sums and the labels'
-        # exchange around it.
-        shared = 6 * n if q > 1 else 0
-        return (self.base + shared + weights + 4 * own + 8 * own + 12 * own
-                + max(8 * own + (64 * own if q > 1 else 0) + 2 * n + piece,
-                      CONTRACT_ENTRY_BYTES * self.r, METIS_ENTRY_BYTES * coarse
-                      + (METIS_CHILD_BYTES + METIS_CHILD_ENTRY_BYTES * coarse
-                         if q > 1 else 0)),
+        cluster = (CLUSTER_NODE_BYTES + (REQUEST_NODE_BYTES if q > 1 else 0)) * own + piece
+        refine = REFINE_NODE_BYTES * own + piece
+        contract = max(CONTRACT_ENTRY_BYTES * r + CONTRACT_NODE_BYTES * own,
+                       COARSE_CONTRACT_ENTRY_BYTES * r)
+        metis = (METIS_ENTRY_BYTES * coarse
+                 + (METIS_CHILD_BYTES + METIS_CHILD_ENTRY_BYTES * coarse if q > 1 else 0))
+        return (self.base + shared + weights
+                + max(cluster, refine, LEVELS_NODE_BYTES * own + max(contract, metis)),
                 self.adjacency_read)
 
     def relabel(self) -> tuple[int, str]:
