@@ -28,9 +28,9 @@ class Rows(NamedTuple):
     """The adjacency of nodes [start, start + m): CSR over those rows.
 
     indptr: int64[m + 1] offsets into indices; indices: int[e] neighbour ids (global);
-    weights: integer[e] (int64, or uint8 / int32 where a finest range stores repeated
-    entries once, then possibly one value broadcast) or None (every entry weight 1;
-    repeated entries count again).
+    weights: integer[e] (uint8, int32 or int64: `narrowest`; where a finest range
+    stores repeated entries once, possibly one value broadcast) or None (every entry
+    weight 1; repeated entries count again).
     """
 
     start: int
@@ -109,8 +109,9 @@ class DiskAdjacency:
     """The rows [bounds[0], bounds[-1]) of an adjacency of `num_nodes` nodes, stored as
     one CSR per node range in `root`: `range-K.indptr.npy` int64[m_K + 1],
     `range-K.indices.npy` int32 (int64 past 2^31 nodes) and, for a weighted range,
-    `range-K.weights.npy` (int64; or, where a finest range stores a pair that comes
-    twice once, the counts as uint8 or int32, or one count for every entry, 0-d);
+    `range-K.weights.npy` (in the narrowest of uint8, int32 and int64 that holds them,
+    `narrowest`; or, where a finest range stores a pair that comes more than once
+    once, its counts, or one count for every entry, 0-d);
     `weighted`: whether any range is. `bounds` int64[R + 1]: its K-th range holds rows
     [bounds[K], bounds[K + 1]), in the files numbered `first` + K (several processes
     each write the ranges of their own rows into one folder). `adjacency-<first>.json`
@@ -361,8 +362,17 @@ def _counted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     key = key[starts]
     del starts
     if counts.min() == counts.max():
-        return key, np.asarray(counts[0], np.uint8 if counts[0] < 256 else np.int32)
-    return key, counts.astype(np.uint8 if counts.max() < 256 else np.int32)
+        return key, narrowest(counts[:1]).reshape(())
+    return key, narrowest(counts)
+
+
+def narrowest(weights: np.ndarray) -> np.ndarray:
+    """Positive integer weights in the narrowest of uint8, int32 and int64 that holds
+    them: the widths every reader of a range's weights takes (`Rows.entry_weights`
+    widens them; the compiled kernels read each as a float64)."""
+    top = int(weights.max(initial=0))
+    return weights.astype(np.uint8 if top < 256 else np.int32 if top < 2**31 else np.int64,
+                          copy=False)
 
 
 def _sort_range(root: str, num_nodes: int, bounds: np.ndarray, k: int, first: int,
@@ -397,7 +407,9 @@ def _sort_range(root: str, num_nodes: int, bounds: np.ndarray, k: int, first: in
     np.save(f"{stem}.indptr.npy", indptr)
     np.save(f"{stem}.indices.npy", np.asarray(indices, ids))
     if weights is not None:
-        np.save(f"{stem}.weights.npy", np.asarray(weights, np.int64) if merge else weights)
+        # A coarse level's summed weights too in their narrowest width: 8 bytes an
+        # entry of int64 were two thirds of its CSR.
+        np.save(f"{stem}.weights.npy", narrowest(weights) if merge else weights)
     for path in paths:
         os.remove(path)
     return int(indptr[-1]), weights is not None

@@ -476,6 +476,32 @@ def test_rows_split_into_pieces_covers_every_entry_once():
     assert all(p.num_rows <= 13 for p in pieces)
 
 
+def test_a_coarse_range_stores_its_summed_weights_in_the_narrowest_width(tmp_path):
+    """A coarse level's entries summed into each range (merge) keep their sums exactly,
+    each range's in the narrowest of uint8, int32 and int64 that holds its largest:
+    sums under 256, past 255 and past 2^31 in three ranges of one adjacency."""
+    from jgraph.partition.adjacency import build_disk_adjacency
+    rng = np.random.default_rng(1)
+    n = 600
+    rows = rng.integers(0, n, 5000)
+    cols = (rows + rng.integers(1, n, 5000)) % n
+    weights = rng.integers(1, 4, 5000)
+    weights[rows == 250] = 300                 # a sum past 255 in the second range
+    weights[rows == 450] = 2**31               # past int32 in the third
+    bounds = np.array([0, 200, 400, n])
+    disk = build_disk_adjacency(str(tmp_path / "c"), n, bounds,
+                                [(rows[:2000], cols[:2000], weights[:2000]),
+                                 (rows[2000:], cols[2000:], weights[2000:])], merge=True)
+    want = scipy.sparse.csr_matrix((weights, (rows, cols)), shape=(n, n))
+    want.sum_duplicates()
+    got = disk.to_csr()
+    assert (got != want).nnz == 0 and got.dtype == np.int64 and want.nnz == disk.num_entries
+    assert [p.weights.dtype for p in disk.ranges()] == [np.uint8, np.int32, np.int64]
+    for p in disk.ranges():
+        np.testing.assert_array_equal(p.entry_weights(),
+                                      want[p.start:p.start + p.num_rows].data)
+
+
 @pytest.mark.parametrize("case", ["symmetric", "some repeated", "few repeated", "many",
                                   "a range without entries"])
 def test_a_finest_range_stores_a_repeated_pair_once_with_its_count(tmp_path, case):
