@@ -417,10 +417,14 @@ def estimate_disk(num_nodes: int, num_edges: int, node_data_bytes: int,
     # beside both, every node's id in it.
     adjacency = 0 if given else 2 * e * (4 + ids) + ids * n
     sorted_adjacency = 0 if given else 2 * e * ids + 8 * n + ids * n
-    # At most SAMPLE_MARGIN x coarse_entries entries a coarse level (sampled beyond):
-    # the assignment is fullest when a level's bucket records (16 bytes an entry) are
-    # written beside the level before as a CSR (12), the coarser levels before it being
-    # smaller (the 100M-edge R-MAT at one process: 4.01 GiB measured, 4.44 planned).
+    # At most SAMPLE_MARGIN x coarse_entries entries a coarse level (sampled beyond),
+    # and a cycle's levels kept until it ends, each a CSR of an int32 index and a
+    # weight in the narrowest width that holds it (5-8 bytes an entry): the assignment
+    # is fullest when the last level's bucket records (16 bytes an entry) are written
+    # beside the levels before, some 28 bytes an entry of the largest level in all (the
+    # 1B-edge R-MAT at one process: 141M, 124M, 61M and 55M entries, 12.6 GiB
+    # measured, 12.8 planned; 14.0 measured with int64 weights. The 100M-edge one:
+    # 4.01 GiB measured, 4.44 planned).
     coarse = 0 if given else (16 + 12) * min(2 * e, SAMPLE_MARGIN * coarse_entries)
     buckets = e * (ids + 4 + 4 + 8 + edge_data_bytes)
     # The CSC (indices, etype, edge ids, edge data; indptr), the node maps, the splits,
