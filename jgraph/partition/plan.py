@@ -40,11 +40,12 @@ METIS_CHILD_BYTES, METIS_CHILD_ENTRY_BYTES = 45 << 20, 16
 # What every process holds before a phase holds anything: the interpreter with numpy,
 # scipy, the compiled kernels and JAX (which the command line imports), some 0.25 GB.
 BASELINE_BYTES = 300 << 20
-# From the assignment phase on, label propagation's compiled kernels (numba's LLVM, some
-# 50 MB with the first kernel) and what the allocator keeps of that phase: the node data
-# phase held 0.10 GiB over its arrays on the 100M-edge R-MAT, 0.08 on a 2^21-node one
-# (with numba; without it, not measured, and not counted).
-KERNEL_BYTES = 80 << 20
+# From the assignment phase on, label propagation's compiled kernels (numba's LLVM)
+# and what the allocator keeps of that phase: the phases after it began at 0.30-0.34
+# GiB on the 100M- and 1B-edge R-MATs at 1, 4 and 8 processes (meta.json's
+# `start_rss_bytes`); BASELINE_BYTES with this is 0.34 GiB (with numba; without it,
+# not measured, and not counted).
+KERNEL_BYTES = 65 << 20
 # The assignment's steps, each what it holds of a process's own nodes and of a range,
 # fitted to `jgraph partition -v`'s log (each step's most) on the R-MATs of 2^23 nodes
 # and 100M edges and of 2^26 nodes and 1B edges at one process, and of 2^26 nodes and
